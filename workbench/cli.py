@@ -1,0 +1,155 @@
+"""`workbench` command line: run the workbook, pin and diff environments, list what exists.
+
+Exit codes: 0 success; 1 a notebook failed (its report is still written); 2 bad input, rejected
+before anything ran; 3 critical environment drift (`env diff`); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from workbench.errors import EXIT_DRIFT, EXIT_OK, BadInput, WorkbenchError
+
+CONFIG_KEYS = ("workload", "target", "only", "out", "parameters", "show_code", "cell_timeout")
+
+
+def _load_config(path: Path) -> dict[str, Any]:
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BadInput(f"Config {path} cannot be read: {exc.strerror or exc}.") from None
+    except yaml.YAMLError as exc:
+        raise BadInput(f"Config {path} is not valid YAML: {' '.join(str(exc).split())}") from None
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise BadInput(f"Config {path} must be a mapping of {', '.join(CONFIG_KEYS)}.")
+    unknown = sorted(set(config) - set(CONFIG_KEYS))
+    if unknown:
+        raise BadInput(
+            f"Config {path}: unknown key {unknown[0]!r}; allowed keys: {', '.join(CONFIG_KEYS)}."
+        )
+    if not isinstance(config.get("parameters", {}), dict):
+        raise BadInput(f"Config {path}: 'parameters' must be a mapping of name: value.")
+    return config
+
+
+def _only(value: Any) -> list[str]:
+    if value in (None, ""):
+        return []
+    items = value if isinstance(value, list) else str(value).split(",")
+    return [str(item).strip() for item in items if str(item).strip()]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from workbench.params import parse_assignments
+    from workbench.runner import DEFAULT_CELL_TIMEOUT_S, RunRequest, run
+
+    config = _load_config(Path(args.config)) if args.config else {}
+    parameters = {**config.get("parameters", {}), **parse_assignments(args.param or [])}
+    out = args.out or config.get("out")
+    request = RunRequest(
+        workload=args.workload or config.get("workload") or "seed-mlp",
+        target=args.target or config.get("target") or "auto",
+        only=_only(args.only if args.only is not None else config.get("only")),
+        out=Path(out) if out else None,
+        parameters=parameters,
+        show_code=bool(args.show_code or config.get("show_code", False)),
+        cell_timeout=int(args.cell_timeout or config.get("cell_timeout") or DEFAULT_CELL_TIMEOUT_S),
+    )
+    return run(request, progress=lambda line: print(line, file=sys.stderr, flush=True))
+
+
+def cmd_env_pin(args: argparse.Namespace) -> int:
+    from workbench.environment import pin
+
+    manifest, lock = pin(Path(args.out))
+    print(f"pinned: {manifest} and {lock}")
+    return EXIT_OK
+
+
+def cmd_env_diff(args: argparse.Namespace) -> int:
+    from workbench.environment import diff_manifests, load_manifest, worst_severity
+
+    drifts = diff_manifests(load_manifest(Path(args.old)), load_manifest(Path(args.new)))
+    for drift in drifts:
+        print(f"{drift.severity:8} {drift.key}: {drift.old} -> {drift.new}  ({drift.reason})")
+    worst = worst_severity(drifts)
+    print(f"{len(drifts)} change(s); worst: {worst or 'none'}")
+    return EXIT_DRIFT if worst == "critical" else EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from workbench.params import notebook_parameters
+    from workbench.runner import RUNNER_PARAMETERS, available_notebooks
+    from workbench.targets import TARGET_MODULES, target_class
+    from workbench.workload import BUILTIN_WORKLOADS
+
+    print("workloads: " + ", ".join(BUILTIN_WORKLOADS) + ", or package.module:factory")
+    print("targets:")
+    for name in TARGET_MODULES:
+        availability = target_class(name).availability()
+        state = "available" if availability.available else "not available"
+        print(f"  {name:7} {state}: {availability.reason}")
+    print("notebooks and their -p parameters:")
+    for number, path in available_notebooks().items():
+        print(f"  {number} {path.stem}")
+        for p in notebook_parameters(path).values():
+            if p.name not in RUNNER_PARAMETERS:
+                print(f"       {p.name} ({p.type_name}, default {p.default!r}): {p.help}")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="workbench",
+        description="Trainium migration workbook: run the notebooks headless, pin environments.",
+        epilog="exit codes: 0 ok, 1 a notebook failed, 2 bad input, 3 critical drift, "
+        "130 interrupted",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run_p = sub.add_parser("run", help="execute the notebooks and write HTML reports")
+    run_p.add_argument("--workload", help="built-in name or package.module:factory (seed-mlp)")
+    run_p.add_argument("--target", help="auto, cpu, cuda, xla or neuron (auto)")
+    run_p.add_argument("--only", help="comma-separated notebook numbers, e.g. 00,01")
+    run_p.add_argument("--out", help="run folder (default reports/<time>-<workload>-<target>)")
+    run_p.add_argument(
+        "-p", "--param", action="append", metavar="KEY=VALUE", help="notebook parameter"
+    )
+    run_p.add_argument("--config", help="YAML file with the same settings and 'parameters:'")
+    run_p.add_argument("--show-code", action="store_true", help="show code cells in the HTML")
+    run_p.add_argument("--cell-timeout", type=int, help="seconds one cell may run (3600)")
+    run_p.set_defaults(func=cmd_run)
+
+    env_p = sub.add_parser("env", help="pin the environment or diff two manifests")
+    env_sub = env_p.add_subparsers(dest="env_command", required=True)
+    pin_p = env_sub.add_parser("pin", help="write a manifest and a requirements-style lock")
+    pin_p.add_argument("--out", default="workbench-env.json", help="manifest path")
+    pin_p.set_defaults(func=cmd_env_pin)
+    diff_p = env_sub.add_parser("diff", help="list changes between two manifests, by severity")
+    diff_p.add_argument("old")
+    diff_p.add_argument("new")
+    diff_p.set_defaults(func=cmd_env_diff)
+
+    list_p = sub.add_parser("list", help="workloads, targets and notebook parameters")
+    list_p.set_defaults(func=cmd_list)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except WorkbenchError as exc:
+        print(f"workbench: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

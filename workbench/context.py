@@ -1,0 +1,104 @@
+"""The first and last thing every notebook does: validate its parameters, resolve the target,
+load the workload, say plainly what the run validates, and save its result file."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from IPython.display import display
+
+import workbench
+from workbench import display as show
+from workbench.params import coerce, notebook_parameters
+from workbench.results import save_result
+from workbench.targets import get_target, resolve_target_name
+from workbench.targets.base import Target
+from workbench.workload import Workload, load_workload
+
+NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+@dataclass
+class RunContext:
+    notebook: str
+    params: dict[str, Any]
+    target: Target
+    target_reason: str
+    workload: Workload | None
+    out_dir: Path
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def header(self) -> dict[str, Any]:
+        """What every result file carries besides its own data."""
+        return {
+            "target": {**self.target.describe(), "chosen_because": self.target_reason},
+            "workload": self.workload.describe() if self.workload else None,
+            "validation": self.target.validation_statement(),
+            "parameters": self.params,
+            "versions": {
+                "workbench": workbench.__version__,
+                "python": platform.python_version(),
+                "torch": _torch_version(),
+            },
+        }
+
+    def save(self, data: dict[str, Any]) -> Path:
+        """Write `<out_dir>/<notebook>.json` atomically; the path is shown for interactive users."""
+        path = save_result(self.out_dir, self.notebook, data, **self.header())
+        print(f"result saved: {path}")
+        return path
+
+
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
+def start(notebook: str, namespace: dict[str, Any], *, with_workload: bool = True) -> RunContext:
+    """Read the notebook's parameters from `namespace` (its globals), checked against the
+    notebook's own parameters cell, so an edited or string-typed value fails here, clearly."""
+    declared = notebook_parameters(NOTEBOOKS_DIR / f"{notebook}.ipynb")
+    params = {name: coerce(p, namespace.get(name, p.default)) for name, p in declared.items()}
+    _use_png_figures()
+
+    target_name, reason = resolve_target_name(params.get("target", "auto"))
+    target = get_target(target_name)
+    workload = None
+    if with_workload:
+        workload = load_workload(
+            params.get("workload", "seed-mlp"),
+            input_shape=params.get("input_shape", ""),
+            input_dtype=params.get("input_dtype", "float32"),
+            num_classes=params.get("num_classes") or None,
+            batch_size=params.get("batch_size") or None,
+        )
+    out_dir = Path(params.get("out_dir") or ".").resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ctx = RunContext(notebook, params, target, reason, workload, out_dir)
+
+    facts = {"target": f"{target.name} ({reason})", "device": str(target.device)}
+    if workload is not None:
+        facts["workload"] = f"{workload.name}: {workload.description}"
+    facts["python"] = f"{platform.python_version()} on {sys.platform}, pid {os.getpid()}"
+    display(show.key_values(facts, caption="This run"))
+    kind = "ok" if target.is_trainium else "warn"
+    display(show.banner(target.validation_statement(), kind))
+    return ctx
+
+
+def _use_png_figures() -> None:
+    """PNG at a modest dpi: SVG balloons report size for dense plots."""
+    try:
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+    except ImportError:  # outside a kernel there is nothing to configure
+        return
+    import matplotlib
+
+    set_matplotlib_formats("png")
+    matplotlib.rcParams["figure.dpi"] = 100

@@ -1,0 +1,70 @@
+"""What notebooks show: escaped HTML tables and banners, each with a plain-text fallback.
+
+Every string passes through html.escape here, so names and error messages that come from a
+workload or a user can never become markup in a report.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+BANNER_KINDS = ("info", "ok", "warn", "fail")
+
+
+class Rich:
+    """An object Jupyter renders as HTML, with text for logs and text-only frontends."""
+
+    def __init__(self, html_text: str, plain: str) -> None:
+        self.html_text = html_text
+        self.plain = plain
+
+    def _repr_html_(self) -> str:
+        return self.html_text
+
+    def __repr__(self) -> str:
+        return self.plain
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value)
+
+
+def table(
+    rows: Iterable[Mapping[str, Any] | Sequence[Any]],
+    headers: Sequence[str] | None = None,
+    caption: str = "",
+) -> Rich:
+    """A table from dicts (keys become headers) or sequences (with `headers`)."""
+    rows = list(rows)
+    if headers is None:
+        headers = list(rows[0].keys()) if rows and isinstance(rows[0], Mapping) else []
+    cells = [
+        [_cell(r.get(h)) for h in headers] if isinstance(r, Mapping) else [_cell(v) for v in r]
+        for r in rows
+    ]
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in cells
+    )
+    cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
+    markup = f'<table class="wb-table">{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    widths = [max([len(str(h))] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
+    lines = [caption] if caption else []
+    lines.append("  ".join(str(h).ljust(w) for h, w in zip(headers, widths)))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
+    return Rich(markup, "\n".join(lines))
+
+
+def key_values(pairs: Mapping[str, Any], caption: str = "") -> Rich:
+    return table(([k, v] for k, v in pairs.items()), headers=["", ""], caption=caption)
+
+
+def banner(text: str, kind: str = "info") -> Rich:
+    """A one-sentence coloured statement: verdicts and what a run does not validate."""
+    if kind not in BANNER_KINDS:
+        raise ValueError(f"banner kind must be one of {BANNER_KINDS}")
+    return Rich(f'<div class="wb-banner wb-{kind}">{html.escape(text)}</div>', f"[{kind}] {text}")

@@ -1,0 +1,52 @@
+"""A kernelspec for the interpreter that runs `workbench`, so a run never fails with NoSuchKernel.
+
+Notebooks saved on a Neuron DLAMI carry kernelspecs such as `aws_neuron_venv_pytorch` that CI and
+containers lack; the runner always names this one instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+KERNEL_NAME = "workbench-python"
+
+
+@contextmanager
+def private_kernelspec(extra_pythonpath: list[str]) -> Iterator[str]:
+    """Register a kernelspec pointing at sys.executable for the duration of a run.
+
+    It lives in a temporary JUPYTER_PATH entry, so nothing is written to the user's Jupyter
+    folders and a read-only environment works too. `extra_pythonpath` lets kernels import the
+    user's workload module from the folder `workbench run` was started in.
+    """
+    root = Path(tempfile.mkdtemp(prefix="workbench-kernel-"))
+    spec_dir = root / "kernels" / KERNEL_NAME
+    spec_dir.mkdir(parents=True)
+    pythonpath = os.pathsep.join([*extra_pythonpath, os.environ.get("PYTHONPATH", "")]).strip(
+        os.pathsep
+    )
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": f"Python (workbench, {Path(sys.executable).parent.parent.name})",
+        "language": "python",
+        "env": {"PYTHONPATH": pythonpath},
+        "metadata": {"debugger": False},
+    }
+    (spec_dir / "kernel.json").write_text(json.dumps(spec, indent=1))
+    previous = os.environ.get("JUPYTER_PATH")
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(root), previous]))
+    try:
+        yield KERNEL_NAME
+    finally:
+        if previous is None:
+            os.environ.pop("JUPYTER_PATH", None)
+        else:
+            os.environ["JUPYTER_PATH"] = previous
+        shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,79 @@
+"""Result records: one schema-versioned JSON file per notebook, written atomically.
+
+A later run, `workbench compare` and the index page read these files, never the HTML.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, is_dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+def _jsonable(value: Any) -> Any:
+    """Turn dataclasses, paths, tensors-as-scalars and non-finite floats into plain JSON."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return _jsonable(asdict(value))
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        # JSON has no NaN/Inf; keep them readable instead of silently becoming null.
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
+        return _jsonable(value.item())
+    return value
+
+
+def write_json_atomic(path: Path, payload: Any) -> Path:
+    """Write JSON to a temp file in the same folder, fsync, then rename over `path`.
+
+    A reader never sees a half-written file, and a crash leaves the previous file intact.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(_jsonable(payload), fh, indent=2, sort_keys=False, allow_nan=False)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def save_result(out_dir: str | Path, notebook: str, data: dict[str, Any], **header: Any) -> Path:
+    """Save `<out_dir>/<notebook>.json` with the schema header every result file carries."""
+    record = {
+        "schema_version": SCHEMA_VERSION,
+        "notebook": notebook,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **header,
+        "data": data,
+    }
+    return write_json_atomic(Path(out_dir) / f"{notebook}.json", record)
+
+
+def load_result(path: str | Path) -> dict[str, Any]:
+    """Read a result file and refuse one written by a newer, incompatible schema."""
+    record = json.loads(Path(path).read_text(encoding="utf-8"))
+    version = record.get("schema_version")
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise ValueError(
+            f"{path} has result schema {version!r}; this workbench reads up to {SCHEMA_VERSION}."
+        )
+    return record

@@ -1,0 +1,85 @@
+"""Which Neuron stack is installed, read from package metadata alone.
+
+Importing torch_xla starts PJRT and importing torch_neuronx may claim NeuronCores, so detection
+never imports either (../reference: neuron.md section 1.4).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+
+# torch-neuronx on the legacy XLA path: "<torch x.y.z>.<neuron major.minor>.<build>", e.g.
+# 2.9.0.2.15.32035 (six or more numeric parts). Native TorchNeuron: four parts, e.g. 2.14.3.0.
+_XLA_FLAVOUR = re.compile(r"^\d+\.\d+\.\d+\.\d+\.\d+\.\d+")
+_NATIVE_FLAVOUR = re.compile(r"^\d+\.\d+\.\d+\.\d+(?:[+.].*)?$")
+
+FLAVOUR_NATIVE = "native"  # TorchNeuron: device "neuron", Trn2/Trn3
+FLAVOUR_XLA = "xla"  # legacy torch-neuronx on torch-xla: device "xla", Trn1/Inf2
+FLAVOUR_LITE = "lite"  # libtorch-neuronx-lite (vLLM runtime); also claims device "neuron"
+
+
+def installed_version(distribution: str) -> str | None:
+    """Version of an installed distribution, or None; never imports the package."""
+    for name in (distribution, distribution.replace("-", "_")):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            continue
+    return None
+
+
+def neuron_flavour(torch_neuronx_version: str | None) -> str | None:
+    """Classify a torch-neuronx version string as the XLA or the native flavour."""
+    if not torch_neuronx_version:
+        return None
+    if _XLA_FLAVOUR.match(torch_neuronx_version):
+        return FLAVOUR_XLA
+    if _NATIVE_FLAVOUR.match(torch_neuronx_version):
+        return FLAVOUR_NATIVE
+    return None
+
+
+@dataclass(frozen=True)
+class NeuronStack:
+    """The Neuron-related distributions in this environment and what they add up to."""
+
+    flavour: str | None  # FLAVOUR_* or None when no Neuron PyTorch stack is installed
+    torch_neuronx: str | None
+    torch_xla: str | None
+    libneuronxla: str | None
+    neuronx_cc: str | None
+    nki: str | None
+    libtorch_neuronx_lite: str | None
+
+    @property
+    def has_neuron_pjrt_plugin(self) -> bool:
+        """torch_xla turns libneuronxla into its Neuron PJRT plugin when both are present."""
+        return bool(self.torch_xla and self.libneuronxla)
+
+    def summary(self) -> str:
+        if self.flavour == FLAVOUR_NATIVE:
+            return f"native TorchNeuron (torch-neuronx {self.torch_neuronx})"
+        if self.flavour == FLAVOUR_XLA:
+            return f"legacy XLA torch-neuronx {self.torch_neuronx} on torch-xla {self.torch_xla}"
+        if self.flavour == FLAVOUR_LITE:
+            return f"libtorch-neuronx-lite {self.libtorch_neuronx_lite} (not a training backend)"
+        if self.torch_xla:
+            return f"torch-xla {self.torch_xla} without a Neuron plugin (no Neuron stack)"
+        return "no Neuron stack installed"
+
+
+def detect_neuron_stack() -> NeuronStack:
+    tnx = installed_version("torch-neuronx")
+    lite = installed_version("libtorch-neuronx-lite")
+    flavour = neuron_flavour(tnx) or (FLAVOUR_LITE if lite else None)
+    return NeuronStack(
+        flavour=flavour,
+        torch_neuronx=tnx,
+        torch_xla=installed_version("torch-xla"),
+        libneuronxla=installed_version("libneuronxla"),
+        neuronx_cc=installed_version("neuronx-cc"),
+        nki=installed_version("nki"),
+        libtorch_neuronx_lite=lite,
+    )

@@ -1,0 +1,35 @@
+"""torch._dynamo's own counters, shared by the targets whose compiler is Dynamo-based."""
+
+from __future__ import annotations
+
+from workbench.targets.base import CompileCounters
+
+
+def dynamo_compile_counters() -> CompileCounters:
+    """Graphs Dynamo compiled in this process and the seconds it spent, from its counters."""
+    from torch._dynamo.utils import counters
+
+    stats = counters.get("stats", {})
+    graphs = int(stats.get("unique_graphs", 0))
+    seconds = _dynamo_compile_seconds()
+    return CompileCounters(
+        graphs=graphs,
+        compile_seconds=seconds,
+        source="torch._dynamo.utils.counters['stats'] and compilation_time_metrics",
+        extra={
+            "calls_captured": int(stats.get("calls_captured", 0)),
+            "frames_ok": int(counters.get("frames", {}).get("ok", 0)),
+            "recompiles": int(sum(counters.get("recompiles", {}).values()))
+            if counters.get("recompiles")
+            else 0,
+            "graph_breaks": int(sum(counters.get("graph_break", {}).values())),
+        },
+    )
+
+
+def _dynamo_compile_seconds() -> float | None:
+    """Seconds in Dynamo's whole-frame compile (backend included), summed over frames."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    samples = compilation_time_metrics.get("_compile.compile_inner")
+    return float(sum(samples)) if samples else None

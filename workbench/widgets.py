@@ -1,0 +1,61 @@
+"""An ipywidgets control panel for stepping through a notebook in JupyterLab.
+
+The panel writes straight back into the notebook's globals, the same names the parameters cell
+defines, so every later cell reads plain variables whether they came from papermill or a widget.
+Panel cells are tagged `skip-execution` (papermill never runs them) and `interactive-only` (the
+HTML report drops them): headless runs depend on the parameters cell alone.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import ipywidgets as w
+
+from workbench.context import NOTEBOOKS_DIR
+from workbench.params import Parameter, coerce, notebook_parameters
+from workbench.targets import TARGET_NAMES
+from workbench.workload import BUILTIN_WORKLOADS
+
+
+def _control(param: Parameter, value: Any) -> w.Widget:
+    label = {"description": param.name, "tooltip": param.help, "style": {"description_width": "9em"}}
+    if param.name == "target":
+        return w.Dropdown(options=list(TARGET_NAMES), value=value, **label)
+    if param.name == "workload":
+        return w.Combobox(options=list(BUILTIN_WORKLOADS), value=value, ensure_option=False, **label)
+    if param.type_name == "bool":
+        return w.Checkbox(value=value, indent=False, **label)
+    if param.type_name == "int":
+        return w.IntText(value=value, **label)
+    if param.type_name == "float":
+        return w.FloatText(value=value, **label)
+    text = ", ".join(map(str, value)) if param.type_name == "list" else value
+    return w.Text(value=text, **label)
+
+
+def control_panel(notebook: str, namespace: dict[str, Any]) -> w.VBox:
+    """One control per parameter of `notebook`; each change is coerced and stored in `namespace`.
+
+    A value the parameter's type rejects is shown under the panel and not stored.
+    """
+    message = w.HTML()
+    controls = []
+    for param in notebook_parameters(NOTEBOOKS_DIR / f"{notebook}.ipynb").values():
+        control = _control(param, namespace.get(param.name, param.default))
+
+        def store(change: dict[str, Any], param: Parameter = param) -> None:
+            raw = change["new"]
+            if param.type_name == "list" and isinstance(raw, str):
+                raw = [item.strip() for item in raw.split(",") if item.strip()]
+            try:
+                namespace[param.name] = coerce(param, raw)
+                message.value = ""
+            except Exception as exc:  # shown next to the panel; the old value stays
+                message.value = f"<span class=\"wb-error\">{html.escape(str(exc))}</span>"
+
+        control.observe(store, names="value")
+        controls.append(control)
+    hint = w.HTML("Change values here, then run the cells below (Run &gt; Run Selected and Below).")
+    return w.VBox([hint, *controls, message])

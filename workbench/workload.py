@@ -1,0 +1,289 @@
+"""Workload: a model plus everything needed to run a training step or an inference call on it.
+
+Built-ins are named (`seed-mlp`); a user's workload is a spec `pkg.module:factory` whose factory
+returns either a `Workload` or a plain `nn.Module` described by input parameters.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import math
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from workbench.errors import BadInput
+
+Batch = tuple[tuple[torch.Tensor, ...], torch.Tensor]  # (model inputs, targets)
+
+BUILTIN_WORKLOADS: dict[str, str] = {
+    "seed-mlp": "workbench.workloads.seed_mlp:make_workload",
+    "tiny-transformer": "workbench.workloads.tiny_transformer:make_workload",
+    "tiny-cnn": "workbench.workloads.tiny_cnn:make_workload",
+}
+DEFAULT_WORKLOAD = "seed-mlp"
+
+TASK_CLASSIFICATION = "classification"
+TASK_LANGUAGE_MODEL = "language-model"
+
+
+def accuracy(outputs: torch.Tensor, targets: torch.Tensor) -> float:
+    """Share of samples whose arg-max class equals the target."""
+    return float((outputs.argmax(dim=-1) == targets).float().mean().item())
+
+
+def perplexity(outputs: torch.Tensor, targets: torch.Tensor) -> float:
+    """exp(mean token cross-entropy): the usual language-model task metric."""
+    loss = nn.functional.cross_entropy(outputs.reshape(-1, outputs.shape[-1]), targets.reshape(-1))
+    return float(math.exp(loss.item()))
+
+
+def token_cross_entropy(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy over every position of a (batch, seq, vocab) output."""
+    return nn.functional.cross_entropy(outputs.reshape(-1, outputs.shape[-1]), targets.reshape(-1))
+
+
+@dataclass
+class Workload:
+    """A model factory, a batch maker, a loss, an optimizer factory and what they describe."""
+
+    name: str
+    model_factory: Callable[[], nn.Module]
+    # (batch_size, generator) -> (inputs, targets) on the CPU; `batch()` moves them.
+    batch_maker: Callable[[int, torch.Generator], Batch]
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    optimizer_factory: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+    batch_size: int
+    task: str = TASK_CLASSIFICATION
+    sequence_length: int | None = None  # set for sequence workloads: throughput counts tokens
+    task_metric: Callable[[torch.Tensor, torch.Tensor], float] | None = accuracy
+    task_metric_name: str = "accuracy"
+    seed: int = 42
+    description: str = ""
+    spec: str = ""  # what the user typed to get this workload
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_sequence(self) -> bool:
+        return self.sequence_length is not None
+
+    def build_model(self, device: torch.device | str = "cpu") -> nn.Module:
+        """The model with the workload's seeded initial weights, on `device`."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            model = self.model_factory()
+        return model.to(device)
+
+    def batch(self, device: torch.device | str = "cpu", batch_size: int | None = None) -> Batch:
+        """A deterministic batch (same seed, same data) on `device`."""
+        generator = torch.Generator().manual_seed(self.seed)
+        inputs, targets = self.batch_maker(batch_size or self.batch_size, generator)
+        return tuple(t.to(device) for t in inputs), targets.to(device)
+
+    def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        return self.optimizer_factory(model.parameters())
+
+    def items_per_sample(self) -> int:
+        """Throughput unit per sample: tokens for sequence workloads, 1 otherwise."""
+        return self.sequence_length or 1
+
+    @property
+    def throughput_unit(self) -> str:
+        return "tokens/s" if self.is_sequence else "samples/s"
+
+    def describe(self) -> dict[str, Any]:
+        """Facts for reports: shapes and dtypes come from a real batch, not from the config."""
+        inputs, targets = self.batch("cpu")
+        model = self.build_model("cpu")
+        return {
+            "name": self.name,
+            "spec": self.spec or self.name,
+            "description": self.description,
+            "task": self.task,
+            "batch_size": self.batch_size,
+            "sequence_length": self.sequence_length,
+            "seed": self.seed,
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "inputs": [{"shape": list(t.shape), "dtype": str(t.dtype)} for t in inputs],
+            "targets": {"shape": list(targets.shape), "dtype": str(targets.dtype)},
+            "task_metric": self.task_metric_name if self.task_metric else None,
+            "optimizer": type(self.make_optimizer(model)).__name__,
+        }
+
+
+@dataclass(frozen=True)
+class InputDescription:
+    """How to feed a plain nn.Module: one shape per input, a dtype, a class (or vocab) count."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    dtype: torch.dtype
+    num_classes: int
+
+    @property
+    def is_token_input(self) -> bool:
+        return not self.dtype.is_floating_point
+
+
+_DTYPES = {
+    "float32": torch.float32,
+    "float": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+    "int64": torch.int64,
+    "long": torch.int64,
+    "int32": torch.int32,
+}
+
+
+def parse_shapes(text: str) -> tuple[tuple[int, ...], ...]:
+    """'3x32x32' -> ((3, 32, 32),); several inputs are separated by ';' ('16;16x4')."""
+    shapes = []
+    for part in text.split(";"):
+        dims = [d for d in re.split(r"[x,\s()\[\]]+", part.strip()) if d]
+        if not dims or not all(d.isdigit() and int(d) > 0 for d in dims):
+            raise ValueError(f"cannot read {part.strip()!r} as a shape such as 3x32x32")
+        shapes.append(tuple(int(d) for d in dims))
+    return tuple(shapes)
+
+
+def parse_input_description(
+    input_shape: str, input_dtype: str, num_classes: int | None
+) -> InputDescription:
+    if input_dtype not in _DTYPES:
+        raise ValueError(f"input_dtype {input_dtype!r} is not one of {', '.join(_DTYPES)}")
+    if not num_classes or num_classes < 2:
+        raise ValueError("num_classes must be at least 2 (the class count, or vocab size)")
+    return InputDescription(parse_shapes(input_shape), _DTYPES[input_dtype], int(num_classes))
+
+
+def workload_from_module(
+    factory: Callable[[], nn.Module], description: InputDescription, name: str, batch_size: int
+) -> Workload:
+    """Wrap a plain module: random inputs of the described shapes, cross-entropy targets.
+
+    Float inputs make a classifier (targets: one class per sample). Integer inputs are token ids
+    in [0, num_classes) and the model must return (batch, seq, num_classes) logits.
+    """
+
+    def batch_maker(size: int, generator: torch.Generator) -> Batch:
+        if description.is_token_input:
+            inputs = tuple(
+                torch.randint(
+                    description.num_classes, (size, *s), generator=generator, dtype=description.dtype
+                )
+                for s in description.shapes
+            )
+            targets = torch.randint(
+                description.num_classes, (size, *description.shapes[0]), generator=generator
+            )
+        else:
+            inputs = tuple(
+                torch.randn((size, *s), generator=generator).to(description.dtype)
+                for s in description.shapes
+            )
+            targets = torch.randint(description.num_classes, (size,), generator=generator)
+        return inputs, targets
+
+    token_input = description.is_token_input
+    return Workload(
+        name=name,
+        model_factory=factory,
+        batch_maker=batch_maker,
+        loss_fn=token_cross_entropy if token_input else nn.functional.cross_entropy,
+        optimizer_factory=lambda params: torch.optim.AdamW(params, lr=1e-3),
+        batch_size=batch_size,
+        task=TASK_LANGUAGE_MODEL if token_input else TASK_CLASSIFICATION,
+        sequence_length=description.shapes[0][-1] if token_input else None,
+        task_metric=perplexity if token_input else accuracy,
+        task_metric_name="perplexity" if token_input else "accuracy",
+        description=f"user module, inputs {'; '.join('x'.join(map(str, s)) for s in description.shapes)}",
+    )
+
+
+def _import_factory(spec: str) -> Callable[[], Any]:
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise BadInput(
+            f"Workload {spec!r}: expected a built-in name ({', '.join(BUILTIN_WORKLOADS)}) "
+            "or 'package.module:factory'."
+        )
+    # Console scripts do not put the working directory on sys.path; user modules live there.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise BadInput(
+            f"Workload {spec!r}: module {exc.name!r} was not found "
+            "(run from the folder that holds it, or add it to PYTHONPATH)."
+        ) from None
+    except Exception as exc:  # a user module that fails at import time
+        raise BadInput(
+            f"Workload {spec!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}"
+        ) from None
+    factory = getattr(module, attribute, None)
+    if factory is None:
+        raise BadInput(f"Workload {spec!r}: module {module_name!r} has no attribute {attribute!r}.")
+    if not callable(factory):
+        raise BadInput(f"Workload {spec!r}: {attribute!r} is not callable.")
+    return factory
+
+
+def load_workload(
+    spec: str = DEFAULT_WORKLOAD,
+    *,
+    input_shape: str = "",
+    input_dtype: str = "float32",
+    num_classes: int | None = None,
+    batch_size: int | None = None,
+) -> Workload:
+    """Resolve a workload spec; every problem is a BadInput naming the spec and what is wrong."""
+    target = BUILTIN_WORKLOADS.get(spec, spec)
+    factory = _import_factory(target)
+    try:
+        made = factory()
+    except Exception as exc:
+        raise BadInput(f"Workload {spec!r}: the factory raised {type(exc).__name__}: {exc}") from None
+
+    if isinstance(made, Workload):
+        workload = made
+    elif isinstance(made, nn.Module):
+        if not input_shape:
+            raise BadInput(
+                f"Workload {spec!r} returned a plain nn.Module; describe its input with "
+                "-p input_shape=3x32x32 -p num_classes=10 (and -p input_dtype=int64 for token ids)."
+            )
+        try:
+            description = parse_input_description(input_shape, input_dtype, num_classes)
+        except ValueError as exc:
+            raise BadInput(f"Workload {spec!r}: {exc}.") from None
+        module = made
+        workload = workload_from_module(
+            lambda: _fresh_copy(module), description, spec, batch_size or 32
+        )
+    else:
+        raise BadInput(
+            f"Workload {spec!r}: the factory returned {type(made).__name__}; "
+            "expected a workbench Workload or a torch.nn.Module."
+        )
+    if batch_size:
+        workload.batch_size = batch_size
+    workload.spec = spec
+    return workload
+
+
+def _fresh_copy(module: nn.Module) -> nn.Module:
+    """Each build gets its own weights object, so runs never share optimizer-mutated state."""
+    return copy.deepcopy(module)
+
+
+def builtin_names() -> Sequence[str]:
+    return tuple(BUILTIN_WORKLOADS)

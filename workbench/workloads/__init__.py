@@ -1,0 +1,1 @@
+"""Built-in workloads: small enough for a laptop, shaped like the models people migrate."""
