@@ -47,14 +47,16 @@ def table(
         for r in rows
     ]
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+    thead = f"<thead><tr>{head}</tr></thead>" if any(headers) else ""
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in cells
     )
     cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
-    markup = f'<table class="wb-table">{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    markup = f'<table class="wb-table">{cap}{thead}<tbody>{body}</tbody></table>'
     widths = [max([len(str(h))] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
     lines = [caption] if caption else []
-    lines.append("  ".join(str(h).ljust(w) for h, w in zip(headers, widths)))
+    if any(headers):
+        lines.append("  ".join(str(h).ljust(w) for h, w in zip(headers, widths)))
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
     return Rich(markup, "\n".join(lines))
 

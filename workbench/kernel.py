@@ -33,7 +33,16 @@ def private_kernelspec(extra_pythonpath: list[str]) -> Iterator[str]:
         os.pathsep
     )
     spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        # ERROR level: ipykernel warns on every start that local TCP is unencrypted, which
+        # buries the run's own progress lines; real kernel errors still show.
+        "argv": [
+            sys.executable,
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            "{connection_file}",
+            "--IPKernelApp.log_level=ERROR",
+        ],
         "display_name": f"Python (workbench, {Path(sys.executable).parent.parent.name})",
         "language": "python",
         "env": {"PYTHONPATH": pythonpath},

@@ -36,7 +36,9 @@ def notebook_parameters(path: Path) -> dict[str, Parameter]:
         type_name = info.get("inferred_type_name") or "None"
         if type_name not in _TYPES:
             # Every notebook parameter is annotated; an unannotated one is a notebook bug.
-            raise ValueError(f"{path.name}: parameter {name!r} needs a str/int/float/bool/list type")
+            raise ValueError(
+                f"{path.name}: parameter {name!r} needs a str/int/float/bool/list type"
+            )
         params[name] = Parameter(
             name=name,
             type_name=type_name,
@@ -65,8 +67,7 @@ def coerce(param: Parameter, value: Any) -> Any:
         ok = isinstance(value, expected)
     if not ok:
         raise BadInput(
-            f"Parameter {param.name!r} ({param.notebook}) expects {param.type_name}, "
-            f"got {value!r}."
+            f"Parameter {param.name!r} ({param.notebook}) expects {param.type_name}, got {value!r}."
         )
     return value
 

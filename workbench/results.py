@@ -44,6 +44,8 @@ def write_json_atomic(path: Path, payload: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp creates 0600; results are shared like the reports beside them.
+        os.chmod(tmp, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(_jsonable(payload), fh, indent=2, sort_keys=False, allow_nan=False)
             fh.write("\n")
@@ -54,6 +56,12 @@ def write_json_atomic(path: Path, payload: Any) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
 
 
 def save_result(out_dir: str | Path, notebook: str, data: dict[str, Any], **header: Any) -> Path:

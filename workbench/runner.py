@@ -193,7 +193,9 @@ def update_latest(reports_root: Path, out: Path) -> None:
 def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
     """Run the selected notebooks; returns the exit code (see workbench.errors)."""
     if request.target not in TARGET_NAMES:
-        raise BadInput(f"Unknown target {request.target!r}; choose one of {', '.join(TARGET_NAMES)}.")
+        raise BadInput(
+            f"Unknown target {request.target!r}; choose one of {', '.join(TARGET_NAMES)}."
+        )
     reserved = sorted(set(request.parameters) & set(RUNNER_PARAMETERS))
     if reserved:
         raise BadInput(
@@ -224,7 +226,12 @@ def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
     try:
         with private_kernelspec([os.getcwd()]) as kernel:
             for index, path in enumerate(notebooks, 1):
-                runner_values = {"workload": request.workload, "target": target, "out_dir": str(out)}
+                runner_values = {
+                    "workload": request.workload,
+                    # The request, not its resolution: each report says why its target was chosen.
+                    "target": request.target,
+                    "out_dir": str(out),
+                }
                 params = {
                     **{k: v for k, v in runner_values.items() if k in declared[path.stem]},
                     **per_notebook[path.stem],
@@ -294,5 +301,3 @@ class _ScrubFilter(logging.Filter):
         record.msg = scrub_text(record.getMessage())
         record.args = None
         return True
-
-

@@ -20,11 +20,17 @@ from workbench.workload import BUILTIN_WORKLOADS
 
 
 def _control(param: Parameter, value: Any) -> w.Widget:
-    label = {"description": param.name, "tooltip": param.help, "style": {"description_width": "9em"}}
+    label = {
+        "description": param.name,
+        "tooltip": param.help,
+        "style": {"description_width": "9em"},
+    }
     if param.name == "target":
         return w.Dropdown(options=list(TARGET_NAMES), value=value, **label)
     if param.name == "workload":
-        return w.Combobox(options=list(BUILTIN_WORKLOADS), value=value, ensure_option=False, **label)
+        return w.Combobox(
+            options=list(BUILTIN_WORKLOADS), value=value, ensure_option=False, **label
+        )
     if param.type_name == "bool":
         return w.Checkbox(value=value, indent=False, **label)
     if param.type_name == "int":
@@ -53,7 +59,7 @@ def control_panel(notebook: str, namespace: dict[str, Any]) -> w.VBox:
                 namespace[param.name] = coerce(param, raw)
                 message.value = ""
             except Exception as exc:  # shown next to the panel; the old value stays
-                message.value = f"<span class=\"wb-error\">{html.escape(str(exc))}</span>"
+                message.value = f'<span class="wb-error">{html.escape(str(exc))}</span>'
 
         control.observe(store, names="value")
         controls.append(control)

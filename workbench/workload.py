@@ -177,7 +177,10 @@ def workload_from_module(
         if description.is_token_input:
             inputs = tuple(
                 torch.randint(
-                    description.num_classes, (size, *s), generator=generator, dtype=description.dtype
+                    description.num_classes,
+                    (size, *s),
+                    generator=generator,
+                    dtype=description.dtype,
                 )
                 for s in description.shapes
             )
@@ -251,7 +254,9 @@ def load_workload(
     try:
         made = factory()
     except Exception as exc:
-        raise BadInput(f"Workload {spec!r}: the factory raised {type(exc).__name__}: {exc}") from None
+        raise BadInput(
+            f"Workload {spec!r}: the factory raised {type(exc).__name__}: {exc}"
+        ) from None
 
     if isinstance(made, Workload):
         workload = made

@@ -45,6 +45,9 @@ class Target(ABC):
     name: ClassVar[str]
     # Plain-words description of what "compiled" means on this target (shown in reports).
     compile_description: ClassVar[str]
+    # And what "eager" means: on a lazy-tensor target eager steps are traced and compiled too,
+    # which is why reports show compile counts for eager phases as well.
+    eager_description: ClassVar[str] = "ops run one at a time as Python calls them; no compiler"
 
     @classmethod
     @abstractmethod

@@ -1,0 +1,77 @@
+"""Parameters are read from the notebooks themselves and validated before any kernel starts."""
+
+from pathlib import Path
+
+import pytest
+
+from workbench.errors import BadInput
+from workbench.params import Parameter, coerce, notebook_parameters, parse_assignments, validate
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+
+
+def _param(type_name, default):
+    return Parameter("x", type_name, default, "", "00_environment")
+
+
+@pytest.mark.parametrize(
+    ("type_name", "raw", "expected"),
+    [
+        ("int", "12", 12),
+        ("float", "0.5", 0.5),
+        ("float", "3", 3.0),
+        ("float", 3, 3.0),
+        ("bool", "true", True),
+        ("bool", "False", False),
+        ("str", "123", "123"),
+        ("list", "[1, 2, 4]", [1, 2, 4]),
+        ("list", (8, 16), [8, 16]),
+    ],
+)
+def test_coerce_accepts_values_of_the_declared_type(type_name, raw, expected):
+    assert coerce(_param(type_name, None), raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("type_name", "raw"), [("int", "abc"), ("int", "1.5"), ("bool", "maybe"), ("int", True),
+                           ("list", "7"), ("float", "")]
+)
+def test_coerce_rejects_with_the_parameter_name(type_name, raw):
+    with pytest.raises(BadInput, match=r"Parameter 'x' \(00_environment\) expects"):
+        coerce(_param(type_name, None), raw)
+
+
+def test_parse_assignments():
+    assert parse_assignments(["a=1", "b= x=y"]) == {"a": "1", "b": " x=y"}
+    with pytest.raises(BadInput, match="key=value"):
+        parse_assignments(["novalue"])
+
+
+def test_unknown_parameter_is_rejected_naming_what_exists():
+    declared = {"00_environment": notebook_parameters(NOTEBOOKS[0])}
+    with pytest.raises(BadInput, match="Unknown parameter 'warmup_stepz'") as info:
+        validate({"warmup_stepz": "3"}, declared)
+    assert "fail_on_drift" in str(info.value)
+
+
+def test_values_go_only_to_the_notebooks_that_declare_them():
+    env = {"flag": Parameter("flag", "bool", False, "", "00_environment")}
+    other = {"steps": Parameter("steps", "int", 30, "", "01_baseline")}
+    routed = validate({"flag": "yes", "steps": "40"}, {"00_environment": env, "01_baseline": other})
+    assert routed == {"00_environment": {"flag": True}, "01_baseline": {"steps": 40}}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_notebook_declares_typed_parameters_and_is_committed_clean(path):
+    import nbformat
+
+    params = notebook_parameters(path)  # raises on an untyped parameter
+    assert {"target", "out_dir"} <= set(params)
+    nb = nbformat.read(str(path), as_version=4)
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, "commit notebooks clean"
+            if "control_panel" in cell.source:
+                assert {"skip-execution", "interactive-only"} <= set(cell.metadata.get("tags", []))

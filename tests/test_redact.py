@@ -1,0 +1,193 @@
+"""Redaction: secrets never reach manifests, notebooks, HTML or logs."""
+
+from __future__ import annotations
+
+import base64
+import random
+import time
+
+import pytest
+
+from workbench.redact import (
+    REDACTED,
+    is_secret_name,
+    looks_secret_value,
+    redact_environment,
+    scrub_data,
+    scrub_text,
+    strip_url_userinfo,
+)
+
+AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"
+HF_TOKEN = "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3k"
+GITHUB_TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+GITHUB_PAT = "github_pat_" + "11ABCDEFG0123456789_abcdefghijKLMNOP"
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk"
+# Fixed draws (seeded), so the test cannot flake on an unlucky random token.
+_rng = random.Random(1234)
+RANDOM_BASE64 = "".join(
+    _rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+_")
+    for _ in range(40)
+)
+RANDOM_HEX = "".join(_rng.choice("0123456789abcdef") for _ in range(32))
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "AWS_SECRET_ACCESS_KEY",
+        "HF_TOKEN",
+        "github_token",
+        "DB_PASSWORD",
+        "SMTP_PASSWD",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "HTTP_AUTHORIZATION",
+        "AWS_SESSION_TOKEN",
+        "JUPYTER_COOKIE_SECRET",
+        "SSH_PRIVATE_KEY_PATH",
+        "NEURON_API_KEY",
+    ],
+)
+def test_secret_names_are_recognised_in_any_case(name: str) -> None:
+    assert is_secret_name(name)
+    assert is_secret_name(name.lower())
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["NEURON_CC_FLAGS", "OMP_NUM_THREADS", "PATH", "XLA_FLAGS", "TOKENIZERS_PARALLELISM"],
+)
+def test_ordinary_names_are_not_secret(name: str) -> None:
+    assert not is_secret_name(name)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        AWS_KEY_ID,
+        "ASIAY34FZKBOKMUTVV7A",
+        f"--cache_dir=s3://bucket --key {AWS_KEY_ID}",
+        HF_TOKEN,
+        GITHUB_TOKEN,
+        GITHUB_PAT,
+        JWT,
+        f"Bearer {JWT}",
+        RANDOM_BASE64,
+        RANDOM_HEX,
+        f"api={RANDOM_HEX}",
+    ],
+)
+def test_secret_values_are_recognised(value: str) -> None:
+    assert looks_secret_value(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "/usr/local/lib/python3.11/site-packages",
+        "/home/ubuntu/aws_neuronx_venv_pytorch_2_9_nxd_training/lib/python3.10/site-packages",
+        "/nix/store/0c5k1h4b2jz9qz5j8zq1v8d5x6m4p2n1-python3-3.11.7/lib",
+        "2.9.0.2.15.32035",
+        "2.13.0+cpu",
+        "--model-type=transformer --auto-cast=none --enable-mixed-precision-accumulation",
+        "--xla_dump_to=/tmp/xla_dump --xla_dump_hlo_as_text",
+        "123e4567-e89b-12d3-a456-426614174000",
+        "Linux-6.18.44-fc-v1098-x86_64-with-glibc2.36",
+        "0" * 40,
+        "true",
+    ],
+)
+def test_paths_versions_and_flags_are_not_secret(value: str) -> None:
+    assert not looks_secret_value(value)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "https://user:s3cr3tpass@example.invalid/simple",
+            f"https://{REDACTED}@example.invalid/simple",
+        ),
+        (
+            "git remote: https://x-access-token:abc123@github.com/org/repo.git",
+            f"git remote: https://{REDACTED}@github.com/org/repo.git",
+        ),
+        (
+            "a http://u:p@one.invalid b https://v:q@two.invalid/x",
+            f"a http://{REDACTED}@one.invalid b https://{REDACTED}@two.invalid/x",
+        ),
+        # An unescaped "@" inside the password still ends up redacted whole.
+        ("https://user:p@ss@host.invalid/", f"https://{REDACTED}@host.invalid/"),
+        ("https://pypi.org/simple", "https://pypi.org/simple"),
+        ('<a href="https://example.org">mail me@example.org</a>', None),
+    ],
+)
+def test_url_userinfo_is_stripped_and_nothing_else(text: str, expected: str | None) -> None:
+    assert strip_url_userinfo(text) == (text if expected is None else expected)
+
+
+def test_redact_environment_keeps_only_behaviour_variables() -> None:
+    environ = {
+        "NEURON_CC_FLAGS": f"--auto-cast=none --cache_dir=/cache --tag {AWS_KEY_ID}",
+        "NEURON_RT_VISIBLE_CORES": "0-3",
+        "XLA_FLAGS": "--xla_dump_to=/tmp/dump",
+        "OMP_NUM_THREADS": "8",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PIP_INDEX_URL": "https://user:s3cr3tpass@example.invalid/simple",
+        "TORCH_HUB_TOKEN": "plain-looking-but-named-secret",
+        "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "HF_TOKEN": HF_TOKEN,
+        "HOME": "/home/someone",
+        "PATH": "/usr/bin",
+    }
+    kept = redact_environment(environ)
+    assert kept == {
+        "NEURON_CC_FLAGS": f"--auto-cast=none --cache_dir=/cache --tag {REDACTED}",
+        "NEURON_RT_VISIBLE_CORES": "0-3",
+        "OMP_NUM_THREADS": "8",
+        "PIP_INDEX_URL": f"https://{REDACTED}@example.invalid/simple",
+        "TOKENIZERS_PARALLELISM": "false",
+        "TORCH_HUB_TOKEN": REDACTED,
+        "XLA_FLAGS": "--xla_dump_to=/tmp/dump",
+    }
+
+
+def test_scrub_text_replaces_secret_env_values_tokens_and_userinfo() -> None:
+    environ = {
+        "MY_API_TOKEN": "tok-12345678",
+        "MY_API_TOKEN_LONG": "tok-12345678-extended",  # contains the shorter value
+        "DB_PASSWORD": "abc",  # too short to scrub without rewriting ordinary text
+        "HOME": "/home/someone",  # not secret-named
+    }
+    text = (
+        "token tok-12345678-extended and tok-12345678; pw abc; home /home/someone; "
+        f"key {AWS_KEY_ID}; hf {HF_TOKEN}; index https://u:pw@example.invalid/simple"
+    )
+    assert scrub_text(text, environ) == (
+        f"token {REDACTED} and {REDACTED}; pw abc; home /home/someone; "
+        f"key {REDACTED}; hf {REDACTED}; index https://{REDACTED}@example.invalid/simple"
+    )
+
+
+def test_scrub_text_is_fast_on_a_multi_megabyte_notebook() -> None:
+    rng = random.Random(7)
+    image = base64.b64encode(rng.randbytes(3_000_000)).decode()
+    text = "print('hello') https://u:pw@example.invalid/x s3cr3t-value\n" * 20_000 + image
+    environ = {f"SERVICE_{i}_TOKEN": f"s3cr3t-value-{i:04d}" for i in range(50)}
+    environ["MAIN_TOKEN"] = "s3cr3t-value"
+    started = time.perf_counter()
+    scrubbed = scrub_text(text, environ)
+    elapsed = time.perf_counter() - started
+    assert "s3cr3t-value" not in scrubbed
+    assert "u:pw@" not in scrubbed
+    assert image in scrubbed  # embedded image data is left intact
+    assert elapsed < 5.0, f"scrub_text took {elapsed:.2f} s on {len(text) / 1e6:.1f} MB"
+
+
+def test_scrub_data_reaches_nested_strings() -> None:
+    environ = {"HF_TOKEN": "hf_notreallyatoken"}
+    data = {"outer": [{"cmd": "run --token hf_notreallyatoken"}, 3, None], "n": 1.5}
+    assert scrub_data(data, environ) == {
+        "outer": [{"cmd": f"run --token {REDACTED}"}, 3, None],
+        "n": 1.5,
+    }

@@ -1,0 +1,162 @@
+"""`workbench run` end to end: real papermill, real kernels, real nbconvert, as a user runs it."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workbench.report import network_references
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parent.parent
+WORKBENCH = str(Path(sys.executable).parent / "workbench")
+PLANTED = {
+    "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzzPLANTED",
+    "HF_TOKEN": "hf_PlantedTokenValue1234567890abcdefXYZ",
+    "PIP_INDEX_URL": "https://builder:s3cr3tPassw0rdPlanted@pypi.internal.example/simple",
+    "NEURON_CC_FLAGS": "--auto-cast=none",
+}
+SECRET_STRINGS = [
+    PLANTED["AWS_SECRET_ACCESS_KEY"],
+    PLANTED["HF_TOKEN"],
+    "s3cr3tPassw0rdPlanted",
+]
+
+
+def workbench(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **(env or {}), "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [WORKBENCH, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=600
+    )
+
+
+def files_under(path: Path) -> list[Path]:
+    return [p for p in path.rglob("*") if p.is_file()]
+
+
+@pytest.fixture(scope="module")
+def env_run(tmp_path_factory):
+    """One real run of notebook 00 with secrets planted in the environment."""
+    cwd = tmp_path_factory.mktemp("user")
+    result = workbench("run", "--only", "00", cwd=cwd, env=PLANTED)
+    return cwd, result
+
+
+def test_run_00_writes_report_json_index_and_latest(env_run):
+    cwd, result = env_run
+    assert result.returncode == 0, result.stderr
+    latest = cwd / "reports" / "latest"
+    assert latest.is_symlink()
+    run_dir = latest.resolve()
+    for name in ("00_environment.ipynb", "00_environment.html", "00_environment.json",
+                 "index.html", "summary.json", "run.log"):
+        assert (run_dir / name).is_file(), name
+    record = json.loads((run_dir / "00_environment.json").read_text())
+    assert record["schema_version"] == 1 and record["notebook"] == "00_environment"
+    assert record["target"]["name"] == "cpu"
+    assert "not a Trainium validation" in record["validation"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["exit_code"] == 0 and summary["notebooks"][0]["status"] == "ok"
+    # One progress line per notebook on the console, notebook output in the run log.
+    assert "[1/1] 00_environment ok in" in result.stderr
+    assert "Executing" in (run_dir / "run.log").read_text() or (run_dir / "run.log").stat().st_size
+
+
+def test_reports_are_offline_and_say_what_was_validated(env_run):
+    cwd, _ = env_run
+    run_dir = (cwd / "reports" / "latest").resolve()
+    for page in ("00_environment.html", "index.html"):
+        text = (run_dir / page).read_text()
+        assert network_references(text) == [], page
+        assert "<script" not in text.lower()
+        assert "this is not a Trainium validation" in text
+
+
+def test_planted_secrets_reach_no_file_of_the_run(env_run):
+    cwd, result = env_run
+    checked = files_under(cwd)
+    assert len(checked) >= 6
+    for path in checked:
+        data = path.read_bytes().decode("utf-8", errors="replace")
+        for secret in SECRET_STRINGS:
+            assert secret not in data, f"{secret[:6]}... leaked into {path.name}"
+    for secret in SECRET_STRINGS:
+        assert secret not in result.stdout + result.stderr
+    # The behaviour-changing variable itself is kept: it is not a secret.
+    record = (cwd / "reports" / "latest" / "00_environment.json").read_text()
+    assert "--auto-cast=none" in record
+
+
+def _snapshot(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in files_under(path)}
+
+
+def test_failed_notebook_keeps_report_and_latest(env_run):
+    cwd, _ = env_run
+    before = (cwd / "reports" / "latest").resolve()
+    result = workbench("run", "--only", "00", "-p", "pinned_manifest=missing-manifest.json",
+                       cwd=cwd)
+    assert result.returncode == 1
+    assert (cwd / "reports" / "latest").resolve() == before, "a failed run never moves latest"
+    failed_dir = max((p for p in (cwd / "reports").iterdir() if not p.is_symlink()),
+                     key=lambda p: p.stat().st_mtime)
+    assert failed_dir != before
+    summary = json.loads((failed_dir / "summary.json").read_text())
+    assert summary["notebooks"][0]["status"] == "failed"
+    assert "missing-manifest.json" in summary["notebooks"][0]["error"]
+    assert summary["notebooks"][0]["failed_cell"] is not None
+    index = (failed_dir / "index.html").read_text()
+    assert "failed" in index and "missing-manifest.json" in index
+    html = (failed_dir / "00_environment.html").read_text()
+    assert "missing-manifest.json" in html, "the error is visible in the report"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--workload", "no_such_pkg.mod:make"], "Workload 'no_such_pkg.mod:make': module"),
+        (["-p", "warmup_stepz=3"], "Unknown parameter 'warmup_stepz'"),
+        (["-p", "fail_on_drift=perhaps"], "Parameter 'fail_on_drift' (00_environment) expects bool"),
+        (["--target", "tpu"], "Unknown target 'tpu'"),
+        (["--target", "neuron"], "Target 'neuron' is not available here"),
+        (["--only", "42"], "--only '42' names no notebook"),
+        (["-p", "target=cpu"], "set by the runner"),
+        (["--config", "missing.yaml"], "Config missing.yaml cannot be read"),
+    ],
+)
+def test_bad_input_is_one_sentence_exit_2_and_writes_nothing(tmp_path, args, message):
+    result = workbench("run", "--only", "00", *args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("workbench: error: ")
+    assert message in lines[0]
+    assert list(tmp_path.iterdir()) == [], "nothing is written on bad input"
+
+
+def test_bad_config_file(tmp_path):
+    (tmp_path / "run.yaml").write_text("workload: seed-mlp\nbatch: [1, 2\n")
+    result = workbench("run", "--config", "run.yaml", cwd=tmp_path)
+    assert result.returncode == 2 and "is not valid YAML" in result.stderr
+    (tmp_path / "run.yaml").write_text("workload: seed-mlp\ncolour: blue\n")
+    result = workbench("run", "--config", "run.yaml", cwd=tmp_path)
+    assert result.returncode == 2 and "unknown key 'colour'" in result.stderr
+
+
+def test_unwritable_or_occupied_output_loses_nothing(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("keep me")
+    result = workbench("run", "--only", "00", "--out", "a-file/run", cwd=tmp_path)
+    assert result.returncode == 2 and "is not writable" in result.stderr
+    assert blocker.read_text() == "keep me"
+
+    earlier = tmp_path / "earlier-run"
+    earlier.mkdir()
+    (earlier / "index.html").write_text("earlier report")
+    before = _snapshot(earlier)
+    result = workbench("run", "--only", "00", "--out", "earlier-run", cwd=tmp_path)
+    assert result.returncode == 2 and "already holds files" in result.stderr
+    assert _snapshot(earlier) == before

@@ -1,0 +1,537 @@
+"""NeuronTarget and XlaTarget logic against fakes of their documented APIs.
+
+Neither real part runs here: native torch-neuronx needs Trainium hardware, and torch-xla needs a
+torch 2.9 virtualenv of its own (reference/xla_cpu.md). Each fake implements only what
+reference/neuron.md documents, and each test names the section whose contract it checks. These
+tests prove the targets' logic (what they call, in which order, how they turn raw readings into
+counts and seconds), not that the real libraries behave as documented.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from workbench.errors import BadInput
+from workbench.targets import detect, get_target, resolve_target_name
+from workbench.targets.neuron import NeuronTarget
+from workbench.targets.xla import XlaTarget
+
+TORCH_MAJOR_MINOR = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+MiB = 1 << 20
+
+
+def fake_installed_versions(versions: dict[str, str]) -> Callable[[str], str | None]:
+    """Stands in for detect.installed_version: the given distributions, nothing else."""
+    return versions.get
+
+
+# --------------------------------------------------------------------------------------------
+# Native TorchNeuron: torch.neuron (neuron.md 2.6) and torch_neuronx op tracking (neuron.md 2.7)
+
+
+class FakeTorchNeuron:
+    """torch.neuron and torch_neuronx as neuron.md sections 2.6 and 2.7 document them.
+
+    Work is queued asynchronously, as on the device: what queued work allocates and which ops
+    it sends to the CPU fallback become visible only once `synchronize()` has run it.
+    """
+
+    def __init__(self, *, with_dynamo_metrics: bool = True) -> None:
+        self.available = True
+        self.with_dynamo_metrics = with_dynamo_metrics
+        self.calls: list[str] = []
+        self.compile_records: list[SimpleNamespace] = []
+        self._queued: list[tuple[int, tuple[str, ...]]] = []
+        self._peak_allocated = 0
+        self._peak_reserved = 0
+        self._fallbacks: list[str] = []
+
+    def run(self, *, allocates: int = 0, fallback_ops: tuple[str, ...] = ()) -> None:
+        """Queue one piece of work, as an eager op or compiled graph would."""
+        self._queued.append((allocates, fallback_ops))
+
+    # torch.neuron
+    def is_available(self) -> bool:
+        return self.available
+
+    def device_count(self) -> int:
+        return 4 if self.available else 0
+
+    def get_device_name(self, device: Any = None) -> str:
+        return "trn2.3xlarge"
+
+    def get_device_properties(self, device: Any = None) -> SimpleNamespace:
+        return SimpleNamespace(name="trn2.3xlarge", total_memory=24 * 1024 * MiB)
+
+    def synchronize(self, device: Any = None) -> None:
+        self.calls.append("synchronize")
+        for allocates, fallback_ops in self._queued:
+            self._peak_allocated = max(self._peak_allocated, allocates)
+            # The caching allocator reserves in 2 MiB segments.
+            self._peak_reserved = max(self._peak_reserved, -(-allocates // (2 * MiB)) * 2 * MiB)
+            self._fallbacks.extend(fallback_ops)
+        self._queued.clear()
+
+    def reset_peak_memory_stats(self, device: Any = None) -> None:
+        self.calls.append("reset_peak_memory_stats")
+        self._peak_allocated = self._peak_reserved = 0
+
+    def max_memory_allocated(self, device: Any = None) -> int:
+        self.calls.append("max_memory_allocated")
+        return self._peak_allocated
+
+    def max_memory_reserved(self, device: Any = None) -> int:
+        self.calls.append("max_memory_reserved")
+        return self._peak_reserved
+
+    def get_dynamo_metrics(self) -> list[SimpleNamespace]:
+        return list(self.compile_records)
+
+    # torch_neuronx
+    def clear_op_tracking(self) -> None:
+        self.calls.append("clear_op_tracking")
+        self._fallbacks.clear()
+
+    def get_fallback_ops(self) -> list[str]:
+        self.calls.append("get_fallback_ops")
+        return list(self._fallbacks)
+
+    def torch_neuron_namespace(self) -> SimpleNamespace:
+        names = [
+            "is_available",
+            "device_count",
+            "get_device_name",
+            "get_device_properties",
+            "synchronize",
+            "reset_peak_memory_stats",
+            "max_memory_allocated",
+            "max_memory_reserved",
+        ]
+        if self.with_dynamo_metrics:
+            names.append("get_dynamo_metrics")
+        return SimpleNamespace(**{name: getattr(self, name) for name in names})
+
+    def torch_neuronx_module(self) -> ModuleType:
+        module = ModuleType("torch_neuronx")
+        module.clear_op_tracking = self.clear_op_tracking
+        module.get_fallback_ops = self.get_fallback_ops
+        return module
+
+
+def compile_record(nth: int, fx_us: int, lower_us: int, compile_us: int) -> SimpleNamespace:
+    """One NeuronCompilationMetrics entry with the fields neuron.md 2.6 lists."""
+    return SimpleNamespace(
+        graph_id=nth,
+        graph_name=f"model_0_forward_{nth}",
+        model_name="model",
+        has_collectives=False,
+        graph_node_count=10 + nth,
+        timestamp=1_800_000_000.0 + nth,
+        torch_neuronx_fx_passes_us=fx_us,
+        torch_neuronx_lower_us=lower_us,
+        torch_neuronx_compile_us=compile_us,
+    )
+
+
+def install_fake_neuron(runtime: FakeTorchNeuron, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch, "neuron", runtime.torch_neuron_namespace(), raising=False)
+    monkeypatch.setitem(sys.modules, "torch_neuronx", runtime.torch_neuronx_module())
+    monkeypatch.setattr(
+        detect, "installed_version", fake_installed_versions({"torch-neuronx": "2.14.3.0"})
+    )
+
+
+@pytest.fixture
+def fake_neuron(monkeypatch: pytest.MonkeyPatch) -> FakeTorchNeuron:
+    runtime = FakeTorchNeuron()
+    install_fake_neuron(runtime, monkeypatch)
+    return runtime
+
+
+def test_auto_picks_neuron_when_native_torch_neuronx_sees_a_device(
+    fake_neuron: FakeTorchNeuron,
+) -> None:
+    """neuron.md 1.4 (native flavour = 4-part torch-neuronx version) and 2.6 (torch.neuron)."""
+    name, reason = resolve_target_name("auto")
+    assert name == "neuron"
+    assert "4 Neuron device(s)" in reason and "trn2.3xlarge" in reason
+    assert "torch-neuronx 2.14.3.0" in reason
+    assert isinstance(get_target("auto"), NeuronTarget)
+
+
+def test_auto_passes_over_neuron_without_a_visible_device(fake_neuron: FakeTorchNeuron) -> None:
+    """neuron.md 2.6: torch.neuron.is_available() False when no NeuronCore is visible."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA, so auto would pick cuda")
+    fake_neuron.available = False
+    assert resolve_target_name("auto")[0] == "cpu"
+    with pytest.raises(BadInput, match="no NeuronCore is visible"):
+        resolve_target_name("neuron")
+
+
+def test_neuron_is_unavailable_without_torch_neuron(monkeypatch: pytest.MonkeyPatch) -> None:
+    """neuron.md 1.4: torch.neuron only exists once torch has autoloaded native torch_neuronx."""
+    monkeypatch.delattr(torch, "neuron", raising=False)
+    monkeypatch.setattr(detect, "installed_version", fake_installed_versions({}))
+    availability = NeuronTarget.availability()
+    assert not availability.available
+    assert "TORCH_DEVICE_BACKEND_AUTOLOAD=0" in availability.reason
+    assert "no Neuron stack installed" in availability.reason
+
+
+def test_neuron_rejects_the_lite_runtime(
+    fake_neuron: FakeTorchNeuron, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """neuron.md 1.1: libtorch-neuronx-lite registers a "neuron" device too; not TorchNeuron."""
+    monkeypatch.setattr(
+        detect, "installed_version", fake_installed_versions({"libtorch-neuronx-lite": "2.12.0"})
+    )
+    availability = NeuronTarget.availability()
+    assert not availability.available
+    assert "libtorch-neuronx-lite 2.12.0" in availability.reason
+
+
+def test_neuron_peak_memory_synchronizes_before_reading(fake_neuron: FakeTorchNeuron) -> None:
+    """neuron.md 2.6: the allocator is asynchronous; synchronize before reading memory stats."""
+    target = NeuronTarget()
+    fake_neuron.run(allocates=5 * MiB)
+    reading = target.peak_memory()
+    assert reading.peak_allocated == 5 * MiB
+    assert reading.peak_reserved == 6 * MiB
+    assert fake_neuron.calls[:3] == ["synchronize", "max_memory_allocated", "max_memory_reserved"]
+    assert "after synchronize" in reading.source
+
+
+def test_neuron_reset_peak_memory_keeps_earlier_work_out_of_the_window(
+    fake_neuron: FakeTorchNeuron,
+) -> None:
+    """neuron.md 2.6: reset_peak_memory_stats; queued work lands when it runs, not when queued."""
+    target = NeuronTarget()
+    fake_neuron.run(allocates=64 * MiB)
+    target.reset_peak_memory()
+    fake_neuron.run(allocates=MiB)
+    assert target.peak_memory().peak_allocated == MiB
+
+
+def test_neuron_fallback_ops_are_counted_per_op_after_a_synchronize(
+    fake_neuron: FakeTorchNeuron,
+) -> None:
+    """neuron.md 2.7: clear_op_tracking, run, synchronize, get_fallback_ops (one name per call)."""
+    target = NeuronTarget()
+    fake_neuron.run(fallback_ops=("aten::nonzero",))
+    target.start_fallback_tracking()
+    fake_neuron.run(fallback_ops=("aten::sort", "aten::_unique2"))
+    fake_neuron.run(fallback_ops=("aten::sort",))
+    assert target.fallback_ops() == Counter({"aten::sort": 2, "aten::_unique2": 1})
+    assert fake_neuron.calls[-2:] == ["synchronize", "get_fallback_ops"]
+
+
+def test_neuron_compile_counters_sum_microseconds_per_graph(
+    fake_neuron: FakeTorchNeuron,
+) -> None:
+    """neuron.md 2.6: get_dynamo_metrics() records carry fx_passes/lower/compile times in us."""
+    fake_neuron.compile_records = [
+        compile_record(0, fx_us=120_000, lower_us=380_000, compile_us=41_500_000),
+        compile_record(1, fx_us=80_000, lower_us=220_000, compile_us=17_800_000),
+    ]
+    counters = NeuronTarget().compile_counters()
+    assert counters.graphs == 2
+    assert counters.compile_seconds == pytest.approx(42.0 + 18.1)
+    assert [graph["compile_seconds"] for graph in counters.extra["per_graph"]] == pytest.approx(
+        [42.0, 18.1]
+    )
+    assert counters.extra["per_graph"][1]["graph_name"] == "model_0_forward_1"
+    assert "graph_breaks" in counters.extra
+    assert "get_dynamo_metrics" in counters.source
+
+
+def test_neuron_compile_counters_fall_back_to_dynamo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """neuron.md 2.6: without get_dynamo_metrics, Dynamo's own counters still count graphs."""
+    install_fake_neuron(FakeTorchNeuron(with_dynamo_metrics=False), monkeypatch)
+    counters = NeuronTarget().compile_counters()
+    assert "torch._dynamo" in counters.source
+    assert counters.graphs is not None and counters.graphs >= 0
+
+
+def test_neuron_compile_uses_the_neuron_backend_without_mode_or_dynamic(
+    fake_neuron: FakeTorchNeuron, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """neuron.md 2.6: backend="neuron"; dynamic=True is rejected and mode is ignored."""
+    seen: list[tuple[Any, dict[str, Any]]] = []
+
+    def recording_compile(fn: Any, **kwargs: Any) -> Any:
+        seen.append((fn, kwargs))
+        return fn
+
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    model = torch.nn.Linear(2, 2)
+    assert NeuronTarget().compile(model) is model
+    assert seen == [(model, {"backend": "neuron"})]
+
+
+def test_neuron_device_and_describe_in_a_fresh_process() -> None:
+    """neuron.md 1.4 and 2.6: torch_neuronx's autoload names PrivateUse1 "neuron" and registers
+    torch.neuron; the fake does the same, in a child process because the rename is permanent."""
+    script = f"""
+import importlib.util, json, sys, torch
+spec = importlib.util.spec_from_file_location("fakes", {str(Path(__file__))!r})
+fakes = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(fakes)
+runtime = fakes.FakeTorchNeuron()
+torch.utils.rename_privateuse1_backend("neuron")
+torch._register_device_module("neuron", runtime.torch_neuron_namespace())
+sys.modules["torch_neuronx"] = runtime.torch_neuronx_module()
+from workbench.targets import detect, get_target
+detect.installed_version = fakes.fake_installed_versions({{"torch-neuronx": "2.14.3.0"}})
+print(json.dumps(get_target("auto").describe()))
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    facts = json.loads(result.stdout.strip().splitlines()[-1])
+    assert facts["name"] == "neuron" and facts["device"] == "neuron"
+    assert facts["is_trainium"] is True
+    assert facts["validation"] == "validated on neuron (Trainium hardware)."
+    assert facts["device_name"] == "trn2.3xlarge"
+    assert facts["total_memory_bytes"] == 24 * 1024 * MiB
+    assert facts["device_count"] == 4
+    assert facts["torch_neuronx"] == "2.14.3.0"
+
+
+# --------------------------------------------------------------------------------------------
+# Legacy XLA path: torch_xla 2.9 (neuron.md 2.3 and 2.4, measured on XLA:CPU in xla_cpu.md 2.2)
+
+
+class FakeTorchXla:
+    """torch_xla, torch_xla.core.xla_model and torch_xla.debug.metrics as neuron.md 2.3/2.4
+    document them: counter_value and metric_data give None for a name never hit, metric_data is
+    (total samples, accumulator in ns, samples), and clear_all empties counters and metrics."""
+
+    def __init__(self, device_kind: str = "CPU") -> None:
+        self.device_kind = device_kind
+        self.calls: list[str] = []
+        self.counters: dict[str, int] = {}
+        self.metrics: dict[str, tuple[int, float, tuple[tuple[float, float], ...]]] = {}
+
+    def sync(self, wait: bool = False) -> None:
+        self.calls.append("sync")
+
+    def wait_device_ops(self, devices: list[str] | None = None) -> None:
+        self.calls.append("wait_device_ops")
+
+    def clear_all(self) -> None:
+        self.counters.clear()
+        self.metrics.clear()
+
+    def modules(self) -> dict[str, ModuleType]:
+        root = ModuleType("torch_xla")
+        root.device = lambda index=None: torch.device("xla", 0)
+        root.sync = self.sync
+        xla_model = ModuleType("torch_xla.core.xla_model")
+        xla_model.wait_device_ops = self.wait_device_ops
+        xla_model.xla_device_kind = lambda device=None: self.device_kind
+        metrics = ModuleType("torch_xla.debug.metrics")
+        metrics.counter_names = lambda: list(self.counters)
+        metrics.counter_value = self.counters.get
+        metrics.metric_data = self.metrics.get
+        metrics.clear_all = self.clear_all
+        core, debug = ModuleType("torch_xla.core"), ModuleType("torch_xla.debug")
+        root.core, core.xla_model = core, xla_model
+        root.debug, debug.metrics = debug, metrics
+        return {module.__name__: module for module in (root, core, xla_model, debug, metrics)}
+
+
+def install_fake_xla(
+    fake: FakeTorchXla, monkeypatch: pytest.MonkeyPatch, versions: dict[str, str]
+) -> None:
+    for name, module in fake.modules().items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(detect, "installed_version", fake_installed_versions(versions))
+
+
+@pytest.fixture
+def fake_xla(monkeypatch: pytest.MonkeyPatch) -> FakeTorchXla:
+    fake = FakeTorchXla()
+    install_fake_xla(fake, monkeypatch, {"torch-xla": f"{TORCH_MAJOR_MINOR}.0"})
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    return fake
+
+
+def test_xla_fallback_ops_are_aten_counters_without_host_reads(fake_xla: FakeTorchXla) -> None:
+    """neuron.md 2.4: counters named aten::<op> are CPU fallbacks; xla_cpu.md 2.2: .item() shows
+    up as aten::_local_scalar_dense, a host read rather than a missing lowering."""
+    target = XlaTarget()
+    target.start_fallback_tracking()
+    fake_xla.counters.update(
+        {
+            "aten::nonzero": 3,
+            "aten::histc": 1,
+            "aten::_local_scalar_dense": 5,
+            "xla::addmm": 10,
+            "UncachedCompile": 2,
+            "MarkStep": 5,
+        }
+    )
+    assert target.fallback_ops() == Counter({"aten::nonzero": 3, "aten::histc": 1})
+    assert target.compile_counters().extra["host_value_reads"] == 5
+
+
+def test_xla_start_fallback_tracking_clears_earlier_counters(fake_xla: FakeTorchXla) -> None:
+    """neuron.md 2.4: clear_all() resets every counter and metric."""
+    fake_xla.counters["aten::histc"] = 4
+    target = XlaTarget()
+    target.start_fallback_tracking()
+    assert target.fallback_ops() == Counter()
+
+
+def test_xla_compile_counters_convert_nanoseconds(fake_xla: FakeTorchXla) -> None:
+    """neuron.md 2.4: graphs = metric_data('CompileTime')[0], accumulators in ns; the values are
+    the ones xla_cpu.md 2.2 recorded for 5 MLP steps on XLA:CPU."""
+    fake_xla.metrics["CompileTime"] = (
+        2,
+        486851121.0,
+        ((1796213655.107868, 253984609.0), (1796213655.3820944, 232866512.0)),
+    )
+    fake_xla.metrics["ExecuteTime"] = (5, 36201259.0, ())
+    fake_xla.counters.update({"UncachedCompile": 2, "CachedCompile": 3})
+    counters = XlaTarget().compile_counters()
+    assert counters.graphs == 2
+    assert counters.compile_seconds == pytest.approx(0.486851121)
+    assert counters.extra["uncached_compiles"] == 2 and counters.extra["cached_compiles"] == 3
+    assert counters.extra["executions"] == 5
+    assert counters.extra["execute_seconds"] == pytest.approx(0.036201259)
+    assert "host_value_reads" not in counters.extra
+
+
+def test_xla_compile_counters_before_any_compile(fake_xla: FakeTorchXla) -> None:
+    """neuron.md 2.4: metric_data returns None for a metric with no sample yet."""
+    counters = XlaTarget().compile_counters()
+    assert (counters.graphs, counters.compile_seconds) == (0, 0.0)
+    assert counters.extra["uncached_compiles"] == 0 and counters.extra["executions"] == 0
+
+
+def test_xla_synchronize_cuts_the_graph_then_waits(fake_xla: FakeTorchXla) -> None:
+    """neuron.md 2.3: torch_xla.sync() ends the step; xm.wait_device_ops() waits for execution."""
+    XlaTarget().synchronize()
+    assert fake_xla.calls == ["sync", "wait_device_ops"]
+
+
+def test_xla_cpu_is_not_trainium_and_says_what_it_validates(fake_xla: FakeTorchXla) -> None:
+    """xla_cpu.md 8: XLA:CPU exercises the torch-xla front end, not neuronx-cc or the runtime."""
+    target = XlaTarget()
+    assert target.device == torch.device("xla", 0)
+    assert target.is_trainium is False
+    statement = target.validation_statement()
+    for claim in ("XLA:CPU", "lazy tracing", "HLO lowering", "aten fallbacks", "recompiles"):
+        assert claim in statement
+    for not_claimed in ("neuronx-cc", "Neuron runtime", "device memory", "speed"):
+        assert not_claimed in statement.split(" but not ")[1]
+    assert statement.endswith("this is not a Trainium validation.")
+    facts = target.describe()
+    assert facts["device"] == "xla:0" and facts["pjrt_device"] == "CPU"
+    assert facts["device_kind"] == "CPU" and facts["torch_xla"] == f"{TORCH_MAJOR_MINOR}.0"
+    assert "neuron-monitor" in target.peak_memory().source
+    assert target.peak_memory().peak_allocated is None
+
+
+@pytest.mark.parametrize(
+    ("pjrt_device", "device_kind"), [("NEURON", "NC_v2"), (None, "NC_v3d"), ("NEURON", "")]
+)
+def test_xla_on_a_neuron_pjrt_device_is_trainium(
+    monkeypatch: pytest.MonkeyPatch, pjrt_device: str | None, device_kind: str
+) -> None:
+    """neuron.md 1.4: PJRT_DEVICE=NEURON, or xla_device_kind() NC_v2 / NC_v3 / NC_v3d."""
+    install_fake_xla(
+        FakeTorchXla(device_kind), monkeypatch, {"torch-xla": f"{TORCH_MAJOR_MINOR}.0"}
+    )
+    if pjrt_device is None:
+        monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    else:
+        monkeypatch.setenv("PJRT_DEVICE", pjrt_device)
+    target = XlaTarget()
+    assert target.is_trainium is True
+    assert target.validation_statement().startswith("validated on Trainium")
+
+
+def test_xla_compile_uses_openxla(fake_xla: FakeTorchXla, monkeypatch: pytest.MonkeyPatch) -> None:
+    """neuron.md 1.4 / xla_cpu.md 4: torch.compile(backend="openxla") is torch-xla's Dynamo path."""
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: seen.append(kwargs) or fn)
+    XlaTarget().compile(torch.nn.Identity())
+    assert seen == [{"backend": "openxla"}]
+
+
+def test_xla_available_when_installed_matching_and_importable(fake_xla: FakeTorchXla) -> None:
+    """xla_cpu.md 1: torch-xla X.Y runs only with torch X.Y."""
+    availability = XlaTarget.availability()
+    assert availability.available, availability.reason
+    assert "PJRT_DEVICE=CPU" in availability.reason
+
+
+def test_xla_unavailable_when_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """neuron.md 1.4: detection reads package metadata, never imports."""
+    monkeypatch.setattr(detect, "installed_version", fake_installed_versions({}))
+    availability = XlaTarget.availability()
+    assert not availability.available
+    assert availability.reason.startswith("torch-xla is not installed;")
+
+
+def test_xla_unavailable_for_another_torch_minor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """xla_cpu.md 2.1: torch-xla 2.9.0 installs next to torch 2.13 but cannot work with it."""
+    major, minor = TORCH_MAJOR_MINOR.split(".")
+    other = f"{major}.{int(minor) + 1}.0"
+    monkeypatch.setattr(detect, "installed_version", fake_installed_versions({"torch-xla": other}))
+    reason = XlaTarget.availability().reason
+    expected = f"torch-xla {other} needs torch {major}.{int(minor) + 1}; installed torch "
+    assert reason.startswith(f"{expected}{torch.__version__}; install both pinned")
+    assert f"'torch-xla=={other}'" in reason
+
+
+class _UndefinedSymbolFinder:
+    """Makes `import torch_xla` fail the way xla_cpu.md 2.1 saw it fail against another torch."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "torch_xla":
+            raise ImportError(
+                "/venv/torch_xla/_XLAC.cpython-311-x86_64-linux-gnu.so: undefined symbol: "
+                "_ZN5torch8autograd10deleteNodeEPNS0_4NodeE"
+            )
+
+
+def test_xla_unavailable_on_an_undefined_symbol(monkeypatch: pytest.MonkeyPatch) -> None:
+    """xla_cpu.md 2.1: a torch-xla built for another torch build fails to import its _XLAC."""
+    monkeypatch.delitem(sys.modules, "torch_xla", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [_UndefinedSymbolFinder(), *sys.meta_path])
+    monkeypatch.setattr(
+        detect, "installed_version", fake_installed_versions({"torch-xla": torch.__version__})
+    )
+    availability = XlaTarget.availability()
+    assert not availability.available
+    assert "was built against a different torch" in availability.reason
+    assert "undefined symbol" in availability.reason
+
+
+def test_auto_picks_xla_on_a_legacy_neuron_stack(
+    fake_xla: FakeTorchXla, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """neuron.md 1.1/1.4: XLA torch-neuronx (6-part version) + torch-xla + libneuronxla."""
+    versions = {
+        "torch-neuronx": "2.9.0.2.15.32035",
+        "torch-xla": f"{TORCH_MAJOR_MINOR}.0",
+        "libneuronxla": "2.2.14584.0",
+    }
+    monkeypatch.setattr(detect, "installed_version", fake_installed_versions(versions))
+    name, reason = resolve_target_name("auto")
+    assert name == "xla"
+    assert "Neuron PJRT plugin" in reason

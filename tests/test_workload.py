@@ -1,0 +1,130 @@
+"""Workloads: built-ins are what they claim to be; user specs load or fail with one sentence."""
+
+import pytest
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from workbench.errors import EXIT_BAD_INPUT, BadInput
+from workbench.workload import BUILTIN_WORKLOADS, load_workload, parse_shapes
+
+
+def test_seed_mlp_is_the_reference_baseline():
+    workload = load_workload("seed-mlp")
+    model = workload.build_model()
+    layers = list(model)
+    assert [type(m) for m in layers] == [nn.Linear, nn.GELU, nn.Linear]
+    assert (layers[0].in_features, layers[0].out_features) == (128, 256)
+    assert (layers[2].in_features, layers[2].out_features) == (256, 10)
+    assert workload.batch_size == 64 and workload.seed == 42
+    optimizer = workload.make_optimizer(model)
+    assert isinstance(optimizer, torch.optim.AdamW)
+    assert optimizer.defaults["lr"] == pytest.approx(1e-3)
+    assert workload.loss_fn is nn.functional.cross_entropy
+    (inputs,), targets = workload.batch()
+    assert inputs.shape == (64, 128) and targets.shape == (64,)
+
+
+@pytest.mark.parametrize("name", list(BUILTIN_WORKLOADS))
+def test_builtin_trains_and_is_deterministic(name):
+    workload = load_workload(name)
+    first, second = workload.build_model(), workload.build_model()
+    for a, b in zip(first.parameters(), second.parameters()):
+        assert torch.equal(a, b), "two builds must start from the same seeded weights"
+    inputs, targets = workload.batch()
+    again, _ = workload.batch()
+    assert all(torch.equal(a, b) for a, b in zip(inputs, again))
+    optimizer = workload.make_optimizer(first)
+    losses = []
+    for _ in range(15):
+        loss = workload.loss_fn(first(*inputs), targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+    metric = workload.task_metric(first(*inputs), targets)
+    assert metric > 0
+    described = workload.describe()
+    assert described["parameters"] > 0 and described["inputs"][0]["shape"][0] == workload.batch_size
+
+
+def test_tiny_transformer_is_a_sequence_workload():
+    workload = load_workload("tiny-transformer")
+    assert workload.is_sequence and workload.throughput_unit == "tokens/s"
+    assert workload.items_per_sample() == workload.sequence_length
+    called = []
+
+    class RecordCalls(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            called.append(getattr(func, "__name__", ""))
+            return func(*args, **(kwargs or {}))
+
+    inputs, _ = workload.batch()
+    with RecordCalls():
+        workload.build_model()(*inputs)
+    assert "scaled_dot_product_attention" in called
+    assert "layer_norm" in called and "embedding" in called
+
+
+def test_user_factory_returning_workload():
+    workload = load_workload("tests.fixtures.user_workloads:full_workload")
+    assert workload.name == "user-linear"
+    assert workload.spec == "tests.fixtures.user_workloads:full_workload"
+
+
+def test_user_plain_module_with_input_description():
+    workload = load_workload(
+        "tests.fixtures.user_workloads:plain_module", input_shape="3x4x4", num_classes=5,
+        batch_size=6,
+    )
+    (inputs,), targets = workload.batch()
+    assert inputs.shape == (6, 3, 4, 4) and targets.shape == (6,)
+    loss = workload.loss_fn(workload.build_model()(inputs), targets)
+    assert loss.ndim == 0
+
+
+def test_user_plain_module_with_token_input():
+    workload = load_workload(
+        "tests.fixtures.user_workloads:token_module", input_shape="12", input_dtype="int64",
+        num_classes=50,
+    )
+    assert workload.is_sequence and workload.task_metric_name == "perplexity"
+    (tokens,), targets = workload.batch()
+    assert tokens.dtype == torch.int64 and targets.shape == tokens.shape
+    assert workload.loss_fn(workload.build_model()(tokens), targets).ndim == 0
+
+
+@pytest.mark.parametrize(
+    ("spec", "kwargs", "fragment"),
+    [
+        ("no_such_pkg.mod:make", {}, "module 'no_such_pkg' was not found"),
+        ("tests.fixtures.user_workloads:nope", {}, "has no attribute 'nope'"),
+        ("tests.fixtures.user_workloads:raising_factory", {}, "raised RuntimeError: weights"),
+        ("tests.fixtures.user_workloads:wrong_type", {}, "returned int"),
+        ("tests.fixtures.broken_import:make", {}, "importing 'tests.fixtures.broken_import' raised"),
+        ("tests.fixtures.user_workloads:plain_module", {}, "-p input_shape="),
+        (
+            "tests.fixtures.user_workloads:plain_module",
+            {"input_shape": "3xbananax4", "num_classes": 5},
+            "cannot read '3xbananax4' as a shape",
+        ),
+        ("not-a-builtin", {}, "expected a built-in name"),
+    ],
+)
+def test_bad_spec_is_one_sentence_naming_the_spec(spec, kwargs, fragment):
+    with pytest.raises(BadInput) as info:
+        load_workload(spec, **kwargs)
+    message = str(info.value)
+    assert spec in message and fragment in message
+    assert "\n" not in message
+    assert info.value.exit_code == EXIT_BAD_INPUT
+
+
+def test_parse_shapes():
+    assert parse_shapes("3x32x32") == ((3, 32, 32),)
+    assert parse_shapes("16; 4x8") == ((16,), (4, 8))
+    assert parse_shapes("(3, 4)") == ((3, 4),)
+    for bad in ("", "0x3", "-1", "a"):
+        with pytest.raises(ValueError):
+            parse_shapes(bad)

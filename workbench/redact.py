@@ -1,0 +1,194 @@
+"""Keep secrets out of everything the workbook writes: manifests, notebooks, HTML, logs.
+
+Policy (../reference: methods.md a5): store only environment variables that change behaviour
+(allowlist by name), blank those whose name suggests a secret, scan the kept values for
+credential shapes and high-entropy tokens, and strip `user:password@` from URLs. `scrub_text`
+is the last pass over finished text and only does cheap, exact replacements.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections import Counter
+from collections.abc import Mapping
+from functools import lru_cache
+
+REDACTED = "[redacted]"
+
+_SECRET_WORDS = re.compile(
+    r"KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|AUTH|SESSION|COOKIE|PRIVATE", re.IGNORECASE
+)
+# Names that contain a secret word but hold well-known public content. Blanking them loses a
+# setting that matters (tokenizer threads); scrubbing their values would also rewrite common
+# words such as "ubuntu" or "wayland" across every report.
+_PUBLIC_NAMES = frozenset(
+    {
+        "TOKENIZERS_PARALLELISM",
+        "SSH_AUTH_SOCK",
+        "XDG_SESSION_CLASS",
+        "XDG_SESSION_DESKTOP",
+        "XDG_SESSION_ID",
+        "XDG_SESSION_TYPE",
+    }
+)
+
+# Variables that change what torch, the Neuron compiler/runtime, BLAS/OpenMP, the allocator or
+# pip do. Everything else in the environment is never stored.
+_BEHAVIOUR_PREFIXES = (
+    "NEURON_",
+    "XLA_",
+    "TORCH_",  # includes TORCH_NEURONX_*, TORCH_DEVICE_BACKEND_AUTOLOAD, TORCH_LOGS
+    "TORCHINDUCTOR_",
+    "TORCHDYNAMO_",
+    "PYTORCH_",
+    "PJRT_",
+    "OMP_",
+    "GOMP_",
+    "KMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "CUDA_",
+    "CUBLAS_",
+    "NCCL_",
+    "FI_",
+    "MALLOC_",
+)
+_BEHAVIOUR_NAMES = frozenset(
+    {
+        "TOKENIZERS_PARALLELISM",
+        "HF_HUB_OFFLINE",
+        "HF_DATASETS_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "PIP_INDEX_URL",
+        "PIP_EXTRA_INDEX_URL",
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "PYTHONPATH",
+        "PYTHONHASHSEED",
+    }
+)
+
+# Credential shapes that are unambiguous on their own, so they are safe to search for in any
+# text, including multi-MB notebooks with embedded images.
+_AWS_KEY_ID = r"(?:A3T[A-Z0-9]|ABIA|ACCA|AKIA|ASIA)[0-9A-Z]{16}"
+_KNOWN_TOKEN = re.compile(
+    "|".join(
+        (
+            _AWS_KEY_ID,
+            r"hf_[A-Za-z0-9]{30,}",
+            r"gh[pousr]_[A-Za-z0-9]{36,}",
+            r"github_pat_[A-Za-z0-9_]{22,}",
+            r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",  # JWT
+        )
+    )
+)
+
+# High-entropy candidates. "/", "." and ":" are not token characters, so paths and version
+# strings split into short pieces and are never candidates; the cost is that a base64 secret
+# containing "/" (an AWS secret access key) is only caught by its variable name.
+# Below 32 characters, entropy no longer separates random tokens from long identifiers.
+_BASE64_TOKEN = re.compile(r"[A-Za-z0-9+_-]{32,}={0,2}")
+_HEX_TOKEN = re.compile(r"(?<![A-Za-z0-9])(?:[0-9a-f]{32,}|[0-9A-F]{32,})(?![A-Za-z0-9])")
+# Thresholds measured on 20,000 random tokens of 32 characters: from a 64-symbol alphabet,
+# 99.99 % score >= 4.0 bits/char (median 4.56); from hex, 99.99 % score >= 3.0 (median 3.63).
+# Longer random tokens score higher still. Words, snake_case flags and repeated patterns score
+# lower, and base64 candidates must also mix upper case, lower case and digits, which flags
+# and paths seldom do and random tokens of this length almost always do.
+_BASE64_MIN_ENTROPY = 4.0
+_HEX_MIN_ENTROPY = 3.0
+
+_URL_USERINFO = re.compile(
+    # Scheme length is bounded so a long run of letters (base64 image data) is not rescanned
+    # from every position; userinfo runs to the last "@" before the host and is bounded too.
+    r"\b(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,30}://)[^/\s\"'<>]{1,512}@"
+)
+
+
+def is_secret_name(name: str) -> bool:
+    """True when a variable's name suggests it holds a credential."""
+    return name.upper() not in _PUBLIC_NAMES and bool(_SECRET_WORDS.search(name))
+
+
+def _shannon_entropy(text: str) -> float:
+    counts = Counter(text)
+    size = len(text)
+    return -sum(n / size * math.log2(n / size) for n in counts.values())
+
+
+def _is_random_base64(token: str) -> bool:
+    body = token.rstrip("=")
+    mixes_classes = (
+        any(c.isupper() for c in body)
+        and any(c.islower() for c in body)
+        and any(c.isdigit() for c in body)
+    )
+    return mixes_classes and _shannon_entropy(body) >= _BASE64_MIN_ENTROPY
+
+
+def _redact_high_entropy(text: str) -> str:
+    text = _HEX_TOKEN.sub(
+        lambda m: REDACTED if _shannon_entropy(m.group()) >= _HEX_MIN_ENTROPY else m.group(),
+        text,
+    )
+    return _BASE64_TOKEN.sub(
+        lambda m: REDACTED if _is_random_base64(m.group()) else m.group(), text
+    )
+
+
+def strip_url_userinfo(text: str) -> str:
+    """Replace `user:password@` in every URL of `text` (pip index URLs, git remotes)."""
+    return _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
+
+
+def redact_value(text: str) -> str:
+    """Strip URL userinfo and replace credential-shaped or high-entropy substrings."""
+    return _redact_high_entropy(_KNOWN_TOKEN.sub(REDACTED, strip_url_userinfo(text)))
+
+
+def looks_secret_value(value: str) -> bool:
+    """True when `value` contains an access key id, a known token shape or a random token."""
+    return redact_value(value) != strip_url_userinfo(value)
+
+
+def _is_behaviour_variable(name: str) -> bool:
+    return name in _BEHAVIOUR_NAMES or name.startswith(_BEHAVIOUR_PREFIXES)
+
+
+def redact_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The behaviour-changing variables of `environ`, with every secret blanked, sorted by name."""
+    kept = {}
+    for name in sorted(environ):
+        if not _is_behaviour_variable(name):
+            continue
+        kept[name] = REDACTED if is_secret_name(name) else redact_value(environ[name])
+    return kept
+
+
+@lru_cache(maxsize=8)
+def _literal_pattern(values: tuple[str, ...]) -> re.Pattern[str]:
+    # Longest first, so a value that contains another is replaced whole.
+    alternatives = [re.escape(v) for v in sorted(values, key=len, reverse=True)]
+    return re.compile("|".join([*alternatives, _KNOWN_TOKEN.pattern]))
+
+
+def scrub_text(text: str, environ: Mapping[str, str] = os.environ) -> str:
+    """Last line of defence for finished notebooks, HTML and logs.
+
+    Replaces the value of every secret-named environment variable (6 characters or more, so a
+    "1" or "true" does not rewrite the whole text), credential-shaped tokens and URL userinfo.
+    """
+    values = tuple(sorted({v for k, v in environ.items() if len(v) >= 6 and is_secret_name(k)}))
+    return strip_url_userinfo(_literal_pattern(values).sub(REDACTED, text))
+
+
+def scrub_data(data: object, environ: Mapping[str, str] = os.environ) -> object:
+    """`scrub_text` applied to every string inside nested dicts and lists (keys included)."""
+    if isinstance(data, str):
+        return scrub_text(data, environ)
+    if isinstance(data, dict):
+        return {scrub_text(str(k), environ): scrub_data(v, environ) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [scrub_data(v, environ) for v in data]
+    return data

@@ -1,0 +1,80 @@
+"""NVIDIA GPUs through torch.cuda: the usual starting point of a migration."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from workbench.targets.base import Availability, CompileCounters, MemoryReading, Target
+from workbench.targets.dynamo_counters import dynamo_compile_counters
+
+
+class CudaTarget(Target):
+    name = "cuda"
+    compile_description = "torch.compile(backend='inductor') on the GPU (Triton kernels)"
+
+    @classmethod
+    def availability(cls) -> Availability:
+        if not torch.cuda.is_available():
+            if torch.version.cuda is None:
+                return Availability(
+                    False, f"torch {torch.__version__} is built without CUDA support"
+                )
+            return Availability(
+                False,
+                f"torch {torch.__version__} has CUDA {torch.version.cuda} but "
+                "torch.cuda.is_available() is False (no visible GPU or no working driver)",
+            )
+        index = torch.cuda.current_device()
+        return Availability(
+            True,
+            f"CUDA device {index}: {torch.cuda.get_device_name(index)} "
+            f"({torch.cuda.device_count()} visible)",
+        )
+
+    def __init__(self) -> None:
+        # Pin the device chosen at construction, so a later torch.cuda.set_device elsewhere
+        # cannot move the measurements of one run onto another GPU halfway through.
+        self._device = torch.device("cuda", torch.cuda.current_device())
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    def synchronize(self) -> None:
+        # Kernel launches are asynchronous: without this a clock reads launch time, not run time.
+        torch.cuda.synchronize(self._device)
+
+    def reset_peak_memory(self) -> None:
+        torch.cuda.reset_peak_memory_stats(self._device)
+
+    def peak_memory(self) -> MemoryReading:
+        # The caching allocator books allocations on the host when they are made, so its
+        # counters are current without a synchronize.
+        return MemoryReading(
+            peak_allocated=torch.cuda.max_memory_allocated(self._device),
+            peak_reserved=torch.cuda.max_memory_reserved(self._device),
+            source="torch.cuda.max_memory_allocated / max_memory_reserved",
+        )
+
+    def compile(self, fn: Callable) -> Callable:
+        return torch.compile(fn, backend="inductor")
+
+    def compile_counters(self) -> CompileCounters:
+        return dynamo_compile_counters()
+
+    @property
+    def is_trainium(self) -> bool:
+        return False
+
+    def describe(self) -> dict[str, Any]:
+        properties = torch.cuda.get_device_properties(self._device)
+        major, minor = torch.cuda.get_device_capability(self._device)
+        return super().describe() | {
+            "device_name": properties.name,
+            "compute_capability": f"{major}.{minor}",
+            "total_memory_bytes": int(properties.total_memory),
+            "cuda_runtime": torch.version.cuda,
+        }

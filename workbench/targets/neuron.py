@@ -1,0 +1,143 @@
+"""Native TorchNeuron (torch-neuronx 2.13+/2.14+): device "neuron" on Trn2/Trn3.
+
+Written against the documented API (reference: neuron.md sections 2.6 and 2.7). torch loads
+torch_neuronx through its `torch.backends` entry point and that registers `torch.neuron`, so only
+the op-tracking calls need `import torch_neuronx`, and they import it inside the method.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from workbench.targets import detect
+from workbench.targets.base import Availability, CompileCounters, MemoryReading, Target
+from workbench.targets.dynamo_counters import dynamo_compile_counters
+
+_US_PER_SECOND = 1e6
+# TorchNeuron's per-graph compile record splits the time into these three phases.
+_COMPILE_PHASES_US = (
+    "torch_neuronx_fx_passes_us",
+    "torch_neuronx_lower_us",
+    "torch_neuronx_compile_us",
+)
+
+
+def _graph_compile_seconds(record: Any) -> float:
+    return sum(getattr(record, phase) for phase in _COMPILE_PHASES_US) / _US_PER_SECOND
+
+
+class NeuronTarget(Target):
+    name = "neuron"
+    compile_description = (
+        "torch.compile(backend='neuron'): Dynamo -> AOT Autograd -> StableHLO -> neuronx-cc -> "
+        "one NEFF per graph and shape signature (no Inductor)"
+    )
+
+    @classmethod
+    def availability(cls) -> Availability:
+        stack = detect.detect_neuron_stack()
+        if stack.flavour == detect.FLAVOUR_LITE:
+            # libtorch-neuronx-lite registers a "neuron" device too, but it is a serving runtime
+            # without TorchNeuron's training, compile and op-tracking APIs.
+            return Availability(False, f"{stack.summary()} provides the neuron device here")
+        if not hasattr(torch, "neuron"):
+            return Availability(
+                False,
+                "torch.neuron does not exist: native TorchNeuron (torch-neuronx 2.13+) is not "
+                f"installed ({stack.summary()}) or TORCH_DEVICE_BACKEND_AUTOLOAD=0 kept torch "
+                "from loading it",
+            )
+        if not torch.neuron.is_available():
+            return Availability(
+                False,
+                "torch.neuron.is_available() is False: no NeuronCore is visible to this process "
+                "(see neuron-ls for cores held by other processes, and NEURON_RT_VISIBLE_CORES)",
+            )
+        return Availability(
+            True,
+            f"{torch.neuron.device_count()} Neuron device(s), "
+            f"{torch.neuron.get_device_name()}, torch-neuronx {stack.torch_neuronx}",
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("neuron")
+
+    def synchronize(self) -> None:
+        torch.neuron.synchronize()
+
+    def reset_peak_memory(self) -> None:
+        # Ops queued before the window would otherwise allocate inside it.
+        torch.neuron.synchronize()
+        torch.neuron.reset_peak_memory_stats()
+
+    def peak_memory(self) -> MemoryReading:
+        # The allocator is asynchronous: its statistics are only complete after a synchronize.
+        torch.neuron.synchronize()
+        return MemoryReading(
+            peak_allocated=torch.neuron.max_memory_allocated(),
+            peak_reserved=torch.neuron.max_memory_reserved(),
+            source="torch.neuron.max_memory_allocated / max_memory_reserved after synchronize",
+        )
+
+    def compile(self, fn: Callable) -> Callable:
+        # No mode (ignored with a warning) and no dynamic=True (rejected): shapes are static.
+        return torch.compile(fn, backend="neuron")
+
+    def compile_counters(self) -> CompileCounters:
+        dynamo = dynamo_compile_counters()
+        if not hasattr(torch.neuron, "get_dynamo_metrics"):
+            return dynamo
+        records = list(torch.neuron.get_dynamo_metrics())
+        return CompileCounters(
+            graphs=len(records),
+            compile_seconds=sum(_graph_compile_seconds(record) for record in records),
+            source=(
+                "torch.neuron.get_dynamo_metrics() (FX passes + lowering + neuronx-cc, per graph); "
+                "graph breaks and recompiles from torch._dynamo counters"
+            ),
+            extra=dynamo.extra
+            | {
+                "per_graph": [
+                    {
+                        "graph_name": record.graph_name,
+                        "graph_node_count": record.graph_node_count,
+                        "compile_seconds": _graph_compile_seconds(record),
+                    }
+                    for record in records
+                ]
+            },
+        )
+
+    def start_fallback_tracking(self) -> None:
+        import torch_neuronx
+
+        # Queued ops from before the window would otherwise be recorded inside it.
+        torch.neuron.synchronize()
+        torch_neuronx.clear_op_tracking()
+
+    def fallback_ops(self) -> Counter[str] | None:
+        import torch_neuronx
+
+        # Ops run asynchronously; a fallback is only recorded once its op has executed.
+        torch.neuron.synchronize()
+        # One entry per invocation, so the Counter gives calls per op.
+        return Counter(torch_neuronx.get_fallback_ops())
+
+    @property
+    def is_trainium(self) -> bool:
+        return True
+
+    def describe(self) -> dict[str, Any]:
+        properties = torch.neuron.get_device_properties()
+        return super().describe() | {
+            # TorchNeuron reports the instance type (e.g. trn2.48xlarge) as the device name.
+            "device_name": properties.name,
+            "total_memory_bytes": int(properties.total_memory),
+            "device_count": torch.neuron.device_count(),
+            "torch_neuronx": detect.installed_version("torch-neuronx"),
+        }

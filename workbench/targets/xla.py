@@ -1,0 +1,188 @@
+"""torch-xla lazy tensors: the legacy torch-neuronx path on Trn1/Inf2, and XLA:CPU in CI.
+
+Written against torch-xla 2.9 (the last release the XLA-based torch-neuronx builds on):
+`torch_xla.device()`, `torch_xla.sync()`, `torch_xla.core.xla_model`, `torch_xla.debug.metrics`
+(reference: neuron.md sections 2.3 and 2.4, xla_cpu.md). torch_xla is imported only inside this
+module's functions: its import registers the PJRT runtime, and on a Trn1 it can claim NeuronCores.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from workbench.targets import detect
+from workbench.targets.base import Availability, CompileCounters, MemoryReading, Target
+
+# `.item()`, `.tolist()` and printing a tensor read one value back to the host through this op.
+# torch_xla counts it like a fallback, but it is a host sync, not a missing lowering.
+HOST_READ_OP = "aten::_local_scalar_dense"
+
+_NS_PER_SECOND = 1e9
+
+
+def _major_minor(version: str) -> str:
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
+def _pjrt_device() -> str:
+    """The PJRT device torch_xla runs on; torch_xla itself fills the variable in when unset."""
+    return os.environ.get("PJRT_DEVICE", "").upper()
+
+
+class XlaTarget(Target):
+    name = "xla"
+    compile_description = (
+        "lazy tracing: every step up to torch_xla.sync() is already traced into one HLO graph "
+        "and compiled (cached by graph hash, recompiled for each new graph or shape); "
+        "compile() adds Dynamo capture with torch.compile(backend='openxla')"
+    )
+
+    @classmethod
+    def availability(cls) -> Availability:
+        xla_version = detect.installed_version("torch-xla")
+        if xla_version is None:
+            return Availability(
+                False,
+                "torch-xla is not installed; for XLA:CPU or a Trn1, install torch and torch-xla "
+                "of the same release together in a virtualenv of their own",
+            )
+        wanted = _major_minor(xla_version)
+        if wanted != _major_minor(torch.__version__):
+            # Importing a torch_xla built for another torch fails deep in its C++ extension;
+            # the versions alone already say so, without loading that library.
+            return Availability(
+                False,
+                f"torch-xla {xla_version} needs torch {wanted}; installed torch "
+                f"{torch.__version__}; install both pinned in a virtualenv of their own "
+                f"(pip install 'torch=={wanted}.*' 'torch-xla=={xla_version}')",
+            )
+        try:
+            import torch_xla  # noqa: F401
+        except ImportError as exc:
+            if "undefined symbol" in str(exc):
+                return Availability(
+                    False,
+                    f"torch-xla {xla_version} was built against a different torch {wanted} "
+                    f"build than the installed torch {torch.__version__} ({exc}); install the "
+                    "torch release published together with this torch-xla",
+                )
+            return Availability(
+                False, f"torch-xla {xla_version} is installed but fails to import: {exc}"
+            )
+        return Availability(
+            True,
+            f"torch-xla {xla_version} importable, PJRT_DEVICE={_pjrt_device() or 'unset'}",
+        )
+
+    def __init__(self) -> None:
+        import torch_xla
+
+        self._device = torch_xla.device()
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    def synchronize(self) -> None:
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+
+        # sync() cuts the traced graph and launches it; execution is still asynchronous, so
+        # wait for the device before anyone reads a clock.
+        torch_xla.sync()
+        xm.wait_device_ops()
+
+    def peak_memory(self) -> MemoryReading:
+        return MemoryReading(
+            peak_allocated=None,
+            peak_reserved=None,
+            source=(
+                "torch-xla has no peak-memory API for this path; on a Trn1 read neuron-monitor's "
+                "memory_used (neuron_runtime_used_bytes.neuron_device) while the workload runs"
+            ),
+        )
+
+    def compile(self, fn: Callable) -> Callable:
+        return torch.compile(fn, backend="openxla")
+
+    def compile_counters(self) -> CompileCounters:
+        import torch_xla.debug.metrics as met
+
+        compile_time = met.metric_data("CompileTime")
+        execute_time = met.metric_data("ExecuteTime")
+        # metric_data is None until the metric has a sample: nothing compiled or run yet.
+        extra: dict[str, Any] = {
+            "uncached_compiles": met.counter_value("UncachedCompile") or 0,
+            "cached_compiles": met.counter_value("CachedCompile") or 0,
+            "executions": int(execute_time[0]) if execute_time else 0,
+            "execute_seconds": execute_time[1] / _NS_PER_SECOND if execute_time else 0.0,
+        }
+        host_reads = met.counter_value(HOST_READ_OP)
+        if host_reads:
+            extra["host_value_reads"] = host_reads
+        return CompileCounters(
+            graphs=int(compile_time[0]) if compile_time else 0,
+            compile_seconds=compile_time[1] / _NS_PER_SECOND if compile_time else 0.0,
+            source=(
+                "torch_xla.debug.metrics CompileTime/ExecuteTime (ns) and UncachedCompile/"
+                "CachedCompile counters, since process start or the last start_fallback_tracking"
+            ),
+            extra=extra,
+        )
+
+    def start_fallback_tracking(self) -> None:
+        import torch_xla.debug.metrics as met
+
+        # torch_xla has no per-counter reset for the aten:: counters: clear_all also restarts
+        # the compile metrics, which compile_counters' source text says.
+        met.clear_all()
+
+    def fallback_ops(self) -> Counter[str] | None:
+        import torch_xla.debug.metrics as met
+
+        fallbacks: Counter[str] = Counter()
+        for counter in met.counter_names():
+            if not counter.startswith("aten::") or counter == HOST_READ_OP:
+                continue
+            # A listed counter may read 0 or None once reset; only ops that ran count.
+            count = met.counter_value(counter)
+            if count:
+                fallbacks[counter] = int(count)
+        return fallbacks
+
+    def device_kind(self) -> str:
+        """torch_xla's vendor string for the device, e.g. "NC_v2" on a Trn1, "NC_v3d" on a Trn2."""
+        import torch_xla.core.xla_model as xm
+
+        return xm.xla_device_kind(self._device)
+
+    @property
+    def is_trainium(self) -> bool:
+        return _pjrt_device() == "NEURON" or self.device_kind().startswith("NC_")
+
+    def validation_statement(self) -> str:
+        xla_version = detect.installed_version("torch-xla")
+        if self.is_trainium:
+            return (
+                f"validated on Trainium ({self.device_kind()}) through torch-xla {xla_version}, "
+                "the legacy torch-neuronx path: neuronx-cc compile and the Neuron runtime ran."
+            )
+        return (
+            f"validated on XLA:{_pjrt_device() or 'CPU'} with torch-xla {xla_version}: this "
+            "checks the torch-xla front end that Trn1's torch-neuronx uses (lazy tracing, HLO "
+            "lowering, aten fallbacks, recompiles) but not neuronx-cc, the Neuron runtime, "
+            "device memory or speed; this is not a Trainium validation."
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return super().describe() | {
+            "torch_xla": detect.installed_version("torch-xla"),
+            "torch_neuronx": detect.installed_version("torch-neuronx"),
+            "pjrt_device": _pjrt_device() or None,
+            "device_kind": self.device_kind(),
+        }
