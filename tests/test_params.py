@@ -33,8 +33,15 @@ def test_coerce_accepts_values_of_the_declared_type(type_name, raw, expected):
 
 
 @pytest.mark.parametrize(
-    ("type_name", "raw"), [("int", "abc"), ("int", "1.5"), ("bool", "maybe"), ("int", True),
-                           ("list", "7"), ("float", "")]
+    ("type_name", "raw"),
+    [
+        ("int", "abc"),
+        ("int", "1.5"),
+        ("bool", "maybe"),
+        ("int", True),
+        ("list", "7"),
+        ("float", ""),
+    ],
 )
 def test_coerce_rejects_with_the_parameter_name(type_name, raw):
     with pytest.raises(BadInput, match=r"Parameter 'x' \(00_environment\) expects"):

@@ -42,7 +42,9 @@ def hostile_notebook(tmp_path, monkeypatch):
         new_output("display_data", data={"image/svg+xml": "<svg onload='x()'></svg>"}),
         new_output("display_data", data={"text/vnd.mermaid": "</pre><img src=x onerror=alert(9)>"}),
         new_output("stream", name="stdout", text=f"key is {SECRET}\n"),
-        new_output("error", ename="RuntimeError", evalue=f"bad {SECRET}", traceback=[f"tb {SECRET}"]),
+        new_output(
+            "error", ename="RuntimeError", evalue=f"bad {SECRET}", traceback=[f"tb {SECRET}"]
+        ),
     ]
     nb.cells = [new_markdown_cell("# Title"), panel, cell]
     path = tmp_path / "01_baseline.ipynb"
@@ -90,10 +92,21 @@ def test_index_escapes_names_and_errors(tmp_path):
         "seconds": 3.0,
         "validation": "validated on cpu: this is not a Trainium validation.",
         "notebooks": [
-            {"notebook": "00_environment", "status": "ok", "seconds": 1.0, "html": "00_environment.html",
-             "headline": "torch 2.13"},
-            {"notebook": "01_baseline", "status": "failed", "seconds": 2.0, "html": "01_baseline.html",
-             "error": "ValueError: bad <img src=x onerror=y>", "failed_cell": 7},
+            {
+                "notebook": "00_environment",
+                "status": "ok",
+                "seconds": 1.0,
+                "html": "00_environment.html",
+                "headline": "torch 2.13",
+            },
+            {
+                "notebook": "01_baseline",
+                "status": "failed",
+                "seconds": 2.0,
+                "html": "01_baseline.html",
+                "error": "ValueError: bad <img src=x onerror=y>",
+                "failed_cell": 7,
+            },
         ],
     }
     page = write_index(tmp_path, summary).read_text()

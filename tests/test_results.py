@@ -10,8 +10,12 @@ from workbench.results import SCHEMA_VERSION, load_result, save_result, write_js
 
 
 def test_save_and_load_round_trip(tmp_path):
-    path = save_result(tmp_path, "01_baseline", {"loss": [1.0, math.nan, math.inf],
-                                                 "t": torch.tensor(2.5)}, target={"name": "cpu"})
+    path = save_result(
+        tmp_path,
+        "01_baseline",
+        {"loss": [1.0, math.nan, math.inf], "t": torch.tensor(2.5)},
+        target={"name": "cpu"},
+    )
     record = load_result(path)
     assert record["schema_version"] == SCHEMA_VERSION
     assert record["notebook"] == "01_baseline" and record["target"] == {"name": "cpu"}

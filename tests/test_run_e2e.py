@@ -52,8 +52,14 @@ def test_run_00_writes_report_json_index_and_latest(env_run):
     latest = cwd / "reports" / "latest"
     assert latest.is_symlink()
     run_dir = latest.resolve()
-    for name in ("00_environment.ipynb", "00_environment.html", "00_environment.json",
-                 "index.html", "summary.json", "run.log"):
+    for name in (
+        "00_environment.ipynb",
+        "00_environment.html",
+        "00_environment.json",
+        "index.html",
+        "summary.json",
+        "run.log",
+    ):
         assert (run_dir / name).is_file(), name
     record = json.loads((run_dir / "00_environment.json").read_text())
     assert record["schema_version"] == 1 and record["notebook"] == "00_environment"
@@ -98,12 +104,15 @@ def _snapshot(path: Path) -> dict[str, bytes]:
 def test_failed_notebook_keeps_report_and_latest(env_run):
     cwd, _ = env_run
     before = (cwd / "reports" / "latest").resolve()
-    result = workbench("run", "--only", "00", "-p", "pinned_manifest=missing-manifest.json",
-                       cwd=cwd)
+    result = workbench(
+        "run", "--only", "00", "-p", "pinned_manifest=missing-manifest.json", cwd=cwd
+    )
     assert result.returncode == 1
     assert (cwd / "reports" / "latest").resolve() == before, "a failed run never moves latest"
-    failed_dir = max((p for p in (cwd / "reports").iterdir() if not p.is_symlink()),
-                     key=lambda p: p.stat().st_mtime)
+    failed_dir = max(
+        (p for p in (cwd / "reports").iterdir() if not p.is_symlink()),
+        key=lambda p: p.stat().st_mtime,
+    )
     assert failed_dir != before
     summary = json.loads((failed_dir / "summary.json").read_text())
     assert summary["notebooks"][0]["status"] == "failed"
@@ -120,7 +129,10 @@ def test_failed_notebook_keeps_report_and_latest(env_run):
     [
         (["--workload", "no_such_pkg.mod:make"], "Workload 'no_such_pkg.mod:make': module"),
         (["-p", "warmup_stepz=3"], "Unknown parameter 'warmup_stepz'"),
-        (["-p", "fail_on_drift=perhaps"], "Parameter 'fail_on_drift' (00_environment) expects bool"),
+        (
+            ["-p", "fail_on_drift=perhaps"],
+            "Parameter 'fail_on_drift' (00_environment) expects bool",
+        ),
         (["--target", "tpu"], "Unknown target 'tpu'"),
         (["--target", "neuron"], "Target 'neuron' is not available here"),
         (["--only", "42"], "--only '42' names no notebook"),

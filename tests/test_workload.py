@@ -29,11 +29,11 @@ def test_seed_mlp_is_the_reference_baseline():
 def test_builtin_trains_and_is_deterministic(name):
     workload = load_workload(name)
     first, second = workload.build_model(), workload.build_model()
-    for a, b in zip(first.parameters(), second.parameters()):
+    for a, b in zip(first.parameters(), second.parameters(), strict=True):
         assert torch.equal(a, b), "two builds must start from the same seeded weights"
     inputs, targets = workload.batch()
     again, _ = workload.batch()
-    assert all(torch.equal(a, b) for a, b in zip(inputs, again))
+    assert all(torch.equal(a, b) for a, b in zip(inputs, again, strict=True))
     optimizer = workload.make_optimizer(first)
     losses = []
     for _ in range(15):
@@ -75,7 +75,9 @@ def test_user_factory_returning_workload():
 
 def test_user_plain_module_with_input_description():
     workload = load_workload(
-        "tests.fixtures.user_workloads:plain_module", input_shape="3x4x4", num_classes=5,
+        "tests.fixtures.user_workloads:plain_module",
+        input_shape="3x4x4",
+        num_classes=5,
         batch_size=6,
     )
     (inputs,), targets = workload.batch()
@@ -86,7 +88,9 @@ def test_user_plain_module_with_input_description():
 
 def test_user_plain_module_with_token_input():
     workload = load_workload(
-        "tests.fixtures.user_workloads:token_module", input_shape="12", input_dtype="int64",
+        "tests.fixtures.user_workloads:token_module",
+        input_shape="12",
+        input_dtype="int64",
         num_classes=50,
     )
     assert workload.is_sequence and workload.task_metric_name == "perplexity"
@@ -102,7 +106,11 @@ def test_user_plain_module_with_token_input():
         ("tests.fixtures.user_workloads:nope", {}, "has no attribute 'nope'"),
         ("tests.fixtures.user_workloads:raising_factory", {}, "raised RuntimeError: weights"),
         ("tests.fixtures.user_workloads:wrong_type", {}, "returned int"),
-        ("tests.fixtures.broken_import:make", {}, "importing 'tests.fixtures.broken_import' raised"),
+        (
+            "tests.fixtures.broken_import:make",
+            {},
+            "importing 'tests.fixtures.broken_import' raised",
+        ),
         ("tests.fixtures.user_workloads:plain_module", {}, "-p input_shape="),
         (
             "tests.fixtures.user_workloads:plain_module",

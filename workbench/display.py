@@ -56,8 +56,8 @@ def table(
     widths = [max([len(str(h))] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
     lines = [caption] if caption else []
     if any(headers):
-        lines.append("  ".join(str(h).ljust(w) for h, w in zip(headers, widths)))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
+        lines.append("  ".join(str(h).ljust(w) for h, w in zip(headers, widths, strict=True)))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
     return Rich(markup, "\n".join(lines))
 
 

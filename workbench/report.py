@@ -10,6 +10,7 @@ import html
 import re
 from datetime import datetime, timezone
 from pathlib import Path
+from string import Template
 from typing import Any
 
 import bleach
@@ -141,25 +142,19 @@ def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
             detail = f"{where}{nb.get('error') or nb['status']}"
         rows.append(
             f'<tr class="{_STATUS_CLASS.get(nb["status"], "")}"><td>{link}</td>'
-            f"<td>{esc(nb['status'])}</td><td>{nb['seconds']:.1f} s</td><td>{esc(detail)}</td></tr>"
+            f"<td>{esc(nb['status'])}</td><td>{nb['seconds']:.1f} s</td>"
+            f"<td>{esc(detail)}</td></tr>"
         )
-    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    page = f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>Workbench run: {esc(summary["workload"])} on {esc(summary["target"])}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 2em; color: #1f2328; }}
-table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #d0d7de; padding: 0.35em 0.8em; text-align: left; }}
-tr.wb-ok td:nth-child(2) {{ color: #2e8b3a; font-weight: 600; }} tr.wb-fail td:nth-child(2) {{ color: #c62828; font-weight: 600; }}
-.validation {{ padding: 0.6em 0.9em; border-left: 6px solid #e0a000; background: #fff6e5; font-weight: 600; }}
-</style></head><body>
-<h1>Trainium migration workbook</h1>
-<p>Workload <b>{esc(summary["workload"])}</b> on target <b>{esc(summary["target"])}</b>, {esc(summary["started_at"])}, {summary["seconds"]:.1f} s in all. Generated {generated}.</p>
-<p class="validation">{esc(summary["validation"])}</p>
-<table><thead><tr><th>report</th><th>status</th><th>time</th><th>headline</th></tr></thead>
-<tbody>{"".join(rows)}</tbody></table>
-<p>Machine-readable: <a href="summary.json">summary.json</a> and one <code>.json</code> result per notebook.</p>
-</body></html>
-"""
+    page = Template((TEMPLATES_DIR / "index.html").read_text(encoding="utf-8")).substitute(
+        workload=esc(summary["workload"]),
+        target=esc(summary["target"]),
+        target_reason=esc(summary.get("target_reason", "")),
+        started_at=esc(summary["started_at"]),
+        seconds=f"{summary['seconds']:.1f}",
+        generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        validation=esc(summary["validation"]),
+        rows="\n".join(rows),
+    )
     path = out_dir / "index.html"
     write_text_atomic(path, scrub_text(page))
     return path

@@ -138,7 +138,7 @@ def _execute(
         outcome.status = "failed"
         outcome.error = _error_line(f"{exc.ename}: {exc.evalue}")
         outcome.failed_cell = exc.cell_index
-    except CellTimeoutError as exc:
+    except CellTimeoutError:
         outcome.status = "timeout"
         outcome.error = f"a cell ran past the {request.cell_timeout} s cell timeout"
     except DeadKernelError:
@@ -199,7 +199,8 @@ def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
     reserved = sorted(set(request.parameters) & set(RUNNER_PARAMETERS))
     if reserved:
         raise BadInput(
-            f"Parameter {reserved[0]!r} is set by the runner; use --{reserved[0].replace('_dir', '')}."
+            f"Parameter {reserved[0]!r} is set by the runner; "
+            f"use --{reserved[0].replace('_dir', '')} instead."
         )
     notebooks = select_notebooks(request.only)
     declared = {path.stem: notebook_parameters(path) for path in notebooks}
@@ -244,7 +245,8 @@ def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
                     interrupted = True
                     break
                 outcomes.append(outcome)
-                line = f"[{index}/{len(notebooks)}] {path.stem} {outcome.status} in {outcome.seconds:.1f} s"
+                line = f"[{index}/{len(notebooks)}] {path.stem} {outcome.status}"
+                line += f" in {outcome.seconds:.1f} s"
                 if outcome.error:
                     line += f": {outcome.error}"
                 progress(line)

@@ -12,8 +12,10 @@ import html
 from typing import Any
 
 import ipywidgets as w
+import yaml
 
-from workbench.context import NOTEBOOKS_DIR
+from workbench import context
+from workbench.errors import BadInput
 from workbench.params import Parameter, coerce, notebook_parameters
 from workbench.targets import TARGET_NAMES
 from workbench.workload import BUILTIN_WORKLOADS
@@ -48,17 +50,18 @@ def control_panel(notebook: str, namespace: dict[str, Any]) -> w.VBox:
     """
     message = w.HTML()
     controls = []
-    for param in notebook_parameters(NOTEBOOKS_DIR / f"{notebook}.ipynb").values():
+    for param in notebook_parameters(context.NOTEBOOKS_DIR / f"{notebook}.ipynb").values():
         control = _control(param, namespace.get(param.name, param.default))
 
         def store(change: dict[str, Any], param: Parameter = param) -> None:
             raw = change["new"]
-            if param.type_name == "list" and isinstance(raw, str):
-                raw = [item.strip() for item in raw.split(",") if item.strip()]
             try:
+                if param.type_name == "list":
+                    # "8, 16, 32" reads as a YAML flow list, so numbers stay numbers.
+                    raw = yaml.safe_load(f"[{raw.strip().strip('[]')}]")
                 namespace[param.name] = coerce(param, raw)
                 message.value = ""
-            except Exception as exc:  # shown next to the panel; the old value stays
+            except (yaml.YAMLError, BadInput) as exc:  # shown under the panel; old value stays
                 message.value = f'<span class="wb-error">{html.escape(str(exc))}</span>'
 
         control.observe(store, names="value")

@@ -207,7 +207,8 @@ def workload_from_module(
         sequence_length=description.shapes[0][-1] if token_input else None,
         task_metric=perplexity if token_input else accuracy,
         task_metric_name="perplexity" if token_input else "accuracy",
-        description=f"user module, inputs {'; '.join('x'.join(map(str, s)) for s in description.shapes)}",
+        description="user module, inputs "
+        + "; ".join("x".join(map(str, shape)) for shape in description.shapes),
     )
 
 

@@ -1,0 +1,90 @@
+"""`workbench env pin | diff` and the drift gate of notebook 00, run as a user runs them."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+WORKBENCH = str(Path(sys.executable).parent / "workbench")
+
+
+def workbench(*args, cwd):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [WORKBENCH, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+@pytest.fixture(scope="module")
+def pinned(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("pins")
+    result = workbench("env", "pin", "--out", "env.json", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    return folder
+
+
+def test_pin_writes_manifest_and_lock(pinned):
+    manifest = json.loads((pinned / "env.json").read_text())
+    assert manifest["packages"]["torch"].startswith("2.")
+    lock = (pinned / "env.lock.txt").read_text().splitlines()
+    assert f"torch=={manifest['packages']['torch']}" in lock
+
+
+def test_diff_exit_codes_follow_the_worst_severity(pinned):
+    same = workbench("env", "diff", "env.json", "env.json", cwd=pinned)
+    assert same.returncode == 0 and "worst: none" in same.stdout
+
+    manifest = json.loads((pinned / "env.json").read_text())
+    manifest["packages"]["papermill"] = "0.0.1"
+    (pinned / "warn.json").write_text(json.dumps(manifest))
+    warn = workbench("env", "diff", "env.json", "warn.json", cwd=pinned)
+    assert warn.returncode == 0 and "warning" in warn.stdout
+
+    manifest["packages"]["torch"] = "2.9.0"
+    (pinned / "critical.json").write_text(json.dumps(manifest))
+    critical = workbench("env", "diff", "env.json", "critical.json", cwd=pinned)
+    assert critical.returncode == 3
+    assert critical.stdout.splitlines()[0].startswith("critical")
+
+    missing = workbench("env", "diff", "env.json", "nope.json", cwd=pinned)
+    assert missing.returncode == 2 and "nope.json does not exist" in missing.stderr
+
+
+@pytest.mark.e2e
+def test_fail_on_drift_fails_notebook_00_after_showing_the_drift(pinned, tmp_path):
+    manifest = json.loads((pinned / "env.json").read_text())
+    manifest["packages"]["torch"] = "2.9.0"
+    (pinned / "old-torch.json").write_text(json.dumps(manifest))
+    pin = str(pinned / "old-torch.json")
+
+    shown = workbench(
+        "run", "--only", "00", "--out", "shown", "-p", f"pinned_manifest={pin}", cwd=tmp_path
+    )
+    assert shown.returncode == 0, "drift is reported, not fatal, unless fail_on_drift is set"
+    record = json.loads((tmp_path / "shown" / "00_environment.json").read_text())
+    assert any(
+        d["key"] == "packages.torch" and d["severity"] == "critical"
+        for d in record["data"]["drift"]
+    )
+
+    gated = workbench(
+        "run",
+        "--only",
+        "00",
+        "--out",
+        "gated",
+        "-p",
+        f"pinned_manifest={pin}",
+        "-p",
+        "fail_on_drift=true",
+        cwd=tmp_path,
+    )
+    assert gated.returncode == 1
+    assert "critical change" in gated.stderr
+    html = (tmp_path / "gated" / "00_environment.html").read_text()
+    assert "packages.torch" in html and "DriftError" in html
+    assert (tmp_path / "gated" / "00_environment.json").exists(), "the result is saved first"
