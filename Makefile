@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup run test lint
+.PHONY: setup run test lint xla-venv
 
 setup: $(STAMP)
 
@@ -29,3 +29,16 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff format workbench tests benchmarks tools
 	$(BIN)/ruff check --fix workbench tests benchmarks tools
+
+# The Trn1 software path on a plain CPU: torch-xla 2.9 with PJRT_DEVICE=CPU, in its own venv
+# (torch-xla declares no torch requirement, and a mismatched torch fails at import).
+XLA_VENV ?= .venv-xla
+XLA_STAMP := $(XLA_VENV)/.installed
+
+xla-venv: $(XLA_STAMP)
+
+$(XLA_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(XLA_VENV)
+	$(XLA_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(XLA_VENV)/bin/python -m pip install --quiet "torch==2.9.0" "torch-xla==2.9.0" -e ".[test]"
+	touch $(XLA_STAMP)
