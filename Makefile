@@ -22,13 +22,13 @@ run: $(STAMP)
 	$(BIN)/workbench run $(ARGS)
 
 test: $(STAMP)
-	$(BIN)/ruff format --check workbench tests benchmarks tools
-	$(BIN)/ruff check workbench tests benchmarks tools
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff format workbench tests benchmarks tools
-	$(BIN)/ruff check --fix workbench tests benchmarks tools
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
 
 # The Trn1 software path on a plain CPU: torch-xla 2.9 with PJRT_DEVICE=CPU, in its own venv
 # (torch-xla declares no torch requirement, and a mismatched torch fails at import).
