@@ -39,10 +39,31 @@ class CompileCounters:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class UnsupportedOp:
+    """An op a target's analyzer rejects, where it failed, and the Python call that made it."""
+
+    op: str
+    failure_at: str
+    call: str
+
+
+@dataclass
+class InferenceAnalysis:
+    """A target's own verdict on every op of an inference call (torch_neuronx.analyze)."""
+
+    supported: dict[str, int]  # op -> occurrences
+    unsupported: list[UnsupportedOp]
+    source: str
+
+
 class Target(ABC):
     """An execution target: where tensors live, how to wait for them, what it can measure."""
 
     name: ClassVar[str]
+    # The Neuron software path whose op support this target's fallback readings measure
+    # (detect.FLAVOUR_NATIVE or detect.FLAVOUR_XLA); None where its readings say nothing of it.
+    neuron_flavour: ClassVar[str | None] = None
     # Plain-words description of what "compiled" means on this target (shown in reports).
     compile_description: ClassVar[str]
     # And what "eager" means: on a lazy-tensor target eager steps are traced and compiled too,
@@ -80,6 +101,22 @@ class Target(ABC):
 
     def fallback_ops(self) -> Counter[str] | None:
         """Ops that fell back to the host since `start_fallback_tracking`; None: no such reading."""
+        return None
+
+    @property
+    def autocast_device_type(self) -> str:
+        """The `device_type` that `torch.autocast` takes for this target's tensors.
+
+        The default, the device's own type, fits targets whose device type is also an autocast
+        backend; a target whose mixed precision goes through another entry point says so here.
+        """
+        return self.device.type
+
+    def analyze_inference(
+        self, model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...]
+    ) -> InferenceAnalysis | None:
+        """The target's own per-op verdict on `model(*example_inputs)` (CPU model and inputs);
+        None where the target has no such analyzer."""
         return None
 
     @property

@@ -26,6 +26,10 @@ class CpuTarget(Target):
         # CPU kernels run synchronously in the calling thread: nothing is queued.
         pass
 
+    @property
+    def autocast_device_type(self) -> str:
+        return "cpu"
+
     def compile(self, fn: Callable) -> Callable:
         return torch.compile(fn, backend="inductor")
 

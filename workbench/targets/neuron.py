@@ -32,6 +32,7 @@ def _graph_compile_seconds(record: Any) -> float:
 
 class NeuronTarget(Target):
     name = "neuron"
+    neuron_flavour = detect.FLAVOUR_NATIVE
     compile_description = (
         "torch.compile(backend='neuron'): Dynamo -> AOT Autograd -> StableHLO -> neuronx-cc -> "
         "one NEFF per graph and shape signature (no Inductor)"
@@ -83,6 +84,12 @@ class NeuronTarget(Target):
             peak_reserved=torch.neuron.max_memory_reserved(),
             source="torch.neuron.max_memory_allocated / max_memory_reserved after synchronize",
         )
+
+    @property
+    def autocast_device_type(self) -> str:
+        # TorchNeuron registers "neuron" as an autocast backend: torch.autocast(device_type=
+        # "neuron", dtype=torch.bfloat16), with float16 and bfloat16 supported (neuron.md 2.6).
+        return "neuron"
 
     def compile(self, fn: Callable) -> Callable:
         # No mode (ignored with a warning) and no dynamic=True (rejected): shapes are static.

@@ -16,7 +16,14 @@ from typing import Any
 import torch
 
 from workbench.targets import detect
-from workbench.targets.base import Availability, CompileCounters, MemoryReading, Target
+from workbench.targets.base import (
+    Availability,
+    CompileCounters,
+    InferenceAnalysis,
+    MemoryReading,
+    Target,
+    UnsupportedOp,
+)
 
 # `.item()`, `.tolist()` and printing a tensor read one value back to the host through this op.
 # torch_xla counts it like a fallback, but it is a host sync, not a missing lowering.
@@ -36,6 +43,8 @@ def _pjrt_device() -> str:
 
 class XlaTarget(Target):
     name = "xla"
+    # torch-xla decides lowering versus CPU fallback the same way on XLA:CPU as on a Trn1.
+    neuron_flavour = detect.FLAVOUR_XLA
     compile_description = (
         "lazy tracing: every step up to torch_xla.sync() is already traced into one HLO graph "
         "and compiled (cached by graph hash, recompiled for each new graph or shape); "
@@ -107,6 +116,13 @@ class XlaTarget(Target):
             ),
         )
 
+    @property
+    def autocast_device_type(self) -> str:
+        # torch.autocast("xla") is the entry point that works everywhere: torch_xla.amp.autocast
+        # crashes on XLA:CPU (xla_cpu.md), and Neuron's legacy bf16 recipe (c) is this autocast
+        # around the forward with NEURON_CC_FLAGS="--auto-cast=none" (neuron.md 2.3).
+        return "xla"
+
     def compile(self, fn: Callable) -> Callable:
         return torch.compile(fn, backend="openxla")
 
@@ -154,6 +170,30 @@ class XlaTarget(Target):
             if count:
                 fallbacks[counter] = int(count)
         return fallbacks
+
+    def analyze_inference(
+        self, model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...]
+    ) -> InferenceAnalysis | None:
+        """torch_neuronx.analyze (neuron.md section 2.2): neuronx-cc's own per-op verdict on an
+        inference call, where the XLA-based torch-neuronx is installed; it compiles on the host,
+        so it also answers on a machine without NeuronCores."""
+        stack = detect.detect_neuron_stack()
+        if stack.flavour != detect.FLAVOUR_XLA:
+            return None
+        import torch_neuronx
+
+        report = torch_neuronx.analyze(model, example_inputs)
+        return InferenceAnalysis(
+            supported={op: int(n) for op, n in report.get("supported_operators", {}).items()},
+            unsupported=[
+                UnsupportedOp(item["kind"], item.get("failureAt", ""), item.get("call", ""))
+                for item in report.get("unsupported_operators", [])
+            ],
+            source=(
+                f"torch_neuronx.analyze (torch-neuronx {report.get('torch_neuronx_version')}, "
+                f"neuronx-cc {report.get('neuronx_cc_version')}), inference"
+            ),
+        )
 
     def device_kind(self) -> str:
         """torch_xla's vendor string for the device, e.g. "NC_v2" on a Trn1, "NC_v3d" on a Trn2."""

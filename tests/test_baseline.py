@@ -1,0 +1,473 @@
+"""Baseline measurement: statistics, warm-up rule, phases, failures, NaN, compile, reference.
+
+Real torch and real torch.compile on the CPU. Timing-dependent behaviour (warm-up convergence,
+steady-state recompiles) runs against a fake clock that each step advances, so it is
+deterministic; nothing here asserts an absolute time.
+"""
+
+import itertools
+import json
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import workbench.baseline as baseline
+from workbench.baseline import (
+    COMPILED,
+    EAGER,
+    INFER,
+    PHASE_COMPILE,
+    PHASE_FIRST_CALL,
+    PHASE_STEADY,
+    PHASE_WARMUP,
+    TRAIN,
+    BaselineResult,
+    BaselineSettings,
+    CompilePayback,
+    ConfigResult,
+    CounterDelta,
+    MemoryUse,
+    PhaseResult,
+    PreparedStep,
+    compile_payback,
+    measure,
+    run_baseline,
+)
+from workbench.baseline_checklist import Checklist, collect_checklist
+from workbench.baseline_views import raise_on_step_failure, result_data
+from workbench.errors import BadInput, WorkbenchError
+from workbench.reference import (
+    ReferenceSummary,
+    load_reference,
+    state_sha256,
+    write_reference,
+)
+from workbench.results import write_json_atomic
+from workbench.targets.base import CompileCounters
+from workbench.targets.cpu import CpuTarget
+from workbench.timing import HostPeakRss, Measurement, WarmupRule, quantile, theil_sen_drift
+from workbench.workload import Workload, load_workload
+
+QUICK = BaselineSettings(steady_steps=4, warmup=WarmupRule(window=4, threshold=0.5, max_steps=6))
+
+
+def quiet(_: str) -> None:
+    pass
+
+
+def linear_batch(size: int, generator: torch.Generator):
+    return (torch.randn(size, 8, generator=generator),), torch.randint(
+        3, (size,), generator=generator
+    )
+
+
+def small_workload(model_factory, name: str = "test-linear") -> Workload:
+    return Workload(
+        name=name,
+        model_factory=model_factory,
+        batch_maker=linear_batch,
+        loss_fn=nn.functional.cross_entropy,
+        optimizer_factory=lambda params: torch.optim.SGD(params, lr=0.1),
+        batch_size=8,
+    )
+
+
+class CallCounting(nn.Module):
+    """Linear(8, 3) that misbehaves from its k-th training call on: NaN outputs, or a raise."""
+
+    def __init__(self, k: int, behaviour: str) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 3)
+        self.k, self.behaviour, self.calls = k, behaviour, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.lin(x)
+        if not self.training:
+            return out
+        self.calls += 1
+        if self.calls >= self.k and self.behaviour == "nan":
+            return out * float("nan")
+        if self.calls >= self.k and self.behaviour == "raise":
+            raise ValueError(f"boom at call {self.calls}")
+        return out
+
+
+class DataDependent(nn.Module):
+    """A branch on a tensor value: Dynamo must break the graph here, so fullgraph fails."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.lin(x)
+        return out * 2 if out.sum() > 0 else out
+
+
+class FakeClock:
+    """Stands in for perf_counter; each step advances it by the next scheduled duration."""
+
+    def __init__(self, durations) -> None:
+        self.now = 0.0
+        self.durations = iter(durations)
+
+    def __call__(self) -> float:
+        return self.now
+
+    def tick(self) -> None:
+        self.now += next(self.durations)
+
+
+def fake_prepared(clock: FakeClock, step_body=None) -> PreparedStep:
+    def step() -> torch.Tensor:
+        clock.tick()
+        return step_body() if step_body else torch.tensor(1.0)
+
+    return PreparedStep(TRAIN, EAGER, step, 8, 8, torch.zeros(8), nn.functional.cross_entropy)
+
+
+# --- statistics -------------------------------------------------------------------------------
+
+
+def test_measurement_stats_are_derived_from_raw_samples():
+    samples = [0.5, 0.1, 0.4, 0.2, 0.3, 0.9, 0.6, 0.7, 0.8, 1.0]
+    m = Measurement(samples)
+    as_tensor = torch.tensor(samples, dtype=torch.float64)
+    assert m.times == samples
+    assert m.median == pytest.approx(torch.quantile(as_tensor, 0.5).item())
+    q25, q75 = torch.quantile(as_tensor, torch.tensor([0.25, 0.75], dtype=torch.float64))
+    assert m.iqr == pytest.approx((q75 - q25).item())
+    assert m.p90 == pytest.approx(torch.quantile(as_tensor, 0.9).item())
+    assert m.p99 == pytest.approx(torch.quantile(as_tensor, 0.99).item())
+    assert (m.mean, m.min, m.max) == (pytest.approx(0.55), 0.1, 1.0)
+    assert m.relative_iqr == pytest.approx(m.iqr / m.median)
+    assert m.has_warnings and "IQR" in m.warnings[0]
+
+
+def test_measurement_of_steady_samples_has_no_warning_and_rejects_empty():
+    assert not Measurement([1.0, 1.01, 0.99, 1.0]).has_warnings
+    assert Measurement([2.0]).median == 2.0
+    with pytest.raises(ValueError):
+        Measurement([])
+
+
+def test_quantile_interpolates_linearly():
+    assert quantile([0.0, 10.0], 0.25) == 2.5
+    assert quantile([1.0, 2.0, 3.0], 0.5) == 2.0
+
+
+def test_theil_sen_drift_is_exact_on_a_line_and_ignores_one_outlier():
+    line = [1.0 + 0.1 * i for i in range(10)]
+    assert theil_sen_drift(line) == pytest.approx(0.9)
+    flat_with_spike = [1.0] * 9 + [50.0]
+    assert theil_sen_drift(flat_with_spike) == pytest.approx(0.0)
+
+
+def test_warmup_rule_needs_a_full_stable_untrending_window():
+    rule = WarmupRule(window=5, threshold=0.1, max_steps=20)
+    assert not rule.is_steady([1.0] * 4)
+    assert rule.is_steady([9.0, 3.0, 1.0, 1.01, 0.99, 1.0, 1.0])
+    # Falling 3% a step: tight spread, but a 12% drift over the window.
+    assert not rule.is_steady([1.0 * 0.97**i for i in range(5)])
+    with pytest.raises(BadInput):
+        WarmupRule(window=5, max_steps=4)
+
+
+def test_counter_delta_treats_missing_compile_time_as_zero_and_counts_recompiles():
+    before = CompileCounters(2, None, "s", {"recompiles": 1, "graph_breaks": 0, "label": "x"})
+    after = CompileCounters(3, 1.5, "s", {"recompiles": 3, "graph_breaks": 0, "label": "x"})
+    delta = CounterDelta.between(before, after)
+    assert (delta.graphs, delta.compile_seconds) == (1, 1.5)
+    assert delta.extra == {"recompiles": 2, "graph_breaks": 0}
+    assert delta.recompiles == 2
+    unknown = CompileCounters(None, None, "s")
+    assert CounterDelta.between(unknown, unknown).graphs is None
+    assert CounterDelta.between(unknown, unknown).compile_seconds is None
+    idle = CompileCounters(0, None, "s")
+    assert CounterDelta.between(idle, idle).compile_seconds == 0.0
+
+
+# --- phases with a fake clock --------------------------------------------------------------------
+
+
+def test_warmup_converges_on_a_stable_series(monkeypatch):
+    clock = FakeClock([5.0] + [0.001] * 100)
+    monkeypatch.setattr(baseline, "perf_counter", clock)
+    settings = BaselineSettings(steady_steps=5, warmup=WarmupRule(4, 0.1, 50))
+    result = measure(fake_prepared(clock), CpuTarget(), settings, log=quiet)
+    warmup = result.phase(PHASE_WARMUP)
+    assert warmup.converged is True and warmup.steps == 4
+    assert result.phase(PHASE_FIRST_CALL).measurement.times == [5.0]
+    assert result.phase(PHASE_STEADY).first_step == 6
+    assert result.steady.times == pytest.approx([0.001] * 5)
+
+
+def test_warmup_stops_at_the_cap_on_a_trending_series(monkeypatch):
+    clock = FakeClock([1.0 * 0.9**i for i in range(100)])
+    monkeypatch.setattr(baseline, "perf_counter", clock)
+    settings = BaselineSettings(steady_steps=3, warmup=WarmupRule(4, 0.1, 12))
+    result = measure(fake_prepared(clock), CpuTarget(), settings, log=quiet)
+    warmup = result.phase(PHASE_WARMUP)
+    assert warmup.converged is False and warmup.steps == 12
+    assert result.warmup_converged is False and result.steady is not None
+
+
+def test_a_recompile_during_steady_state_is_counted(monkeypatch):
+    """Real Dynamo: the input grows by one element at step 8, inside the steady state."""
+    clock = FakeClock([0.001] * 100)
+    monkeypatch.setattr(baseline, "perf_counter", clock)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: (x * 2).sum(), backend="eager", dynamic=False)
+    calls = itertools.count(1)
+
+    def body() -> torch.Tensor:
+        return compiled(torch.ones(8 if next(calls) < 8 else 9))
+
+    settings = BaselineSettings(steady_steps=5, warmup=WarmupRule(4, 0.1, 10))
+    result = measure(fake_prepared(clock, body), CpuTarget(), settings, log=quiet)
+    assert result.phase(PHASE_STEADY).first_step == 6
+    assert result.steady_recompiles >= 1
+    assert result.phase(PHASE_WARMUP).compile.recompiles == 0
+
+
+# --- whole configurations, real torch ------------------------------------------------------------
+
+
+def test_loss_that_goes_nan_is_flagged_at_its_step():
+    workload = small_workload(lambda: CallCounting(k=4, behaviour="nan"))
+    settings = BaselineSettings(steady_steps=4, warmup=QUICK.warmup, modes=(EAGER,))
+    result = run_baseline(workload, CpuTarget(), settings, log=quiet)
+    train = result.config(TRAIN, EAGER)
+    assert train.nonfinite_step == 4
+    assert all(math.isfinite(loss) for loss in train.losses[:3])
+    assert math.isnan(train.losses[3]) and math.isnan(train.loss_last)
+    assert train.phase_of_step(4) == PHASE_WARMUP
+    assert result.config(INFER, EAGER).nonfinite_step is None  # eval mode stays finite
+    assert result.failures == []
+    data = json.loads(json.dumps(result_data(result), default=str))
+    assert data["configs"][0]["nonfinite_step"] == 4
+
+
+def test_a_raising_step_is_reported_and_the_other_configurations_run(tmp_path):
+    workload = small_workload(lambda: CallCounting(k=3, behaviour="raise"))
+    result = run_baseline(workload, CpuTarget(), QUICK, log=quiet)
+    train = result.config(TRAIN, EAGER)
+    failure = train.failure
+    assert (failure.phase, failure.step) == (PHASE_WARMUP, 3)
+    assert failure.error.startswith("ValueError: boom at call 3")
+    assert "forward" in failure.location and not failure.compile_failure
+    assert train.phase(PHASE_WARMUP).steps == 1  # step 2 ran, step 3 raised
+    assert result.config(INFER, EAGER).steady is not None
+    compiled = result.config(TRAIN, COMPILED).failure
+    assert (compiled.phase, compiled.step, compiled.compile_failure) == (PHASE_WARMUP, 3, False)
+    assert result.failures == [failure, compiled]
+    assert "train/eager failed in warm-up step 3" in result.headline()
+    write_json_atomic(tmp_path / "r.json", result_data(result))
+    with pytest.raises(WorkbenchError, match="warm-up step 3"):
+        raise_on_step_failure(result)
+
+
+class FullGraphCpu(CpuTarget):
+    """CPU with fullgraph compile, as the native Neuron backend compiles."""
+
+    def compile(self, fn):
+        return torch.compile(fn, backend="eager", fullgraph=True)
+
+
+class NoCompilerCpu(CpuTarget):
+    def compile(self, fn):
+        raise RuntimeError("no compiler for this model here")
+
+
+def test_compile_failure_keeps_eager_results_and_gives_the_reason():
+    settings = BaselineSettings(
+        steady_steps=3, warmup=QUICK.warmup, kinds=(TRAIN,), modes=(EAGER, COMPILED)
+    )
+    result = run_baseline(small_workload(DataDependent), FullGraphCpu(), settings, log=quiet)
+    compiled = result.config(TRAIN, COMPILED)
+    assert compiled.failure.compile_failure and compiled.failure.phase == PHASE_FIRST_CALL
+    assert result.config(TRAIN, EAGER).steady is not None
+    assert result.failures == [] and result.compile_failures == [compiled.failure]
+    assert "compile failed" in result.headline()
+    raise_on_step_failure(result)  # a compile failure is a finding, not a failed run
+    assert result.checklist.graphs[0].graph_breaks >= 1
+
+
+def test_a_target_whose_compile_raises_is_a_compile_failure():
+    settings = BaselineSettings(steady_steps=3, warmup=QUICK.warmup, kinds=(INFER,))
+    result = run_baseline(
+        small_workload(lambda: nn.Linear(8, 3)), NoCompilerCpu(), settings, log=quiet
+    )
+    failure = result.config(INFER, COMPILED).failure
+    assert (failure.phase, failure.step, failure.compile_failure) == (PHASE_COMPILE, 0, True)
+    assert "no compiler for this model here" in failure.error
+    assert result.config(INFER, EAGER).throughput is not None
+
+
+def test_real_torch_compile_runs_all_four_configurations(tmp_path):
+    reference = tmp_path / "ref.pt"
+    result = run_baseline(load_workload("seed-mlp"), CpuTarget(), QUICK, log=quiet,
+                          reference_path=reference)  # fmt: skip
+    assert [(c.kind, c.mode) for c in result.configs] == [
+        (TRAIN, EAGER), (TRAIN, COMPILED), (INFER, EAGER), (INFER, COMPILED),
+    ]  # fmt: skip
+    for config in result.configs:
+        assert config.failure is None and config.steady is not None
+        assert len(config.steady.times) == 4 and config.throughput > 0
+        assert config.steady_recompiles == 0
+    compiled = result.config(TRAIN, COMPILED)
+    assert compiled.phase(PHASE_FIRST_CALL).compile.graphs >= 1
+    assert result.config(TRAIN, EAGER).phase(PHASE_FIRST_CALL).compile.graphs == 0
+    assert len(result.paybacks()) == 2
+    assert result.checklist.graph_changes_with_shape is False
+    assert result.checklist.custom_ops == {}
+    assert reference.exists() and result.reference.path == str(reference)
+    saved = write_json_atomic(tmp_path / "01_baseline.json", result_data(result))
+    data = json.loads(saved.read_text())
+    steady = data["configs"][0]["phases"][2]
+    assert steady["phase"] == "steady" and len(steady["measurement"]["times"]) == 4
+    assert data["headline"] == result.headline()
+
+
+def test_host_peak_memory_is_per_phase_where_the_os_allows():
+    host = HostPeakRss()
+    if "clear_refs" not in host.source:
+        pytest.skip(f"peak reset not available here: {host.source}")
+    host.reset()
+    block = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
+    with_block = host.peak()
+    del block
+    host.reset()
+    assert host.peak() < with_block - 32 * 2**20
+
+
+# --- checklist ------------------------------------------------------------------------------------
+
+
+class ShapeDependent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.lin(x)
+        return torch.relu(out) if x.shape[0] > 4 else out
+
+
+@torch.library.custom_op("wbtest::scale", mutates_args=())
+def scale(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+scale.register_fake(lambda x: torch.empty_like(x))
+scale.register_autograd(lambda ctx, grad: grad * 2)
+
+
+class UsesCustomOp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return scale(self.lin(x))
+
+
+def test_checklist_sees_shape_dependent_graphs_and_custom_ops():
+    shape = collect_checklist(small_workload(ShapeDependent), CpuTarget())
+    assert [g.batch_size for g in shape.graphs] == [8, 4]
+    assert shape.graph_changes_with_shape is True
+    custom = collect_checklist(small_workload(UsesCustomOp), CpuTarget())
+    assert custom.custom_ops == {"wbtest": ["wbtest.scale.default"]}
+    assert custom.graph_changes_with_shape is False
+    assert shape.versions["torch"] == torch.__version__
+
+
+# --- reference artifact ---------------------------------------------------------------------------
+
+
+def test_reference_artifact_round_trips(tmp_path):
+    workload = load_workload("seed-mlp")
+    summary = write_reference(workload, CpuTarget(), tmp_path / "ref.pt")
+    loaded = load_reference(summary.path)
+    inputs, targets = workload.batch("cpu")
+    model = workload.build_model("cpu").eval()
+    assert torch.equal(loaded["inputs"][0], inputs[0]) and torch.equal(loaded["targets"], targets)
+    with torch.no_grad():
+        assert torch.equal(loaded["outputs"], model(*inputs))
+    assert loaded["state_sha256"] == state_sha256(model) == summary.state_sha256
+    assert loaded["loss"] == pytest.approx(summary.loss)
+    trained = workload.build_model("cpu")
+    with torch.no_grad():
+        trained[0].weight.add_(1e-6)
+    assert state_sha256(trained) != summary.state_sha256
+
+
+# --- headline ---------------------------------------------------------------------------------
+
+
+def synthetic(kind: str, mode: str, first: float, warmup: list[float], steady: list[float]):
+    def phase(name: str, start: int, times: list[float]) -> PhaseResult:
+        return PhaseResult(name, start, Measurement(times), MemoryUse(None, None, None),
+                           CounterDelta(0, 0.0))  # fmt: skip
+
+    phases = [
+        phase(PHASE_FIRST_CALL, 1, [first]),
+        phase(PHASE_WARMUP, 2, warmup),
+        phase(PHASE_STEADY, 2 + len(warmup), steady),
+    ]
+    return ConfigResult(kind, mode, 8, 8, phases)
+
+
+def test_headline_when_compiled_is_faster():
+    eager = synthetic(TRAIN, EAGER, 0.002, [0.001] * 4, [0.001] * 10)
+    compiled = synthetic(TRAIN, COMPILED, 10.0005, [0.0005] * 4, [0.0005] * 10)
+    payback = compile_payback(eager, compiled)
+    assert payback.speedup == pytest.approx(2.0)
+    assert payback.compile_cost == pytest.approx(10.0 - 0.001)
+    assert payback.break_even_steps == math.ceil((10.0 - 0.001) / 0.0005)
+    assert payback.sentence() == (
+        "training step: compile costs 10.00 s, repaid after ~20,000 steps at the measured "
+        "2.00x speed-up"
+    )
+
+
+def test_headline_when_compiled_is_slower():
+    eager = synthetic(INFER, EAGER, 0.001, [0.001] * 4, [0.001] * 10)
+    compiled = synthetic(INFER, COMPILED, 3.0, [0.002] * 4, [0.002] * 10)
+    payback = compile_payback(eager, compiled)
+    assert payback.break_even_steps is None
+    assert payback.sentence().startswith(
+        "inference call: compiled is slower (0.50x eager's speed), so its 3.00 s compile cost "
+        "is never repaid"
+    )
+    assert isinstance(payback, CompilePayback)
+
+
+def test_headline_reads_both_kinds_and_warns_when_timings_are_noisy():
+    configs = [
+        synthetic(TRAIN, EAGER, 0.002, [0.001] * 4, [0.001] * 10),
+        synthetic(TRAIN, COMPILED, 10.0005, [0.0005] * 4, [0.0005] * 10),
+        synthetic(INFER, EAGER, 0.001, [0.001] * 4, [0.001, 0.002] * 5),
+    ]
+    result = BaselineResult(
+        workload={"name": "w"}, target={"name": "cpu"}, eager_means="", compiled_means="",
+        settings=BaselineSettings(), host_memory_source="", device_memory_source="",
+        compile_counter_source="", configs=configs, checklist=Checklist({}, [], {}),
+        reference=ReferenceSummary(None, None, None, "cpu"), throughput_unit="samples/s",
+        wall_seconds=1.0,
+    )  # fmt: skip
+    assert result.headline() == (
+        "On cpu, training step: compile costs 10.00 s, repaid after ~20,000 steps at the "
+        "measured 2.00x speed-up; inference call: eager median 1.5 ms (5,333 samples/s); "
+        "the timings are noisy (steady-state IQR up to 67% of the median), so compare them "
+        "with care."
+    )
+
+
+def test_settings_reject_nonsense():
+    with pytest.raises(BadInput):
+        BaselineSettings(steady_steps=1)
+    with pytest.raises(BadInput):
+        BaselineSettings(modes=("jit",))

@@ -1,0 +1,102 @@
+"""Baseline figures render under Agg from a result, including one with a failed configuration."""
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+from workbench import plots  # noqa: E402
+from workbench.baseline import (  # noqa: E402
+    COMPILED,
+    EAGER,
+    INFER,
+    PHASE_FIRST_CALL,
+    PHASE_STEADY,
+    PHASE_WARMUP,
+    TRAIN,
+    BaselineResult,
+    BaselineSettings,
+    ConfigResult,
+    CounterDelta,
+    MemoryUse,
+    PhaseResult,
+    StepFailure,
+)
+from workbench.baseline_checklist import Checklist  # noqa: E402
+from workbench.reference import ReferenceSummary  # noqa: E402
+from workbench.timing import Measurement  # noqa: E402
+
+
+def config(kind: str, mode: str, first: float, steady: float, device: bool = False) -> ConfigResult:
+    memory = MemoryUse(300 * 2**20, 2**20 if device else None, 2**21 if device else None)
+
+    def phase(name: str, start: int, times: list[float]) -> PhaseResult:
+        return PhaseResult(name, start, Measurement(times), memory, CounterDelta(0, 0.0))
+
+    return ConfigResult(
+        kind,
+        mode,
+        8,
+        8,
+        [
+            phase(PHASE_FIRST_CALL, 1, [first]),
+            phase(PHASE_WARMUP, 2, [steady * 1.5, steady * 1.1, steady, steady]),
+            phase(PHASE_STEADY, 6, [steady * (1 + 0.01 * i) for i in range(10)] + [steady * 40]),
+        ],
+    )
+
+
+def result(configs: list[ConfigResult]) -> BaselineResult:
+    return BaselineResult(
+        workload={"name": "w", "batch_size": 8},
+        target={"name": "cpu"},
+        eager_means="eager",
+        compiled_means="compiled",
+        settings=BaselineSettings(),
+        host_memory_source="test",
+        device_memory_source="test",
+        compile_counter_source="test",
+        configs=configs,
+        checklist=Checklist({}, [], {}),
+        reference=ReferenceSummary(None, None, None, "cpu"),
+        throughput_unit="samples/s",
+        wall_seconds=1.0,
+    )
+
+
+def render(figure) -> bytes:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def test_step_times_is_log_scale_and_starts_with_the_first_call():
+    full = result(
+        [
+            config(TRAIN, EAGER, 0.01, 0.001),
+            config(TRAIN, COMPILED, 9.0, 0.0005),
+            config(INFER, EAGER, 0.001, 0.0002),
+            config(INFER, COMPILED, 1.0, 0.0001),
+        ]
+    )
+    figure = plots.step_times(full)
+    train_axes = figure.axes[0]
+    assert train_axes.get_yscale() == "log"
+    compiled_line = next(line for line in train_axes.lines if line.get_label() == COMPILED)
+    assert compiled_line.get_ydata()[0] == 9.0 * 1e3  # the compile spike, in ms
+    assert len(compiled_line.get_xdata()) == 1 + 4 + 11
+    for make in (plots.step_times, plots.steady_histogram, plots.eager_vs_compiled):
+        assert render(make(full)).startswith(b"\x89PNG")
+
+
+def test_figures_survive_a_failed_configuration_and_show_device_memory():
+    failed = ConfigResult(TRAIN, COMPILED, 8, 8)
+    failed.failure = StepFailure(TRAIN, COMPILED, "compile", 0, "RuntimeError: x", "", True)
+    partial = result([config(TRAIN, EAGER, 0.01, 0.001, device=True), failed])
+    partial.settings = BaselineSettings(kinds=(TRAIN,))
+    figure = plots.eager_vs_compiled(partial)
+    titles = [ax.get_title() for ax in figure.axes]
+    assert any(title.startswith("device") for title in titles)
+    for make in (plots.step_times, plots.steady_histogram, plots.eager_vs_compiled):
+        assert render(make(partial)).startswith(b"\x89PNG")

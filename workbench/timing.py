@@ -1,0 +1,178 @@
+"""Timing statistics shared by every measurement: raw samples with derived stats, the adaptive
+warm-up rule, and this process's peak resident memory per phase."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from workbench.errors import BadInput
+
+# Relative IQR above which a sample set is called unstable (torch.utils.benchmark uses the same
+# two levels for its warnings).
+FLUCTUATION_WARN = 0.10
+FLUCTUATION_SEVERE = 0.25
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear interpolation between order statistics (numpy's and torch.quantile's default)."""
+    position = q * (len(sorted_values) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+
+
+@dataclass
+class Measurement:
+    """Raw per-step times in seconds and the statistics derived from them.
+
+    Like torch.utils.benchmark's Measurement, the samples travel with the statistics; the
+    statistics are recomputed from `times` on construction, never stored independently.
+    """
+
+    times: list[float]
+    median: float = field(init=False)
+    iqr: float = field(init=False)
+    mean: float = field(init=False)
+    min: float = field(init=False)
+    max: float = field(init=False)
+    p90: float = field(init=False)
+    p99: float = field(init=False)
+    relative_iqr: float = field(init=False)
+    has_warnings: bool = field(init=False)
+    warnings: list[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not self.times:
+            raise ValueError("a Measurement needs at least one sample")
+        ordered = sorted(self.times)
+        self.median = quantile(ordered, 0.5)
+        self.iqr = quantile(ordered, 0.75) - quantile(ordered, 0.25)
+        self.mean = sum(ordered) / len(ordered)
+        self.min = ordered[0]
+        self.max = ordered[-1]
+        self.p90 = quantile(ordered, 0.90)
+        self.p99 = quantile(ordered, 0.99)
+        self.relative_iqr = self.iqr / self.median if self.median > 0 else math.inf
+        self.warnings = []
+        if self.relative_iqr > FLUCTUATION_SEVERE:
+            self.warnings.append(
+                f"IQR is {self.relative_iqr:.0%} of the median: these timings are noisy (other "
+                "load on the machine, or steps too short to time one by one); compare with care"
+            )
+        elif self.relative_iqr > FLUCTUATION_WARN:
+            self.warnings.append(f"IQR is {self.relative_iqr:.0%} of the median: some fluctuation")
+        self.has_warnings = bool(self.warnings)
+
+    @property
+    def total(self) -> float:
+        return sum(self.times)
+
+
+def theil_sen_drift(values: Sequence[float]) -> float:
+    """Change across the series predicted by its Theil-Sen slope (median of pairwise slopes).
+
+    A robust trend: one slow step (a GC pause) cannot fake a trend as it can with least squares.
+    """
+    slopes = sorted(
+        (values[j] - values[i]) / (j - i)
+        for i in range(len(values))
+        for j in range(i + 1, len(values))
+    )
+    return quantile(slopes, 0.5) * (len(values) - 1) if slopes else 0.0
+
+
+@dataclass(frozen=True)
+class WarmupRule:
+    """Warm-up ends when the last `window` steps have IQR/median under `threshold` and drift
+    (Theil-Sen) under `threshold` x median, or after `max_steps` steps, whichever comes first."""
+
+    window: int = 10
+    threshold: float = 0.10
+    max_steps: int = 100
+
+    def __post_init__(self) -> None:
+        if self.window < 4:
+            raise BadInput(f"warm-up window {self.window} is too short to judge; use at least 4.")
+        if not 0 < self.threshold < 1:
+            raise BadInput(f"warm-up threshold {self.threshold} must lie between 0 and 1.")
+        if self.max_steps < self.window:
+            raise BadInput(
+                f"warm-up cap {self.max_steps} is below its window {self.window}: it could "
+                "never converge."
+            )
+
+    def is_steady(self, times: Sequence[float]) -> bool:
+        if len(times) < self.window:
+            return False
+        recent = list(times[-self.window :])
+        stats = Measurement(recent)
+        drift = abs(theil_sen_drift(recent)) / stats.median if stats.median > 0 else math.inf
+        return stats.relative_iqr < self.threshold and drift < self.threshold
+
+
+class HostPeakRss:
+    """This process's peak resident memory per phase.
+
+    Linux keeps the peak as VmHWM in /proc/self/status, and writing "5" to /proc/self/clear_refs
+    resets it to the current RSS, so each phase gets its own peak. Where the reset is refused the
+    reading is the process-lifetime peak; without /proc it falls back to psutil's current RSS at
+    the end of the phase, which is not a peak. `source` says which one was used.
+    """
+
+    _STATUS = Path("/proc/self/status")
+    _CLEAR_REFS = Path("/proc/self/clear_refs")
+
+    def __init__(self) -> None:
+        self._has_vmhwm = self._vmhwm() is not None
+        self._resettable = self._has_vmhwm and self._reset_vmhwm()
+        if self._resettable:
+            self.source = (
+                "VmHWM from /proc/self/status, reset per phase via /proc/self/clear_refs "
+                "(this process only: compiler worker processes are not included)"
+            )
+        elif self._has_vmhwm:
+            self.source = "VmHWM from /proc/self/status: process-lifetime peak (reset refused)"
+        else:
+            self.source = "psutil RSS at the end of the phase (no peak reading on this OS)"
+
+    def _vmhwm(self) -> int | None:
+        try:
+            text = self._STATUS.read_text()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # the kernel reports kB
+        return None
+
+    def _reset_vmhwm(self) -> bool:
+        try:
+            with open(self._CLEAR_REFS, "w") as fh:
+                fh.write("5")
+        except OSError:
+            return False
+        return True
+
+    def reset(self) -> None:
+        if self._resettable:
+            self._reset_vmhwm()
+
+    def peak(self) -> int | None:
+        if self._has_vmhwm:
+            return self._vmhwm()
+        return int(psutil.Process().memory_info().rss)
+
+
+def format_seconds(seconds: float) -> str:
+    if seconds == 0:
+        return "0 s"
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} µs"
