@@ -25,6 +25,8 @@ def _param(type_name, default):
         ("bool", "False", False),
         ("str", "123", "123"),
         ("list", "[1, 2, 4]", [1, 2, 4]),
+        ("list", "8, 16", [8, 16]),
+        ("list", "eager", ["eager"]),
         ("list", (8, 16), [8, 16]),
     ],
 )
@@ -39,7 +41,7 @@ def test_coerce_accepts_values_of_the_declared_type(type_name, raw, expected):
         ("int", "1.5"),
         ("bool", "maybe"),
         ("int", True),
-        ("list", "7"),
+        ("list", "{a: 1"),
         ("float", ""),
     ],
 )

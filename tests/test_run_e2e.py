@@ -172,3 +172,32 @@ def test_unwritable_or_occupied_output_loses_nothing(tmp_path):
     result = workbench("run", "--only", "00", "--out", "earlier-run", cwd=tmp_path)
     assert result.returncode == 2 and "already holds files" in result.stderr
     assert _snapshot(earlier) == before
+
+
+def test_a_failing_notebook_does_not_stop_the_next_one(tmp_path):
+    result = workbench(
+        "run", "--only", "00,01", "--out", "run",
+        "-p", "pinned_manifest=missing.json", "-p", "steady_steps=3", "-p", "modes=eager",
+        "-p", "warmup_max_steps=8", "-p", "warmup_window=4",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 1
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert [n["status"] for n in summary["notebooks"]] == ["failed", "ok"]
+    assert (tmp_path / "run" / "01_baseline.json").is_file()
+
+
+def test_a_killed_kernel_is_reported_and_the_run_goes_on(tmp_path):
+    result = workbench(
+        "run", "--only", "01,00", "--out", "run",
+        "--workload", "tests.fixtures.user_workloads:kills_kernel",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 1
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    statuses = {n["notebook"]: n for n in summary["notebooks"]}
+    assert statuses["01_baseline"]["status"] == "kernel-died"
+    assert "kernel died" in statuses["01_baseline"]["error"]
+    assert statuses["00_environment"]["status"] == "ok"
+    assert (tmp_path / "run" / "01_baseline.html").is_file(), "the partial report is kept"
+    assert "kernel died" in (tmp_path / "run" / "index.html").read_text()

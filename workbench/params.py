@@ -52,7 +52,13 @@ def notebook_parameters(path: Path) -> dict[str, Parameter]:
 def coerce(param: Parameter, value: Any) -> Any:
     """Coerce a CLI string or config value to the parameter's declared type, or raise BadInput."""
     expected = _TYPES[param.type_name]
-    if isinstance(value, str) and expected is not str:
+    if isinstance(value, str) and expected is list:
+        # "8, 16, 32", "[8, 16, 32]" and "eager" all read as YAML flow lists; numbers stay numbers.
+        try:
+            value = yaml.safe_load(f"[{value.strip().removeprefix('[').removesuffix(']')}]")
+        except yaml.YAMLError:
+            pass
+    elif isinstance(value, str) and expected is not str:
         try:
             value = yaml.safe_load(value) if value.strip() else None
         except yaml.YAMLError:

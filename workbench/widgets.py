@@ -12,7 +12,6 @@ import html
 from typing import Any
 
 import ipywidgets as w
-import yaml
 
 from workbench import context
 from workbench.errors import BadInput
@@ -54,14 +53,10 @@ def control_panel(notebook: str, namespace: dict[str, Any]) -> w.VBox:
         control = _control(param, namespace.get(param.name, param.default))
 
         def store(change: dict[str, Any], param: Parameter = param) -> None:
-            raw = change["new"]
             try:
-                if param.type_name == "list":
-                    # "8, 16, 32" reads as a YAML flow list, so numbers stay numbers.
-                    raw = yaml.safe_load(f"[{raw.strip().strip('[]')}]")
-                namespace[param.name] = coerce(param, raw)
+                namespace[param.name] = coerce(param, change["new"])
                 message.value = ""
-            except (yaml.YAMLError, BadInput) as exc:  # shown under the panel; old value stays
+            except BadInput as exc:  # shown under the panel; old value stays
                 message.value = f'<span class="wb-error">{html.escape(str(exc))}</span>'
 
         control.observe(store, names="value")
