@@ -1,7 +1,8 @@
 """`workbench` command line: run the workbook, pin and diff environments, list what exists.
 
 Exit codes: 0 success; 1 a notebook failed (its report is still written); 2 bad input, rejected
-before anything ran; 3 critical environment drift (`env diff`); 130 interrupted.
+before anything ran; 3 critical environment drift (`env diff`); 4 blocking findings (`scan`);
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from workbench import scan
 from workbench.errors import EXIT_DRIFT, EXIT_OK, BadInput, WorkbenchError
 
 CONFIG_KEYS = ("workload", "target", "only", "out", "parameters", "show_code", "cell_timeout")
@@ -110,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="workbench",
         description="Trainium migration workbook: run the notebooks headless, pin environments.",
         epilog="exit codes: 0 ok, 1 a notebook failed, 2 bad input, 3 critical drift, "
-        "130 interrupted",
+        "4 blocking scan findings, 130 interrupted",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -136,6 +138,14 @@ def build_parser() -> argparse.ArgumentParser:
     diff_p.add_argument("old")
     diff_p.add_argument("new")
     diff_p.set_defaults(func=cmd_env_diff)
+
+    scan_p = sub.add_parser(
+        "scan",
+        help="find CUDA-specific code in your sources, with the Neuron replacement",
+        epilog="exit codes: 0 no blocking finding, 2 bad input, 4 blocking findings",
+    )
+    scan.configure_parser(scan_p)
+    scan_p.set_defaults(func=scan.cmd_scan)
 
     list_p = sub.add_parser("list", help="workloads, targets and notebook parameters")
     list_p.set_defaults(func=cmd_list)

@@ -1,0 +1,422 @@
+"""Op capture, risk flags, shape stability, graph breaks and the coverage report, on real torch.
+
+Everything here runs for real on the CPU: TorchDispatchMode capture, autograd, optimizers,
+torch.library custom ops and torch._dynamo.explain. The only fake is torch_neuronx, in the
+measured-verdict test, and it follows the op-tracking contract of reference/neuron.md 2.7
+(`clear_op_tracking()`, then `get_fallback_ops()`: one op name per fallen-back call).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+from torch import nn
+
+from workbench import coverage_risks as risks
+from workbench.coverage import SEEN_REFERENCE, analyze_coverage, report_data
+from workbench.coverage_capture import (
+    PHASE_BACKWARD,
+    PHASE_FORWARD,
+    PHASE_OPTIMIZER,
+    capture_training_step,
+)
+from workbench.coverage_graphs import explain_forward
+from workbench.coverage_shapes import ShapeStability, compare_captures
+from workbench.results import write_json_atomic
+from workbench.support import FALLS_BACK, SUPPORTED, UNKNOWN
+from workbench.targets.cpu import CpuTarget
+from workbench.targets.detect import FLAVOUR_NATIVE, FLAVOUR_XLA
+from workbench.workload import Workload, load_workload
+
+THIS_FILE = str(Path(__file__).resolve())
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _line_of(marker: str) -> int:
+    """The line of this file that carries `marker` in a comment."""
+    for number, line in enumerate(Path(__file__).read_text().splitlines(), start=1):
+        if line.rstrip().endswith(f"# {marker}") and "_line_of" not in line:
+            return number
+    raise AssertionError(marker)
+
+
+def _workload(model_factory, *, batch_size: int = 8, features: int = 6) -> Workload:
+    return Workload(
+        name="test",
+        model_factory=model_factory,
+        batch_maker=lambda n, g: (
+            (torch.randn(n, features, generator=g),),
+            torch.randint(3, (n,), generator=g),
+        ),
+        loss_fn=nn.functional.cross_entropy,
+        optimizer_factory=lambda params: torch.optim.SGD(params, lr=0.1),
+        batch_size=batch_size,
+    )
+
+
+@torch.library.custom_op("wbtest::double_it", mutates_args=())
+def double_it(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@double_it.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+class Risky(nn.Module):
+    """One op per risk a coverage report must raise (methods.md c10)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(6, 3)
+        self.register_buffer("big", torch.tensor([2**40, 7]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)  # MARK-linear
+        scale = y.detach().abs().max().item()  # MARK-item
+        kept = torch.nonzero(x > 0)  # MARK-nonzero
+        wide = x.double().sum()  # MARK-double
+        offsets = self.big + 1  # MARK-int64
+        sparse = x.detach().to_sparse().to_dense().sum()  # MARK-sparse
+        noise = torch.nn.functional.dropout(y, p=0.1)  # MARK-dropout
+        custom = double_it(y.detach())  # MARK-custom
+        extra = (kept.numel() + wide + offsets[1] + sparse + scale) * 0
+        return noise + custom + extra.float()
+
+
+def test_capture_records_phases_counts_dtypes_and_user_lines() -> None:
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1 = nn.Linear(6, 5)
+            self.fc2 = nn.Linear(5, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            hidden = torch.tanh(self.fc1(x))  # MARK-tanh
+            return self.fc2(hidden)
+
+    capture = capture_training_step(_workload(Net))
+    assert capture.failure is None
+    ops = capture.ops
+    assert ops["aten::addmm"].calls == {PHASE_FORWARD: 2}
+    assert ops["aten::tanh"].calls == {PHASE_FORWARD: 1}
+    assert PHASE_BACKWARD in ops["aten::tanh_backward"].calls
+    assert ops["aten::add_.Tensor"].calls == {PHASE_OPTIMIZER: 4}  # SGD: one per parameter
+    assert ops["aten::tanh"].dtypes == ["float32"]
+    assert ops["aten::nll_loss_forward"].dtypes == ["float32", "int64"]
+    assert ops["aten::addmm"].shapes[0] == "5, 8x6, 6x5"
+
+    tanh_line = _line_of("MARK-tanh")
+    forward_site = ops["aten::tanh"].first_site
+    assert (forward_site.path, forward_site.line, forward_site.in_user_code) == (
+        THIS_FILE,
+        tanh_line,
+        True,
+    )
+    # The backward op has no workload frame on its stack: it maps to the forward call.
+    backward_site = ops["aten::tanh_backward"].first_site
+    assert (backward_site.path, backward_site.line) == (THIS_FILE, tanh_line)
+    assert backward_site.via == "backward of TanhBackward0"
+    assert ops["aten::tanh_backward"].forward_ops == ["aten::tanh"]
+    # Inside nn.Linear the workload line is the caller, and the running module is named.
+    assert ops["aten::addmm"].first_site.module == "fc1 (Linear)"
+    # The optimizer's ops come from torch itself: the site says which torch code ran them.
+    optimizer_site = ops["aten::add_.Tensor"].first_site
+    assert not optimizer_site.in_user_code
+    assert optimizer_site.path.endswith(os.path.join("torch", "optim", "sgd.py"))
+
+
+def test_sequential_model_sites_name_the_layer() -> None:
+    capture = capture_training_step(load_workload("seed-mlp"))
+    gelu = capture.ops["aten::gelu"].first_site
+    assert gelu.module == "1 (GELU)"
+    assert gelu.path.endswith(os.path.join("torch", "nn", "modules", "activation.py"))
+    assert "1 (GELU)" in gelu.short()
+
+
+def test_risk_flags_come_from_torch_metadata_and_real_values() -> None:
+    capture = capture_training_step(_workload(Risky))
+    assert capture.failure is None
+    flags = {(f.kind, f.op): f for f in risks.capture_flags(capture)}
+
+    host = flags[(risks.HOST_SYNC, "aten::_local_scalar_dense")]
+    assert host.site.line == _line_of("MARK-item")
+    assert flags[(risks.DYNAMIC_SHAPE, "aten::nonzero")].severity == risks.HIGH
+    assert flags[(risks.DYNAMIC_SHAPE, "aten::nonzero")].site.line == _line_of("MARK-nonzero")
+    random = [f for (kind, _), f in flags.items() if kind == risks.RANDOM]
+    assert any(f.site and f.site.line == _line_of("MARK-dropout") for f in random)
+    float64 = [f for (kind, _), f in flags.items() if kind == risks.FLOAT64]
+    assert any(f.site and f.site.line == _line_of("MARK-double") for f in float64)
+    beyond = flags[(risks.INT64_RANGE, "aten::add.Tensor")]
+    assert beyond.site.line == _line_of("MARK-int64")
+    assert "1,099,511,627,777" in beyond.detail
+    sparse = [f for (kind, _), f in flags.items() if kind == risks.SPARSE]
+    assert sparse and all("sparse_coo" in f.detail for f in sparse)
+    custom = flags[(risks.CUSTOM_OP, "wbtest::double_it")]
+    assert "defined in Python" in custom.detail
+    assert custom.site.line == _line_of("MARK-custom")
+    # Small int64 values (class targets) are only the low-severity int64 note.
+    assert flags[(risks.INT64, "aten::nll_loss_forward")].severity == risks.LOW
+    assert (risks.INT64_RANGE, "aten::nll_loss_forward") not in flags
+    assert "aten" in risks.builtin_namespaces()
+    assert "wbtest" not in risks.builtin_namespaces()
+
+
+class FailsInSecondLayer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(6, 5)
+        self.fc2 = nn.Linear(4, 3)  # wrong input width: fails at run time
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = torch.relu(self.fc1(x))
+        return self.fc2(hidden)  # MARK-fails
+
+
+def test_failure_mid_capture_keeps_ops_and_says_where() -> None:
+    capture = capture_training_step(_workload(FailsInSecondLayer))
+    failure = capture.failure
+    assert failure is not None
+    assert failure.phase == PHASE_FORWARD
+    assert failure.error_type == "RuntimeError"
+    assert failure.op == "aten::addmm"
+    assert (failure.site.path, failure.site.line) == (THIS_FILE, _line_of("MARK-fails"))
+    assert "aten::relu" in capture.ops  # captured before the failure, kept
+    assert f"test_coverage.py:{_line_of('MARK-fails')}" in failure.summary()
+
+
+class GrowsByOne(nn.Module):
+    """A shape that follows the batch size but not by its ratio: B + 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pad = torch.zeros(x.shape[0] + 1, 3)  # MARK-grows
+        return self.lin(x) + pad[1:]
+
+
+def test_shape_stability_tells_batch_scaling_from_other_changes() -> None:
+    stable = load_workload("seed-mlp")
+    reference = capture_training_step(stable)
+    half = capture_training_step(stable, batch_size=32)
+    from fractions import Fraction
+
+    comparison = compare_captures(reference, half, "batch", Fraction(32, 64))
+    assert comparison.scaled_calls > 0
+    assert comparison.unexplained_calls == 0 and not comparison.call_count_changes
+    assert ShapeStability(reference.label, [comparison]).stable
+
+    growing = _workload(GrowsByOne)
+    reference = capture_training_step(growing)
+    other = capture_training_step(growing, batch_size=4)
+    comparison = compare_captures(reference, other, "batch", Fraction(4, 8))
+    stability = ShapeStability(reference.label, [comparison])
+    assert not stability.stable
+    zeros = [c for c in comparison.unexplained if c.op == "aten::zeros"]
+    assert zeros and zeros[0].reference == "9x3" and zeros[0].variant == "5x3"
+    assert zeros[0].site.line == _line_of("MARK-grows")
+    assert "beyond the batch dimension" in stability.sentence()
+
+
+class BreaksGraph(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        print("logging from forward")  # MARK-print
+        return y * 2
+
+
+def test_graph_breaks_with_reason_and_location(capsys: pytest.CaptureFixture) -> None:
+    compiled = explain_forward(_workload(BreaksGraph))
+    assert compiled.error is None
+    assert compiled.graph_break_count >= 1
+    assert compiled.graph_count == compiled.graph_break_count + 1
+    first = compiled.breaks[0]
+    assert "print" in first.reason + first.explanation
+    assert (first.site.path, first.site.line) == (THIS_FILE, _line_of("MARK-print"))
+    assert "graph break" in compiled.sentence()
+
+    clean = explain_forward(load_workload("seed-mlp"))
+    assert (clean.graph_count, clean.graph_break_count, clean.breaks) == (1, 0, [])
+
+
+def test_report_on_seed_mlp_is_complete_and_json_ready(tmp_path: Path) -> None:
+    report = analyze_coverage(load_workload("seed-mlp"), CpuTarget())
+    assert report.measurement is None and "measures no Neuron fallbacks" in (
+        report.measurement_note
+    )
+    summaries = report.summaries()
+    ops = len(report.reference.ops)
+    # Native TorchNeuron has no table: nothing may read as supported without a measurement.
+    assert summaries[FLAVOUR_NATIVE].distinct == {FALLS_BACK: 0, UNKNOWN: ops, SUPPORTED: 0}
+    assert sum(summaries[FLAVOUR_XLA].distinct.values()) == ops
+    assert all(SEEN_REFERENCE in row.seen_in for row in report.rows)
+    assert report.shapes.stable
+    assert report.headline().startswith(f"seed-mlp: one training step runs {ops} distinct")
+
+    path = write_json_atomic(tmp_path / "coverage.json", report_data(report))
+    data = json.loads(path.read_text())
+    addmm = next(op for op in data["ops"] if op["op"] == "aten::addmm")
+    assert addmm["calls"] == {"forward": 2}
+    assert addmm["verdicts"]["native"]["status"] == UNKNOWN
+    assert addmm["verdicts"]["xla"]["status"] == SUPPORTED
+    assert "torch-xla 2.9.0 dispatcher table" in addmm["verdicts"]["xla"]["evidence"][0]
+    assert addmm["first_site"]["module"] == "0 (Linear)"
+    assert data["compiled"]["graph_count"] == 1
+    assert data["tables"]["xla"][0]["version"] == "2.9.0"
+
+
+def test_tiny_transformer_checks_batch_and_sequence() -> None:
+    report = analyze_coverage(load_workload("tiny-transformer"), CpuTarget(), measure=False)
+    dimensions = [c.dimension for c in report.shapes.comparisons]
+    assert dimensions == ["batch", "sequence"]
+    assert [v.label for v in report.variants] == ["batch 4, sequence 32", "batch 8, sequence 16"]
+    assert report.shapes.stable
+    # The CPU's own SDPA kernel is not what a Neuron device runs: unknown, never "falls back".
+    sdpa = next(r for r in report.rows if r.op.startswith("aten::_scaled_dot_product_flash"))
+    assert sdpa.verdicts[FLAVOUR_XLA].status == UNKNOWN
+    assert risks.CPU_KERNEL in sdpa.flags
+    # torch-xla's own gradient formula for layer norm replaces the CPU's backward op.
+    backward = next(r for r in report.rows if r.op == "aten::native_layer_norm_backward")
+    assert backward.verdicts[FLAVOUR_XLA].status == SUPPORTED
+    assert "aten::native_layer_norm" in backward.verdicts[FLAVOUR_XLA].evidence[0]
+
+
+class FakeTorchNeuronx(ModuleType):
+    """torch_neuronx op tracking as neuron.md 2.7 documents it: clear, run, read the names of
+    the ops that ran on the CPU fallback, one entry per call."""
+
+    def __init__(self, fallen_back: list[str]) -> None:
+        super().__init__("torch_neuronx")
+        self.fallen_back = fallen_back
+        self.cleared = 0
+
+    def clear_op_tracking(self) -> None:
+        self.cleared += 1
+
+    def get_fallback_ops(self) -> list[str]:
+        return list(self.fallen_back)
+
+
+class NativeOnCpu(CpuTarget):
+    """The NeuronTarget's fallback reading (torch_neuronx calls) on a CPU device, so the
+    measured path of analyze_coverage runs here end to end."""
+
+    neuron_flavour = FLAVOUR_NATIVE
+
+    def start_fallback_tracking(self) -> None:
+        import torch_neuronx
+
+        torch_neuronx.clear_op_tracking()
+
+    def fallback_ops(self) -> Counter[str]:
+        import torch_neuronx
+
+        return Counter(torch_neuronx.get_fallback_ops())
+
+
+def test_measured_fallbacks_override_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeTorchNeuronx(["aten::gelu"])
+    monkeypatch.setitem(sys.modules, "torch_neuronx", fake)
+    report = analyze_coverage(load_workload("seed-mlp"), NativeOnCpu())
+    assert fake.cleared == 1
+    rows = {r.op: r for r in report.rows}
+    gelu = rows["aten::gelu"].verdicts[FLAVOUR_NATIVE]
+    assert (gelu.status, gelu.measured) == (FALLS_BACK, True)
+    assert gelu.evidence[0].startswith("measured on cpu: fell back to the CPU in 1 call(s)")
+    addmm = rows["aten::addmm"].verdicts[FLAVOUR_NATIVE]
+    assert (addmm.status, addmm.measured) == (SUPPORTED, True)
+    # The other flavour keeps its table verdicts.
+    assert not rows["aten::addmm"].verdicts[FLAVOUR_XLA].measured
+    summary = report.summaries()[FLAVOUR_NATIVE]
+    assert summary.distinct[FALLS_BACK] == 1
+    assert summary.basis.startswith("measured on cpu")
+    blockers = report.blockers(FLAVOUR_NATIVE)
+    assert blockers[0].op == "aten::gelu"
+
+
+FAILING_WORKLOAD = """
+import torch
+from torch import nn
+
+from workbench.workload import Workload
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class Midway(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 6)
+        self.fc2 = nn.Linear(5, 3)
+
+    def forward(self, x):
+        hidden = torch.relu(self.fc1(x))
+        return self.fc2(hidden)  # MARK-midway
+
+
+def make():
+    return Workload(
+        name="midway",
+        model_factory=Midway,
+        batch_maker=lambda n, g: (
+            (torch.randn(n, 8, generator=g),),
+            torch.randint(3, (n,), generator=g),
+        ),
+        loss_fn=nn.functional.cross_entropy,
+        optimizer_factory=lambda params: torch.optim.SGD(params, lr=0.1),
+        batch_size=4,
+    )
+"""
+
+
+@pytest.mark.e2e
+def test_notebook_02_shows_a_failure_midway_and_keeps_the_ops(tmp_path: Path) -> None:
+    """`workbench run --only 02` on a model that fails in its second layer: exit 1, and the
+    report and result file still hold the ops captured so far, the failure with its line, and
+    the scan of the workload's own file."""
+    (tmp_path / "midway_model.py").write_text(textwrap.dedent(FAILING_WORKLOAD))
+    workbench = str(Path(sys.executable).parent / "workbench")
+    done = subprocess.run(
+        [workbench, "run", "--only", "02", "--workload", "midway_model:make", "--out", "run"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 1, done.stderr
+    result = json.loads((tmp_path / "run" / "02_op_coverage.json").read_text())["data"]
+    failure = result["capture"]["failure"]
+    assert failure["phase"] == "forward" and failure["op"] == "aten::addmm"
+    assert failure["site"]["path"].endswith("midway_model.py")
+    lines = FAILING_WORKLOAD.splitlines()
+    assert (
+        failure["site"]["line"] == lines.index("        return self.fc2(hidden)  # MARK-midway") + 1
+    )
+    assert {"aten::addmm", "aten::relu"} <= {op["op"] for op in result["ops"]}
+    assert "the step failed (forward)" in result["headline"]
+    findings = result["scan"]["findings"]
+    device_line = next(n for n, text in enumerate(lines, 1) if text.startswith("DEVICE ="))
+    assert {(f["rule"], f["line"]) for f in findings} == {
+        ("cuda-device", device_line),
+        ("cuda-query", device_line),
+    }
+    html = (tmp_path / "run" / "02_op_coverage.html").read_text()
+    assert "The training step failed" in html
+    assert "midway_model.py:" in html
