@@ -1,0 +1,117 @@
+"""What op capture costs, and how long a whole coverage answer takes, on the CPU.
+
+    .venv/bin/python benchmarks/bench_coverage.py
+
+1. `capture overhead`: the wall time of one training step captured at dispatch level (every ATen
+   op with dtypes, shapes, call sites) divided by the same work without the capture: a fresh
+   seeded model, optimizer and batch, then one forward, backward and optimizer step (a first
+   step: the optimizer creates its state). Measured in pairs in alternating order against load
+   changes; the median pair is printed with every pair. For scale, the capture is also divided
+   by the median of a warm, steady eager step.
+2. `time to a full coverage answer`: `workbench run --only 02` on seed-mlp, wall time from
+   process start to exit (kernel start, capture, verdicts, report export included).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from workbench.coverage_capture import capture_training_step
+from workbench.timing import Measurement
+from workbench.workload import Workload, load_workload
+
+PAIRS = 5
+PLAIN_STEPS = 30
+
+
+def plain_first_step_seconds(workload: Workload) -> float:
+    """What capture_training_step does, without the capture mode."""
+    start = time.perf_counter()
+    model = workload.build_model()
+    model.train()
+    optimizer = workload.make_optimizer(model)
+    inputs, targets = workload.batch()
+    optimizer.zero_grad(set_to_none=True)
+    workload.loss_fn(model(*inputs), targets).backward()
+    optimizer.step()
+    return time.perf_counter() - start
+
+
+def steady_step_median(workload: Workload) -> float:
+    model = workload.build_model()
+    optimizer = workload.make_optimizer(model)
+    inputs, targets = workload.batch()
+    times = []
+    for _ in range(PLAIN_STEPS + 5):
+        start = time.perf_counter()
+        loss = workload.loss_fn(model(*inputs), targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        times.append(time.perf_counter() - start)
+    return Measurement(times[5:]).median  # the first steps allocate and warm caches
+
+
+def capture_seconds(workload: Workload) -> float:
+    start = time.perf_counter()
+    capture_training_step(workload)
+    return time.perf_counter() - start
+
+
+def overhead(name: str) -> None:
+    workload = load_workload(name)
+    capture_seconds(workload)  # first capture pays one-off imports and dispatcher warm-up
+    plain_first_step_seconds(workload)
+    ratios, captures = [], []
+    for pair in range(PAIRS):
+        if pair % 2:
+            captured, plain = capture_seconds(workload), plain_first_step_seconds(workload)
+        else:
+            plain, captured = plain_first_step_seconds(workload), capture_seconds(workload)
+        ratios.append(captured / plain)
+        captures.append(captured)
+    shown = ", ".join(f"{r:.2f}" for r in ratios)
+    steady = steady_step_median(workload)
+    print(
+        f"capture overhead on {name}: {statistics.median(ratios):.2f}x the same step uncaptured "
+        f"(median of {PAIRS} pairs: {shown}; target at most 5x); "
+        f"{statistics.median(captures) / steady:.1f}x a warm steady eager step"
+    )
+
+
+def full_answer_seconds() -> float:
+    workbench = Path(sys.executable).parent / "workbench"
+    with tempfile.TemporaryDirectory() as folder:
+        start = time.perf_counter()
+        result = subprocess.run(
+            [str(workbench), "run", "--only", "02", "--out", str(Path(folder) / "run")],
+            capture_output=True,
+            text=True,
+        )
+        elapsed = time.perf_counter() - start
+    if result.returncode != 0:
+        sys.exit(f"workbench run --only 02 failed:\n{result.stderr}")
+    return elapsed
+
+
+def main() -> None:
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cpus, "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+    for name in ("seed-mlp", "tiny-transformer"):
+        overhead(name)
+    print(f"time to a full coverage answer for seed-mlp on cpu: {full_answer_seconds():.1f} s")
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
