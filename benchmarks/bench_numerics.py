@@ -1,0 +1,106 @@
+"""What the layer-by-layer comparison costs next to the passes it compares, on tiny-transformer.
+
+    .venv/bin/python benchmarks/bench_numerics.py
+
+The comparison of one target run is everything notebook 03 does for it with a one-step
+trajectory: the fp32 reference and the fp64 yardstick (a hooked forward that keeps every leaf's
+output and, for the reference, its inputs; then forward, loss and backward), the target run
+(the same two passes), every per-tensor metric and verdict, and the re-runs that attribute each
+failing layer's error. The plain passes are one forward + loss + backward of each of the three
+runs (reference, fp64, target) on an already built model, nothing else. Both are measured in
+alternating pairs (as the Dynamo harness interleaves runs against load changes); the ratio is
+median comparison time / median plain time.
+
+Two targets bracket the cost: fp32 eager on the CPU, where no layer fails (no re-runs), and bf16
+autocast, where nearly every layer fails and is re-run alone on the reference's inputs. Two batch
+sizes show how the ratio moves with work per pass: the workload's own (8 sequences), where a
+training step is a few milliseconds and the per-tensor bookkeeping weighs most, and 64.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from workbench.numerics import compare_run, run_references
+from workbench.numerics_capture import FP32, FP64, PRECISIONS, RunSpec
+from workbench.numerics_records import NumericsSettings
+from workbench.targets import get_target
+from workbench.workload import load_workload
+
+PAIRS = 15
+WORKLOAD = "tiny-transformer"
+BATCH_SIZES = (None, 64)  # None: the workload's own batch size
+PRECISIONS_TIMED = ("fp32", "bf16-autocast")
+
+
+def ratios_for(batch_size: int | None) -> dict[str, float]:
+    workload = load_workload(WORKLOAD, batch_size=batch_size)
+    cpu = get_target("cpu")
+    state = workload.build_model("cpu").state_dict()
+
+    def build() -> torch.nn.Module:
+        model = workload.build_model("cpu")
+        model.load_state_dict(state)
+        return model
+
+    batch = workload.batch("cpu")
+    inputs, targets = batch
+    ratios = {}
+    for precision in PRECISIONS_TIMED:
+        spec = RunSpec(cpu, PRECISIONS[precision])
+        settings = NumericsSettings(precisions=(precision,), compiled_precisions=(), steps=1)
+
+        def comparison(spec: RunSpec = spec, settings: NumericsSettings = settings) -> float:
+            start = time.perf_counter()
+            refs = run_references(build, batch, workload, 1, cpu)
+            compare_run(spec, build, batch, refs, workload, settings)
+            return time.perf_counter() - start
+
+        def plain(spec: RunSpec = spec) -> float:
+            total = 0.0
+            for run in (RunSpec(cpu, FP32), RunSpec(cpu, FP64), spec):
+                model = run.place_model(build())
+                placed = run.place(inputs)
+                start = time.perf_counter()
+                with run.autocast():
+                    loss = workload.loss_fn(model(*placed), targets)
+                loss.backward()
+                total += time.perf_counter() - start
+            return total
+
+        comparison(), plain()  # first calls pay lazy initialisation, in neither sample
+        compared, plains = [], []
+        for pair in range(PAIRS):
+            order = (comparison, plain) if pair % 2 == 0 else (plain, comparison)
+            for measure in order:
+                (compared if measure is comparison else plains).append(measure())
+        ratio = statistics.median(compared) / statistics.median(plains)
+        ratios[precision] = ratio
+        print(
+            f"batch {workload.batch_size}, {precision} eager: comparison median "
+            f"{statistics.median(compared) * 1e3:.1f} ms, plain forward+backward x3 median "
+            f"{statistics.median(plains) * 1e3:.1f} ms, ratio {ratio:.2f}x"
+        )
+    return ratios
+
+
+def main() -> None:
+    print(
+        f"{WORKLOAD} on cpu, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"{PAIRS} alternating pairs per figure"
+    )
+    for batch_size in BATCH_SIZES:
+        ratios = ratios_for(batch_size)
+        summary = ", ".join(f"{name} {ratio:.2f}x" for name, ratio in ratios.items())
+        size = batch_size or load_workload(WORKLOAD).batch_size
+        print(
+            f"overhead ratio, batch {size} (layer-by-layer comparison / plain fwd+bwd, "
+            f"aim <= 3x): {summary}"
+        )
+
+
+if __name__ == "__main__":
+    main()

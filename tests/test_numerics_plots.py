@@ -1,0 +1,111 @@
+"""Notebook 03's figures: built under Agg, log scales where errors span decades, the first
+diverging layer marked and named, NaN losses marked rather than silently not drawn."""
+
+import copy
+import io
+
+import matplotlib
+import pytest
+import torch
+from matplotlib.figure import Figure
+from torch import nn
+
+from workbench import numerics, numerics_plots
+from workbench.targets.cpu import CpuTarget
+from workbench.workload import Workload
+
+matplotlib.use("Agg")
+
+
+def _model() -> nn.Module:
+    return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 3))
+
+
+def _batch(size, generator):
+    return (torch.randn(size, 8, generator=generator),), torch.randint(
+        3, (size,), generator=generator
+    )
+
+
+SMALL = Workload(
+    name="small-mlp",
+    model_factory=_model,
+    batch_maker=_batch,
+    loss_fn=nn.functional.cross_entropy,
+    optimizer_factory=lambda params: torch.optim.SGD(params, lr=0.1),
+    batch_size=6,
+)
+
+
+@pytest.fixture(scope="module")
+def result():
+    settings = numerics.NumericsSettings(
+        precisions=("fp32", "bf16-autocast", "fp16-cast"), compiled_precisions=(), steps=3
+    )
+    return numerics.run_numerics(SMALL, CpuTarget(), settings, log=lambda _: None)
+
+
+def _texts(figure: Figure) -> list[str]:
+    return [t.get_text() for ax in figure.axes for t in ax.texts]
+
+
+def _renders(figure: Figure) -> None:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    assert buffer.getvalue().startswith(b"\x89PNG")
+
+
+def test_layer_errors_mark_the_first_diverging_layer_on_a_log_scale(result):
+    figure = numerics_plots.layer_errors(result)
+    visible = [ax for ax in figure.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in visible] == [r.label for r in result.runs]
+    assert all(ax.get_yscale() == "log" for ax in visible)
+    assert "first divergence: 0 (own)" in _texts(figure)
+    fp32 = visible[0]
+    assert [t.get_text() for t in fp32.get_xticklabels()] == ["0", "1", "2"]
+    assert not fp32.texts  # fp32 against itself: nothing diverges, nothing marked
+    _renders(figure)
+
+
+def test_precision_sweep_has_one_line_per_precision_and_the_fp32_floor(result):
+    figure = numerics_plots.precision_sweep(result)
+    (ax,) = figure.axes
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert labels == ["fp32 reference vs fp64", "fp32", "bf16-autocast", "fp16-cast"]
+    assert ax.get_yscale() == "log"
+    _renders(figure)
+
+
+def test_gradient_errors_cover_every_parameter(result):
+    figure = numerics_plots.gradient_errors(result)
+    (ax,) = figure.axes
+    names = [t.get_text() for t in ax.get_xticklabels()]
+    assert names == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert ax.get_yscale() == "log"
+    _renders(figure)
+
+
+def test_loss_curves_mark_where_a_loss_turns_nan(result):
+    broken = copy.deepcopy(result)
+    run = broken.runs[1]
+    run.losses = [run.losses[0], float("nan"), float("nan")]
+    figure = numerics_plots.loss_curves(broken)
+    curves, gaps = figure.axes
+    assert gaps.get_yscale() == "log"
+    assert f"{run.label}: NaN/Inf from step 2" in _texts(figure)
+    assert "fp32 reference" in [line.get_label() for line in curves.get_lines()]
+    _renders(figure)
+
+
+def test_figures_say_so_when_there_is_nothing_to_draw(result):
+    empty = copy.deepcopy(result)
+    for run in empty.runs:
+        run.status, run.layers, run.gradients = "failed", [], []
+    for plot in (
+        numerics_plots.layer_errors,
+        numerics_plots.precision_sweep,
+        numerics_plots.gradient_errors,
+    ):
+        figure = plot(empty)
+        assert figure.texts and not figure.axes
+        _renders(figure)

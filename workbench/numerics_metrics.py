@@ -1,0 +1,342 @@
+"""Per-tensor error metrics, and the verdict rule that judges them, kept apart.
+
+First compute what is (as Polygraphy's comparator computes its error statistics), then judge it
+with a stated rule and stated tolerances (methods.md part d). The rule is the one PyTorch's own
+compiler accuracy checker uses (`torch._dynamo.utils.same`): a tensor passes when it is close at
+`torch.testing.assert_close`'s per-dtype tolerances, or else when its RMSE against an fp64 run is
+within a multiple of the fp32 reference's RMSE against that same fp64 run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from workbench.errors import BadInput
+
+# torch.testing.assert_close's defaults (rtol, atol) per dtype (methods.md d1). For two tensors
+# it takes the larger pair of the two dtypes, so a bf16 target is judged at bf16's tolerances.
+DTYPE_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float16: (1e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+    torch.float32: (1.3e-6, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+}
+LOW_PRECISION_DTYPES = (torch.float16, torch.bfloat16)
+# Smallest denominator of the relative error where atol is zero: Polygraphy's 2.22e-16.
+_MIN_REL_FLOOR = 2.22e-16
+
+RULE_CLOSE = "close"  # every element within atol + rtol * |reference|
+RULE_FP64 = "fp64-rmse"  # not close, judged by RMSE against the fp64 yardstick
+RULE_NONFINITE = "non-finite"  # NaN or Inf in the target where the reference is finite
+RULE_NO_YARDSTICK = "no-yardstick"  # not close and no fp64 run to judge the error against
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def share_text(share: float) -> str:
+    """A share as a percentage that never rounds a mismatch down to "0%"."""
+    return f"{share * 100:.3g}%"
+
+
+def default_tolerances(*dtypes: torch.dtype) -> tuple[float, float]:
+    """assert_close's (rtol, atol) for tensors of these dtypes; (0, 0) for non-float dtypes."""
+    pairs = [DTYPE_TOLERANCES.get(d, (0.0, 0.0)) for d in dtypes]
+    return max(p[0] for p in pairs), max(p[1] for p in pairs)
+
+
+@dataclass
+class TensorMetrics:
+    """How far one target tensor is from the reference's (and both from the fp64 run's).
+
+    Error statistics cover the elements that are finite in both runs; NaN and Inf are counted
+    apart. `max_rel` divides by max(|reference|, atol), so elements near zero do not explode it.
+    """
+
+    name: str
+    kind: str  # layer, output, loss, gradient, trajectory
+    shape: list[int]
+    target_dtype: str
+    reference_dtype: str
+    numel: int
+    compared: int  # elements finite in both runs
+    max_abs: float
+    mean_abs: float
+    max_rel: float
+    rmse: float
+    relative_l2: float  # ||target - reference|| / ||reference||
+    cosine: float
+    sqnr_db: float  # 20 log10(||reference|| / ||target - reference||); inf when equal
+    share_outside: float  # share of elements with |t - r| > atol + rtol * |r| (NaN mismatches too)
+    rtol: float
+    atol: float
+    target_nan: int
+    target_inf: int
+    reference_nan: int
+    reference_inf: int
+    new_nonfinite: int  # NaN/Inf in the target where the reference is finite
+    reference_rms: float  # scale of the reference tensor, for relative readings
+    target_rmse_vs_fp64: float | None = None
+    reference_rmse_vs_fp64: float | None = None
+
+    @property
+    def reference_relative_l2_vs_fp64(self) -> float | None:
+        """The fp32 reference's own error against fp64, relative to its scale."""
+        if self.reference_rmse_vs_fp64 is None or self.reference_rms == 0:
+            return None
+        return self.reference_rmse_vs_fp64 / self.reference_rms
+
+
+def _ratio_db(signal: float, noise: float) -> float:
+    if noise == 0:
+        return math.inf
+    if signal == 0:
+        return -math.inf
+    return 20 * math.log10(signal / noise)
+
+
+def _flat64(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().to("cpu", torch.float64).reshape(-1)
+
+
+def _statistics(
+    t: torch.Tensor, r: torch.Tensor, rtol: float, atol: float, floor: float
+) -> list[float]:
+    """Sums of squares (error, reference, target), dot product, sum and max of the absolute
+    error, max relative error and the count outside atol + rtol * |r|, in one read-back."""
+    if not t.numel():
+        return [0.0] * 8
+    diff = t - r
+    abs_diff, ref_abs = diff.abs(), r.abs()
+    return torch.stack(
+        [
+            torch.dot(diff, diff),
+            torch.dot(r, r),
+            torch.dot(t, t),
+            torch.dot(t, r),
+            abs_diff.sum(),
+            abs_diff.max(),
+            (abs_diff / ref_abs.clamp_min(floor)).max(),
+            (abs_diff > atol + rtol * ref_abs).sum(),  # assert_close's element rule
+        ]
+    ).tolist()
+
+
+def _squared_errors(t: torch.Tensor, r: torch.Tensor, f: torch.Tensor) -> tuple[float, float]:
+    """Mean squared error of the target and of the reference against the fp64 run."""
+    if not f.numel():
+        return 0.0, 0.0
+    target_error, reference_error = t - f, r - f
+    target_sq, reference_sq = (
+        torch.stack(
+            [torch.dot(target_error, target_error), torch.dot(reference_error, reference_error)]
+        )
+        / f.numel()
+    ).tolist()
+    return target_sq, reference_sq
+
+
+def compute_metrics(
+    name: str,
+    kind: str,
+    target: torch.Tensor,
+    reference: torch.Tensor,
+    fp64: torch.Tensor | None = None,
+    *,
+    rtol: float,
+    atol: float,
+) -> TensorMetrics:
+    """Error statistics of `target` against `reference`, in float64; `fp64` adds both runs'
+    RMSE against the fp64 yardstick. Shapes must match (the caller lists mismatches)."""
+    if target.shape != reference.shape:
+        raise ValueError(f"{name}: shape {tuple(target.shape)} vs {tuple(reference.shape)}")
+    t, r = _flat64(target), _flat64(reference)
+    floor = max(atol, _MIN_REL_FLOOR)
+    both = None
+    stats = _statistics(t, r, rtol, atol, floor)
+    # A NaN or Inf anywhere makes a sum of squares non-finite: only then are the elements
+    # finite in both runs masked out and the statistics taken again over them.
+    if not all(math.isfinite(v) for v in stats[:3]):
+        both = torch.isfinite(t) & torch.isfinite(r)
+        stats = _statistics(t[both], r[both], rtol, atol, floor)
+    compared = t.numel() if both is None else int(both.sum())
+    err_sq, ref_sq, t_sq, dot, abs_sum, abs_max, rel_max, outside = stats
+    counts = {"target_nan": 0, "target_inf": 0, "reference_nan": 0, "reference_inf": 0}
+    new_nonfinite = 0
+    if both is not None:
+        t_finite, r_finite = torch.isfinite(t), torch.isfinite(r)
+        counts = {
+            "target_nan": int(torch.isnan(t).sum()),
+            "target_inf": int(torch.isinf(t).sum()),
+            "reference_nan": int(torch.isnan(r).sum()),
+            "reference_inf": int(torch.isinf(r).sum()),
+        }
+        new_nonfinite = int((~t_finite & r_finite).sum())
+        rest_t, rest_r = t[~both], r[~both]
+        # NaN against NaN, or the same infinity, is a match (assert_close with equal_nan).
+        same = (rest_t == rest_r) | (torch.isnan(rest_t) & torch.isnan(rest_r))
+        outside += int((~same).sum())
+    ref_norm, err_norm, t_norm = math.sqrt(ref_sq), math.sqrt(err_sq), math.sqrt(t_sq)
+    if ref_norm == 0 and t_norm == 0:
+        cosine = 1.0
+    elif ref_norm == 0 or t_norm == 0:
+        cosine = 0.0
+    else:
+        cosine = dot / (t_norm * ref_norm)
+    if err_norm == 0:
+        relative_l2 = 0.0
+    else:
+        relative_l2 = err_norm / ref_norm if ref_norm else math.inf
+    metrics = TensorMetrics(
+        name=name,
+        kind=kind,
+        shape=list(target.shape),
+        target_dtype=dtype_name(target.dtype),
+        reference_dtype=dtype_name(reference.dtype),
+        numel=t.numel(),
+        compared=compared,
+        max_abs=abs_max,
+        mean_abs=abs_sum / compared if compared else 0.0,
+        max_rel=rel_max,
+        rmse=math.sqrt(err_sq / compared) if compared else 0.0,
+        relative_l2=relative_l2,
+        cosine=cosine,
+        sqnr_db=_ratio_db(ref_norm, err_norm),
+        share_outside=outside / t.numel() if t.numel() else 0.0,
+        rtol=rtol,
+        atol=atol,
+        new_nonfinite=new_nonfinite,
+        reference_rms=math.sqrt(ref_sq / compared) if compared else 0.0,
+        **counts,
+    )
+    if fp64 is not None:
+        f = _flat64(fp64)
+        squares = _squared_errors(t, r, f) if both is None else None
+        if squares is None or not all(math.isfinite(v) for v in squares):
+            mask = torch.isfinite(t) & torch.isfinite(r) & torch.isfinite(f)
+            squares = _squared_errors(t[mask], r[mask], f[mask])
+        target_sq, reference_sq = squares
+        metrics.target_rmse_vs_fp64 = math.sqrt(target_sq)
+        metrics.reference_rmse_vs_fp64 = math.sqrt(reference_sq)
+    return metrics
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    rule: str  # which branch decided: close, fp64-rmse, non-finite, no-yardstick
+    reason: str  # one line with the numbers that decided it
+
+
+@dataclass(frozen=True)
+class VerdictRule:
+    """The pass/fail rule and its parameters; defaults are those of torch._dynamo.utils.same.
+
+    multiplier: how many times the fp32 reference's RMSE against fp64 a target may reach (2.0).
+    low_precision_multiplier: the same for bf16/fp16 target tensors (3.0).
+    rmse_atol: the small absolute term added to that budget (1e-5: same()'s tol / 10).
+    rtol, atol: closeness tolerances; None (both) means assert_close's per-dtype defaults.
+    """
+
+    multiplier: float = 2.0
+    low_precision_multiplier: float = 3.0
+    rmse_atol: float = 1e-5
+    rtol: float | None = None
+    atol: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.rtol is None) != (self.atol is None):
+            raise BadInput("rtol and atol go together: set both, or neither for per-dtype values.")
+        for name in ("multiplier", "low_precision_multiplier", "rmse_atol", "rtol", "atol"):
+            value = getattr(self, name)
+            if value is not None and (not math.isfinite(value) or value < 0):
+                raise BadInput(f"{name} {value!r}: use a finite number of at least 0.")
+        if self.multiplier < 1 or self.low_precision_multiplier < 1:
+            raise BadInput(
+                "multiplier and low_precision_multiplier must be at least 1: a target may not "
+                "be required to beat the reference's own error."
+            )
+
+    def tolerances(self, target: torch.dtype, reference: torch.dtype) -> tuple[float, float]:
+        if self.rtol is not None and self.atol is not None:
+            return self.rtol, self.atol
+        return default_tolerances(target, reference)
+
+    def multiplier_for(self, target_dtype: str) -> float:
+        low = {dtype_name(d) for d in LOW_PRECISION_DTYPES}
+        return self.low_precision_multiplier if target_dtype in low else self.multiplier
+
+    def tolerance_text(self) -> str:
+        if self.rtol is not None:
+            return f"rtol {self.rtol:g}, atol {self.atol:g} (set for this run)"
+        table = ", ".join(
+            f"{dtype_name(d)} {rtol:g}/{atol:g}" for d, (rtol, atol) in DTYPE_TOLERANCES.items()
+        )
+        return f"torch.testing.assert_close's per-dtype rtol/atol, the looser of the two ({table})"
+
+    def statement(self) -> str:
+        """The rule in words, with its numbers: every report shows it next to the verdicts."""
+        return (
+            "A tensor passes when every element satisfies |target - reference| <= atol + rtol * "
+            f"|reference| at {self.tolerance_text()}. Otherwise it passes when its RMSE against "
+            f"the fp64 run is at most {self.multiplier:g}x ({self.low_precision_multiplier:g}x "
+            "for bf16/fp16 target tensors) the fp32 reference's RMSE against the same fp64 run, "
+            f"plus {self.rmse_atol:g}: the rule of PyTorch's compiler accuracy checker "
+            "(torch._dynamo.utils.same). NaN or Inf in the target where the reference is finite "
+            "always fails. A run passes when its outputs, loss, every gradient and its loss "
+            "trajectory pass; its first diverging layer is the first leaf module, in execution "
+            "order, whose output fails."
+        )
+
+
+def judge(
+    metrics: TensorMetrics, rule: VerdictRule, *, budget_rmse: float | None = None
+) -> Verdict:
+    """Apply the rule to one tensor's metrics. `budget_rmse` replaces the reference's RMSE
+    against fp64 as the yardstick (used to judge a run against another run of its precision)."""
+    if metrics.new_nonfinite:
+        return Verdict(
+            False,
+            RULE_NONFINITE,
+            f"{metrics.new_nonfinite} NaN/Inf element(s) in the target where the reference "
+            "is finite",
+        )
+    if metrics.share_outside == 0:
+        return Verdict(
+            True,
+            RULE_CLOSE,
+            f"close at rtol {metrics.rtol:g}, atol {metrics.atol:g} "
+            f"(max abs {metrics.max_abs:.3g})",
+        )
+    yardstick = metrics.reference_rmse_vs_fp64 if budget_rmse is None else budget_rmse
+    if metrics.target_rmse_vs_fp64 is None or yardstick is None:
+        return Verdict(
+            False,
+            RULE_NO_YARDSTICK,
+            f"{share_text(metrics.share_outside)} of elements outside rtol {metrics.rtol:g}, "
+            f"atol {metrics.atol:g}, and no fp64 run to judge the error against",
+        )
+    k = rule.multiplier_for(metrics.target_dtype)
+    budget = k * yardstick + rule.rmse_atol
+    passed = metrics.target_rmse_vs_fp64 <= budget
+    sign = "<=" if passed else ">"
+    return Verdict(
+        passed,
+        RULE_FP64,
+        f"RMSE vs fp64 {metrics.target_rmse_vs_fp64:.3g} {sign} {k:g} x {yardstick:.3g} "
+        f"+ {rule.rmse_atol:g} ({share_text(metrics.share_outside)} of elements outside rtol "
+        f"{metrics.rtol:g}, atol {metrics.atol:g})",
+    )
+
+
+def budget_of(metrics: TensorMetrics, rule: VerdictRule) -> float | None:
+    """The RMSE-vs-fp64 a target tensor may reach under the rule (None without fp64)."""
+    if metrics.reference_rmse_vs_fp64 is None:
+        return None
+    return (
+        rule.multiplier_for(metrics.target_dtype) * metrics.reference_rmse_vs_fp64 + rule.rmse_atol
+    )
