@@ -115,3 +115,22 @@ def test_index_escapes_names_and_errors(tmp_path):
     assert 'href="00_environment.html"' in page
     assert network_references(page) == []
     json.dumps(summary)
+
+
+def test_images_embed_their_own_data_never_a_file_reference(tmp_path):
+    nb = new_notebook()
+    cell = new_code_cell("plot()")
+    pixel = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    cell.outputs = [
+        new_output(
+            "display_data",
+            data={"image/png": pixel, "text/plain": "<Figure size 640x480 with 1 Axes>"},
+            metadata={"filenames": {"image/png": "https://example.com/leak.png"}},
+        )
+    ]
+    nb.cells = [cell]
+    nbformat.write(nb, tmp_path / "fig.ipynb")
+    page = export_html(tmp_path / "fig.ipynb", tmp_path / "fig.html").read_text()
+    assert f'src="data:image/png;base64,{pixel}"' in page
+    assert 'alt="&lt;Figure size 640x480 with 1 Axes&gt;"' in page
+    assert "leak.png" not in page
