@@ -44,7 +44,7 @@ def test_diff_exit_codes_follow_the_worst_severity(pinned):
     warn = workbench("env", "diff", "env.json", "warn.json", cwd=pinned)
     assert warn.returncode == 0 and "warning" in warn.stdout
 
-    manifest["packages"]["torch"] = "2.9.0"
+    manifest["packages"]["torch"] = "1.13.1"  # differs from any torch this suite runs on
     (pinned / "critical.json").write_text(json.dumps(manifest))
     critical = workbench("env", "diff", "env.json", "critical.json", cwd=pinned)
     assert critical.returncode == 3
@@ -57,7 +57,7 @@ def test_diff_exit_codes_follow_the_worst_severity(pinned):
 @pytest.mark.e2e
 def test_fail_on_drift_fails_notebook_00_after_showing_the_drift(pinned, tmp_path):
     manifest = json.loads((pinned / "env.json").read_text())
-    manifest["packages"]["torch"] = "2.9.0"
+    manifest["packages"]["torch"] = "1.13.1"  # differs from any torch this suite runs on
     (pinned / "old-torch.json").write_text(json.dumps(manifest))
     pin = str(pinned / "old-torch.json")
 

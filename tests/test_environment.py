@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib.metadata
 import json
 import os
 import stat
@@ -73,7 +74,8 @@ def test_manifest_of_this_environment_is_json_and_lists_torch(manifest: dict) ->
         "neuron",
         "environment",
     } <= decoded.keys()
-    assert decoded["packages"]["torch"] == torch.__version__
+    # Metadata, not torch.__version__: PyPI wheels carry no local tag (+cu128) in their metadata.
+    assert decoded["packages"]["torch"] == importlib.metadata.version("torch")
     assert decoded["packages"]["pyyaml"]  # names are normalized (PyYAML -> pyyaml)
     assert decoded["python"]["version"] == ".".join(map(str, sys.version_info[:3]))
     assert decoded["torch"]["version"] == torch.__version__
@@ -194,7 +196,7 @@ def test_pin_writes_manifest_and_sorted_lock(tmp_path: Path) -> None:
     assert any(f"python {manifest['python']['version']}" in line for line in header)
     names = [line.split("==")[0] for line in pins]
     assert names == sorted(names)
-    assert f"torch=={torch.__version__}" in pins  # local tag such as +cpu kept
+    assert f"torch=={importlib.metadata.version('torch')}" in pins  # local tag such as +cpu kept
     assert all("==" in line for line in pins)
     assert not any(line.startswith("workbench==") for line in pins)
     assert len(pins) == len(manifest["packages"]) - ("workbench" in manifest["packages"])
@@ -241,7 +243,7 @@ def test_diff_classifies_drift_by_what_it_affects(manifest: dict) -> None:
     old = _changed(manifest, environment__NEURON_CC_FLAGS="--auto-cast=matmult")
     new = copy.deepcopy(old)
     new["captured_at"] = "2099-01-01T00:00:00+00:00"
-    new["packages"]["torch"] = "2.9.0"
+    new["packages"]["torch"] = "1.13.1"
     new["packages"]["papermill"] = "0.0.1"
     new["packages"]["leftpad-example"] = "1.0"
     new["environment"]["NEURON_CC_FLAGS"] = "--auto-cast=none"
@@ -267,7 +269,7 @@ def test_diff_classifies_drift_by_what_it_affects(manifest: dict) -> None:
     }
     assert {key: d.severity for key, d in found.items()} == expected
     assert found["packages.torch"].old == manifest["packages"]["torch"]
-    assert found["packages.torch"].new == "2.9.0"
+    assert found["packages.torch"].new == "1.13.1"
     assert found["packages.leftpad-example"].old is None
     assert found["packages.leftpad-example"].reason.startswith("added")
     order = [d.severity for d in drifts]

@@ -120,7 +120,9 @@ def test_index_escapes_names_and_errors(tmp_path):
 def test_images_embed_their_own_data_never_a_file_reference(tmp_path):
     nb = new_notebook()
     cell = new_code_cell("plot()")
-    pixel = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    pixel = (  # a 1x1 PNG
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    )
     cell.outputs = [
         new_output(
             "display_data",
