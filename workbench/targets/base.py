@@ -5,10 +5,13 @@ Nothing outside `workbench/targets/` branches on a device name: it asks the targ
 
 from __future__ import annotations
 
+import os
+import re
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, ClassVar
 
 import torch
@@ -18,6 +21,38 @@ import torch
 class Availability:
     available: bool
     reason: str  # why not available, or what was found when it is
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """Memory one worker process can use on its device, and where that figure comes from."""
+
+    total_bytes: int
+    source: str
+
+
+# Host memory can run out on every target: Python's MemoryError, torch's CPU allocator, C++
+# allocations, and ENOMEM from the OS (strerror text).
+HOST_OUT_OF_MEMORY_PATTERNS: tuple[str, ...] = (
+    r"\bMemoryError\b",
+    r"DefaultCPUAllocator: can't allocate memory",
+    r"std::bad_alloc",
+    r"Cannot allocate memory",
+)
+
+
+def nth_visible(listing: str | None, index: int) -> str:
+    """The `index`-th entry of a visible-devices list such as "2,3" or "0-3"; `index` itself
+    when no list is set, so rank i takes device i."""
+    if not listing:
+        return str(index)
+    entries: list[str] = []
+    for part in listing.split(","):
+        low, dash, high = part.strip().partition("-")
+        entries += [str(i) for i in range(int(low), int(high) + 1)] if dash else [low]
+    if index >= len(entries):
+        raise ValueError(f"rank {index} has no device: only {listing!r} is visible")
+    return entries[index]
 
 
 @dataclass
@@ -69,6 +104,17 @@ class Target(ABC):
     # And what "eager" means: on a lazy-tensor target eager steps are traced and compiled too,
     # which is why reports show compile counts for eager phases as well.
     eager_description: ClassVar[str] = "ops run one at a time as Python calls them; no compiler"
+    # How tuning trials start their child processes. "spawn" (a fresh interpreter) is safe
+    # everywhere; where importing torch claims no device, "forkserver" children fork from a
+    # server that has already imported torch, and start in tens of milliseconds instead of seconds.
+    trial_start_method: ClassVar[str] = "spawn"
+    # The torch.distributed backend that data-parallel training uses on this target.
+    distributed_backend: ClassVar[str] = "gloo"
+    # Whether DataLoader(pin_memory=True) can speed up this target's host-to-device copies.
+    pin_memory_helps: ClassVar[bool] = False
+    # Regular expressions that, found in a failed run's error or output, mean it ran out of
+    # memory; targets add their device's own forms to the host ones.
+    out_of_memory_patterns: ClassVar[tuple[str, ...]] = HOST_OUT_OF_MEMORY_PATTERNS
 
     @classmethod
     @abstractmethod
@@ -118,6 +164,65 @@ class Target(ABC):
         """The target's own per-op verdict on `model(*example_inputs)` (CPU model and inputs);
         None where the target has no such analyzer."""
         return None
+
+    @classmethod
+    def out_of_memory_evidence(cls, text: str) -> str | None:
+        """The text that marks `text` (an error message, a process's output) as an
+        out-of-memory failure on this target; None when nothing does."""
+        for pattern in cls.out_of_memory_patterns:
+            match = re.search(pattern, text)
+            if match:
+                return match.group(0)
+        return None
+
+    def device_memory(self) -> DeviceMemory | None:
+        """Memory one worker can use on its device; None where the target has no device memory
+        of its own (host RAM, shared with everything else on the machine)."""
+        return None
+
+    def max_data_parallel_workers(self) -> int:
+        """How many data-parallel workers this machine runs side by side on this target; by
+        default one per usable host core (os.sched_getaffinity honours CPU pinning)."""
+        if hasattr(os, "sched_getaffinity"):
+            return len(os.sched_getaffinity(0))
+        return os.cpu_count() or 1
+
+    def collectives(self) -> Availability:
+        """Whether several processes can all-reduce over `distributed_backend` here."""
+        import torch.distributed as dist
+
+        if not dist.is_available():
+            return Availability(False, f"torch {torch.__version__} is built without distributed")
+        # is_backend_available arrived in torch 2.3; older builds answer through init instead.
+        check = getattr(dist, "is_backend_available", None)
+        if check is not None and not check(self.distributed_backend):
+            return Availability(
+                False, f"torch.distributed has no {self.distributed_backend!r} backend here"
+            )
+        return Availability(
+            True, f"torch.distributed with the {self.distributed_backend!r} backend"
+        )
+
+    @classmethod
+    def rank_environment(cls, local_rank: int) -> dict[str, str]:
+        """Variables a data-parallel rank sets before it builds its target, so that it claims
+        only its own device; empty where ranks share one device (the host CPU)."""
+        return {}
+
+    def init_process_group(self, timeout: timedelta) -> None:
+        """Join the process group torchrun's environment describes; a collective that waits
+        longer than `timeout` raises instead of hanging."""
+        import torch.distributed as dist
+
+        dist.init_process_group(backend=self.distributed_backend, timeout=timeout)
+
+    def data_parallel(self, model: torch.nn.Module) -> torch.nn.Module:
+        """`model` set up so that its backward all-reduces gradients across the ranks."""
+        return torch.nn.parallel.DistributedDataParallel(model)
+
+    def data_parallel_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """One optimizer step of a data-parallel rank, after its backward."""
+        optimizer.step()
 
     @property
     @abstractmethod

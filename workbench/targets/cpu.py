@@ -13,6 +13,8 @@ from workbench.targets.dynamo_counters import dynamo_compile_counters
 class CpuTarget(Target):
     name = "cpu"
     compile_description = "torch.compile(backend='inductor') on CPU"
+    # Importing torch claims nothing, so trial processes can fork from a warm server.
+    trial_start_method = "forkserver"
 
     @classmethod
     def availability(cls) -> Availability:

@@ -2,18 +2,42 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from workbench.targets.base import Availability, CompileCounters, MemoryReading, Target
+from workbench.targets.base import (
+    Availability,
+    CompileCounters,
+    DeviceMemory,
+    MemoryReading,
+    Target,
+    nth_visible,
+)
 from workbench.targets.dynamo_counters import dynamo_compile_counters
 
 
 class CudaTarget(Target):
     name = "cuda"
     compile_description = "torch.compile(backend='inductor') on the GPU (Triton kernels)"
+    # CUDA initializes lazily, on first use, so a server that has only imported torch forks
+    # children that can still start CUDA themselves.
+    trial_start_method = "forkserver"
+    distributed_backend = "nccl"
+    # Pinned host pages let the copy engine DMA batches to the GPU asynchronously.
+    pin_memory_helps = True
+    out_of_memory_patterns = (
+        *Target.out_of_memory_patterns,
+        r"CUDA out of memory",
+        r"CUDA error: out of memory",
+        r"\bOutOfMemoryError\b",
+        r"CUBLAS_STATUS_ALLOC_FAILED",
+        # Lightning and accelerate treat this cuDNN error as an OOM: cuDNN reports a workspace
+        # it cannot allocate this way.
+        r"cuDNN error: CUDNN_STATUS_NOT_SUPPORTED",
+    )
 
     @classmethod
     def availability(cls) -> Availability:
@@ -49,6 +73,20 @@ class CudaTarget(Target):
 
     def reset_peak_memory(self) -> None:
         torch.cuda.reset_peak_memory_stats(self._device)
+
+    def device_memory(self) -> DeviceMemory | None:
+        total = torch.cuda.get_device_properties(self._device).total_memory
+        return DeviceMemory(int(total), "torch.cuda.get_device_properties().total_memory")
+
+    def max_data_parallel_workers(self) -> int:
+        return torch.cuda.device_count()
+
+    @classmethod
+    def rank_environment(cls, local_rank: int) -> dict[str, str]:
+        # Each rank sees only its own GPU, as device 0, within whatever the user made visible.
+        return {
+            "CUDA_VISIBLE_DEVICES": nth_visible(os.environ.get("CUDA_VISIBLE_DEVICES"), local_rank)
+        }
 
     def peak_memory(self) -> MemoryReading:
         # The caching allocator books allocations on the host when they are made, so its

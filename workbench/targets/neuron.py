@@ -7,6 +7,7 @@ the op-tracking calls need `import torch_neuronx`, and they import it inside the
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -14,10 +15,29 @@ from typing import Any
 import torch
 
 from workbench.targets import detect
-from workbench.targets.base import Availability, CompileCounters, MemoryReading, Target
+from workbench.targets.base import (
+    Availability,
+    CompileCounters,
+    DeviceMemory,
+    MemoryReading,
+    Target,
+    nth_visible,
+)
 from workbench.targets.dynamo_counters import dynamo_compile_counters
 
 _US_PER_SECOND = 1e6
+# How the Neuron runtime and compiler report running out of memory, on both torch-neuronx paths
+# (reference: methods.md e2 and neuron.md section 6, items 7 and 13).
+NEURON_OUT_OF_MEMORY_PATTERNS: tuple[str, ...] = (
+    r"Failed to allocate[^\n]*DEVICE",  # runtime: device memory
+    r"nrt_tensor_allocate[^\n]*Allocation Failure",
+    r"\bNRT_RESOURCE\b",
+    r"\bNERR_RESOURCE\b",
+    r"Allocated memory out of bound",  # compiler: the graph needs more device memory than exists
+    r"\[F137\][^\n]*",  # compiler: out of host RAM
+    r"insufficient system memory",
+    r"neuronx-cc[^\n]*(?:-9\b|SIGKILL|[Kk]illed)",  # compiler killed by the kernel's OOM killer
+)
 # TorchNeuron's per-graph compile record splits the time into these three phases.
 _COMPILE_PHASES_US = (
     "torch_neuronx_fx_passes_us",
@@ -33,6 +53,11 @@ def _graph_compile_seconds(record: Any) -> float:
 class NeuronTarget(Target):
     name = "neuron"
     neuron_flavour = detect.FLAVOUR_NATIVE
+    # `import torch` loads TorchNeuron through its backend entry point, so no trial process may
+    # fork from one that has imported torch: each starts as a fresh interpreter.
+    trial_start_method = "spawn"
+    distributed_backend = "neuron"
+    out_of_memory_patterns = (*Target.out_of_memory_patterns, *NEURON_OUT_OF_MEMORY_PATTERNS)
     compile_description = (
         "torch.compile(backend='neuron'): Dynamo -> AOT Autograd -> StableHLO -> neuronx-cc -> "
         "one NEFF per graph and shape signature (no Inductor)"
@@ -75,6 +100,28 @@ class NeuronTarget(Target):
         # Ops queued before the window would otherwise allocate inside it.
         torch.neuron.synchronize()
         torch.neuron.reset_peak_memory_stats()
+
+    def device_memory(self) -> DeviceMemory | None:
+        total = torch.neuron.get_device_properties().total_memory
+        return DeviceMemory(
+            int(total),
+            "torch.neuron.get_device_properties().total_memory of the current device "
+            "(one logical NeuronCore)",
+        )
+
+    def max_data_parallel_workers(self) -> int:
+        # One rank per logical NeuronCore (neuron.md 2.6: one process per device).
+        return torch.neuron.device_count()
+
+    @classmethod
+    def rank_environment(cls, local_rank: int) -> dict[str, str]:
+        # A process claims every NeuronCore it can see, so each rank must see only its own
+        # (neuron.md 2.8), within whatever the user made visible.
+        return {
+            "NEURON_RT_VISIBLE_CORES": nth_visible(
+                os.environ.get("NEURON_RT_VISIBLE_CORES"), local_rank
+            )
+        }
 
     def peak_memory(self) -> MemoryReading:
         # The allocator is asynchronous: its statistics are only complete after a synchronize.

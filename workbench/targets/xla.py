@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -19,17 +20,22 @@ from workbench.targets import detect
 from workbench.targets.base import (
     Availability,
     CompileCounters,
+    DeviceMemory,
     InferenceAnalysis,
     MemoryReading,
     Target,
     UnsupportedOp,
 )
+from workbench.targets.neuron import NEURON_OUT_OF_MEMORY_PATTERNS
 
 # `.item()`, `.tolist()` and printing a tensor read one value back to the host through this op.
 # torch_xla counts it like a fallback, but it is a host sync, not a missing lowering.
 HOST_READ_OP = "aten::_local_scalar_dense"
 
 _NS_PER_SECOND = 1e9
+# HBM per NeuronCore by torch_xla device kind: a Trn1/Inf2 chip has 32 GiB for its two
+# NeuronCore-v2 (neuron.md 4.1). Other kinds are left out rather than guessed.
+_CORE_MEMORY_BY_KIND = {"NC_v2": 16 << 30}
 
 
 def _major_minor(version: str) -> str:
@@ -49,6 +55,17 @@ class XlaTarget(Target):
         "lazy tracing: every step up to torch_xla.sync() is already traced into one HLO graph "
         "and compiled (cached by graph hash, recompiled for each new graph or shape); "
         "compile() adds Dynamo capture with torch.compile(backend='openxla')"
+    )
+    # Importing torch_xla starts the PJRT runtime (and on a Trn1 may claim NeuronCores), so each
+    # trial process starts as a fresh interpreter.
+    trial_start_method = "spawn"
+    distributed_backend = "xla"
+    # XLA reports device allocation failures as RESOURCE_EXHAUSTED; on a Trn1 the Neuron runtime
+    # and compiler report theirs as on the native path.
+    out_of_memory_patterns = (
+        *Target.out_of_memory_patterns,
+        *NEURON_OUT_OF_MEMORY_PATTERNS,
+        r"RESOURCE_EXHAUSTED[^\n]*",
     )
 
     @classmethod
@@ -105,6 +122,49 @@ class XlaTarget(Target):
         # wait for the device before anyone reads a clock.
         torch_xla.sync()
         xm.wait_device_ops()
+
+    def device_memory(self) -> DeviceMemory | None:
+        if not self.is_trainium:
+            return None
+        kind = self.device_kind()
+        if kind not in _CORE_MEMORY_BY_KIND:
+            return None
+        return DeviceMemory(
+            _CORE_MEMORY_BY_KIND[kind],
+            f"{kind}: 16 GiB HBM per NeuronCore-v2 (32 GiB per Trn1/Inf2 chip, neuron.md 4.1)",
+        )
+
+    def max_data_parallel_workers(self) -> int:
+        import torch_xla.runtime as xr
+
+        return xr.global_runtime_device_count()
+
+    def collectives(self) -> Availability:
+        if not self.is_trainium:
+            return Availability(
+                False,
+                f"XLA:{_pjrt_device() or 'CPU'} cannot run multi-process collectives: torch-xla's "
+                "all_reduce there aborts on a rendezvous timeout, and upstream does not support "
+                "collectives on XLA:CPU (pytorch/xla#5005); data-parallel scaling needs a Trn1 "
+                "(PJRT_DEVICE=NEURON)",
+            )
+        return super().collectives()
+
+    def init_process_group(self, timeout: timedelta) -> None:
+        # Importing the module registers the "xla" backend with torch.distributed (neuron.md 2.3).
+        import torch_xla.distributed.xla_backend  # noqa: F401
+
+        super().init_process_group(timeout)
+
+    def data_parallel(self, model: torch.nn.Module) -> torch.nn.Module:
+        # The XLA torch-neuronx path has no DDP: xm.optimizer_step all-reduces the gradients
+        # instead (neuron.md 2.3 and 3).
+        return model
+
+    def data_parallel_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        import torch_xla.core.xla_model as xm
+
+        xm.optimizer_step(optimizer)
 
     def peak_memory(self) -> MemoryReading:
         return MemoryReading(

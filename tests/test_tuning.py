@@ -1,0 +1,682 @@
+"""Retuning (notebook 04's package side): real subprocess trials, real torchrun launches.
+
+Trials run in real child processes (forkserver on CPU) and torchrun launches real gloo ranks;
+the fixture workloads below fail on purpose (MemoryError above a batch size, a hang, a crash, a
+SIGKILL, a rank that never reaches the collective). Assertions are about structure and ratios,
+never absolute times: a deadline is checked against the bound the test itself configured.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import textwrap
+from itertools import combinations
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from workbench.errors import BadInput
+from workbench.targets.cpu import CpuTarget
+from workbench.targets.cuda import CudaTarget
+from workbench.targets.neuron import NeuronTarget
+from workbench.targets.xla import XlaTarget
+from workbench.timing import Measurement
+from workbench.tuning import RetuneSettings, run_retuning
+from workbench.tuning_buckets import evaluate, optimal_boundaries, plan_buckets, read_lengths
+from workbench.tuning_cost import MEASURED, PROJECTION, cost_study, load_prices
+from workbench.tuning_dataloader import (
+    LoaderResult,
+    LoaderSetting,
+    calibrate_sample_work,
+    loader_settings,
+    recommend,
+    sweep_loader,
+)
+from workbench.tuning_parallel import OK as RUN_OK
+from workbench.tuning_parallel import (
+    SKIPPED,
+    RankJob,
+    ScalingRun,
+    ScalingStudy,
+    choose_world_size,
+    launch,
+    sweep_world_sizes,
+)
+from workbench.tuning_parallel import TIMEOUT as RUN_TIMEOUT
+from workbench.tuning_plan import (
+    LINEAR,
+    NO_RULE,
+    SQRT,
+    check_accumulation,
+    lr_factor,
+    lr_scaling_rule,
+    plan_global_batch,
+    split_global_batch,
+)
+from workbench.tuning_process import FINISHED, TERMINATE_GRACE_S, WorkloadSource, run_in_child
+from workbench.tuning_trials import (
+    ERROR,
+    OK,
+    OOM,
+    OVER_BUDGET,
+    SEARCH,
+    SEARCH_STEADY_STEPS,
+    SEARCH_WARMUP,
+    TIMEOUT,
+    BatchTrialJob,
+    MemoryBudget,
+    Trial,
+    TrialRunner,
+    choose_batch,
+    power_of_two_sizes,
+    search_largest_batch,
+    sweep_batch_sizes,
+    trial_bound,
+)
+from workbench.workload import load_workload
+
+MiB = 2**20
+OOM_ABOVE = 48
+FIXTURES = '''
+import os
+import signal
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from workbench.workload import Workload
+
+OOM_ABOVE = {oom_above}
+
+
+def _batch(size, generator):
+    inputs = torch.randn(size, 8, generator=generator)
+    return (inputs,), torch.randint(3, (size,), generator=generator)
+
+
+class Linear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 3)
+
+
+class OomAbove(Linear):
+    """Raises what Python raises when an allocation fails, above a batch size."""
+
+    def forward(self, x):
+        if x.shape[0] > OOM_ABOVE:
+            raise MemoryError(f"cannot allocate activations for batch {{x.shape[0]}}")
+        return self.lin(x)
+
+
+class Allocates(Linear):
+    """Holds 1 MiB per sample during the forward, so its peak memory grows with the batch."""
+
+    def forward(self, x):
+        scratch = torch.ones(x.shape[0], 1 << 18)
+        return self.lin(x) + scratch.sum() * 0
+
+
+class HangsFrom16(Linear):
+    """Never returns from batch 16 on; says which process hangs first."""
+
+    def forward(self, x):
+        if x.shape[0] >= 16:
+            Path(os.environ["HANG_MARKER"]).write_text(str(os.getpid()))
+            time.sleep(3600)
+        return self.lin(x)
+
+
+class CrashesAt8(Linear):
+    """Breaks at one batch size with an error that has nothing to do with memory."""
+
+    def forward(self, x):
+        if x.shape[0] == 8:
+            raise ValueError("reshape expects a batch divisible by 3")
+        return self.lin(x)
+
+
+class KilledFrom32(Linear):
+    """Dies the way the kernel's OOM killer ends a process: SIGKILL, no Python error."""
+
+    def forward(self, x):
+        if x.shape[0] >= 32:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return self.lin(x)
+
+
+class SlowStep(Linear):
+    """A step whose host waits 100 ms on a device, as on an accelerator."""
+
+    def forward(self, x):
+        time.sleep(0.1)
+        return self.lin(x)
+
+
+class Rank1NeverArrives(Linear):
+    """Rank 1 stops before its first all-reduce; rank 0 waits in the collective."""
+
+    def forward(self, x):
+        if os.environ.get("RANK") == "1":
+            Path(os.environ["HANG_MARKER"]).write_text(str(os.getpid()))
+            time.sleep(3600)
+        return self.lin(x)
+
+
+class WithBatchNorm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 3))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def _make(name, factory, optimizer=None):
+    return Workload(
+        name=name,
+        model_factory=factory,
+        batch_maker=_batch,
+        loss_fn=nn.functional.cross_entropy,
+        optimizer_factory=optimizer or (lambda params: torch.optim.SGD(params, lr=0.1)),
+        batch_size=8,
+    )
+
+
+def oom_above():
+    return _make("oom-above", OomAbove)
+
+
+def allocates():
+    return _make("allocates", Allocates)
+
+
+def hangs():
+    return _make("hangs", HangsFrom16)
+
+
+def crashes():
+    return _make("crashes", CrashesAt8)
+
+
+def killed():
+    return _make("killed", KilledFrom32)
+
+
+def slow_step():
+    return _make("slow-step", SlowStep)
+
+
+def rank1_never_arrives():
+    return _make("rank1", Rank1NeverArrives)
+
+
+def with_batch_norm():
+    return _make("batch-norm", WithBatchNorm)
+'''
+
+
+@pytest.fixture(scope="module")
+def fixtures(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A module of failing workloads on sys.path (children inherit the import path)."""
+    folder = tmp_path_factory.mktemp("tuning_fixtures")
+    (folder / "wb_tuning_fixtures.py").write_text(
+        textwrap.dedent(FIXTURES.format(oom_above=OOM_ABOVE))
+    )
+    sys.path.insert(0, str(folder))
+    yield "wb_tuning_fixtures"
+    sys.path.remove(str(folder))
+
+
+def runner(spec: str, budget: MemoryBudget | None = None, timeout_s: float = 60.0) -> TrialRunner:
+    budget = budget or MemoryBudget(64 * 2**30, "test", 0.0)
+    return TrialRunner(WorkloadSource(spec), CpuTarget(), budget, "eager", timeout_s, log=print)
+
+
+def quick_trial(trials: TrialRunner, batch_size: int) -> Trial:
+    return trials.run(SEARCH, batch_size, SEARCH_STEADY_STEPS, SEARCH_WARMUP)
+
+
+# ---------------------------------------------------------------------------------------------
+# Trials in child processes
+
+
+def test_search_converges_below_a_memory_error_within_the_bound(fixtures: str) -> None:
+    lines: list[str] = []
+    trials = runner(f"{fixtures}:oom_above")
+    trials.log = lines.append
+    result = search_largest_batch(trials, 1, 200)
+    assert (result.largest_fit, result.smallest_failure) == (OOM_ABOVE, OOM_ABOVE + 1)
+    assert len(result.trials) <= trial_bound(1, 200) == math.ceil(math.log2(200)) + 2
+    # Every trial is kept, in order, and each printed its line.
+    assert len(lines) == len(result.trials)
+    assert [t.batch_size for t in result.trials][:2] == [1, 200]
+    for trial in result.trials:
+        assert trial.fits == (trial.batch_size <= OOM_ABOVE)
+        if not trial.fits:
+            assert trial.status == OOM and trial.oom_evidence == "MemoryError"
+            assert "MemoryError" in (trial.error or "")
+        else:
+            assert trial.steady is not None and trial.throughput and trial.peak_memory_bytes
+
+
+def test_trial_whose_peak_passes_the_budget_does_not_fit(fixtures: str) -> None:
+    trials = runner(f"{fixtures}:allocates")
+    small = quick_trial(trials, 8)
+    # A budget between the two peaks: the larger batch holds 504 MiB more during its forward.
+    budget = MemoryBudget((small.peak_memory_bytes or 0) + 256 * MiB, "test", 0.0)
+    trials = runner(f"{fixtures}:allocates", budget)
+    fits, over = quick_trial(trials, 8), quick_trial(trials, 512)
+    assert fits.status == OK
+    assert over.status == OVER_BUDGET and not over.fits
+    assert (over.peak_memory_bytes or 0) - (fits.peak_memory_bytes or 0) > 256 * MiB
+    assert "host: peak resident memory" in over.memory_source
+
+
+def test_hanging_trial_is_killed_at_its_deadline(
+    fixtures: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = tmp_path / "hung-pid"
+    monkeypatch.setenv("HANG_MARKER", str(marker))
+    timeout = 4.0
+    trial = quick_trial(runner(f"{fixtures}:hangs", timeout_s=timeout), 16)
+    assert trial.status == TIMEOUT and not trial.fits
+    assert timeout <= trial.seconds < 2 * timeout
+    hung = int(marker.read_text())
+    assert not psutil.pid_exists(hung) or psutil.Process(hung).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_batch_that_crashes_the_model_is_recorded_and_the_sweep_goes_on(fixtures: str) -> None:
+    trials = sweep_batch_sizes(runner(f"{fixtures}:crashes"), [4, 8, 16], steady_steps=3)
+    assert [t.status for t in trials] == [OK, ERROR, OK]
+    broken = trials[1]
+    assert broken.error.startswith("ValueError: reshape expects a batch divisible by 3")
+    assert "wb_tuning_fixtures.py" in (broken.location or "")
+    assert broken.oom_evidence is None
+    assert choose_batch(trials).batch_size in (4, 16)
+
+
+def test_a_trial_killed_by_sigkill_counts_as_out_of_memory(fixtures: str) -> None:
+    trials = runner(f"{fixtures}:killed")
+    assert quick_trial(trials, 16).status == OK
+    killed = quick_trial(trials, 32)
+    assert killed.status == OOM and "SIGKILL" in (killed.oom_evidence or "")
+    assert killed.exit_code == -9
+
+
+def test_a_trial_in_a_fresh_interpreter_reports_like_a_forked_one() -> None:
+    """Neuron and XLA trials start with "spawn" (their runtimes may start at import)."""
+    job = BatchTrialJob(WorkloadSource("seed-mlp"), "cpu", 4, "eager", 3, SEARCH_WARMUP)
+    outcome = run_in_child(job, "spawn", timeout_s=120)
+    assert outcome.status == FINISHED, outcome.output_tail
+    assert outcome.result["error"] is None and len(outcome.result["steady_times"]) == 3
+    assert outcome.result["peak_memory_bytes"] > 0
+
+
+def test_oom_texts_are_recognised_per_target() -> None:
+    host = "RuntimeError: [enforce fail] DefaultCPUAllocator: can't allocate memory: 1 bytes"
+    cuda = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    runtime = 'nrt_tensor_allocate status=4 message="Allocation Failure" on nc 0'
+    compiler_ram = "[F137] neuronx-cc was forcibly killed - insufficient system memory"
+    compiler_hbm = "Allocated memory out of bound for the graph"
+    xla = "RESOURCE_EXHAUSTED: Out of memory allocating 4294967296 bytes"
+    not_memory = "ValueError: reshape expects a batch divisible by 3"
+    for target in (CpuTarget, CudaTarget, XlaTarget, NeuronTarget):
+        assert target.out_of_memory_evidence(host), target.name
+        assert target.out_of_memory_evidence(not_memory) is None, target.name
+    assert CudaTarget.out_of_memory_evidence(cuda) == "CUDA out of memory"
+    assert CpuTarget.out_of_memory_evidence(cuda) is None
+    for text in (runtime, compiler_ram, compiler_hbm):
+        assert NeuronTarget.out_of_memory_evidence(text), text
+        assert XlaTarget.out_of_memory_evidence(text), text
+        assert CpuTarget.out_of_memory_evidence(text) is None, text
+    assert XlaTarget.out_of_memory_evidence(xla)
+    assert NeuronTarget.out_of_memory_evidence("neuronx-cc returned non-zero exit status -9.")
+
+
+class FakeRunner:
+    """Stands in for TrialRunner: a batch fits up to `limit`."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def run(self, stage: str, batch_size: int, *_: object) -> Trial:
+        return Trial(stage, batch_size, OK if batch_size <= self.limit else OOM, 0.0)
+
+
+@pytest.mark.parametrize("low, high", [(1, 1), (1, 2), (1, 1000), (3, 97), (1, 4096), (8, 8192)])
+def test_search_is_exact_within_ceil_log2_range_plus_two(low: int, high: int) -> None:
+    for limit in sorted({low - 1, low, low + 1, (low + high) // 3, high - 1, high, high + 5}):
+        result = search_largest_batch(FakeRunner(limit), low, high)  # type: ignore[arg-type]
+        assert len(result.trials) <= trial_bound(low, high)
+        expected = None if limit < low else min(limit, high)
+        assert result.largest_fit == expected
+        if expected is not None and expected < high:
+            assert result.smallest_failure == expected + 1
+
+
+def test_bad_input_is_rejected_before_any_trial_runs() -> None:
+    with pytest.raises(BadInput, match="min_batch"):
+        search_largest_batch(FakeRunner(4), 8, 4)  # type: ignore[arg-type]
+    with pytest.raises(BadInput, match="min_batch"):
+        RetuneSettings(min_batch=8, max_batch=4)
+    with pytest.raises(BadInput, match="dataloader_workers"):
+        RetuneSettings(dataloader_workers=(-1,))
+    lines: list[str] = []
+    with pytest.raises(BadInput, match="instance_type 'm7.nothing'"):
+        run_retuning(
+            WorkloadSource("seed-mlp"),
+            load_workload("seed-mlp"),
+            CpuTarget(),
+            RetuneSettings(instance_type="m7.nothing"),
+            log=lines.append,
+        )
+    assert lines == []
+
+
+def test_batch_choice_prefers_the_smallest_batch_near_the_best() -> None:
+    def trial(batch: int, step: float, status: str = OK) -> Trial:
+        return Trial("sweep", batch, status, 0.0, Measurement([step] * 3), batch)
+
+    trials = [trial(8, 1.0), trial(16, 1.0), trial(32, 1.01), trial(64, 2.0, OVER_BUDGET)]
+    choice = choose_batch(trials)
+    assert (choice.batch_size, choice.best_batch_size) == (32, 32)
+    # 16 is within 5% of the best rate of 32 only when the best is barely better.
+    trials[2] = trial(32, 1.9)
+    assert choose_batch(trials).batch_size == 16
+    assert power_of_two_sizes(3, 40) == [4, 8, 16, 32]
+
+
+# ---------------------------------------------------------------------------------------------
+# Global batch, learning rate and accumulation
+
+
+def test_lr_rules_follow_the_optimizer_family() -> None:
+    params = [torch.nn.Parameter(torch.zeros(1))]
+    assert lr_scaling_rule(torch.optim.SGD(params, lr=0.1))[0] == LINEAR
+    assert lr_scaling_rule(torch.optim.AdamW(params))[0] == SQRT
+    assert lr_scaling_rule(torch.optim.Adam(params))[0] == SQRT
+    assert lr_scaling_rule(torch.optim.Adagrad(params))[0] == NO_RULE
+    assert lr_factor(LINEAR, 1024, 256) == 4
+    assert lr_factor(SQRT, 1024, 256) == 2
+    assert lr_factor(NO_RULE, 1024, 256) is None
+    assert lr_factor(NO_RULE, 256, 256) == 1
+
+
+def test_global_batch_splits_into_per_core_workers_and_accumulation() -> None:
+    assert split_global_batch(4096, 2, 512) == (512, 4)
+    assert split_global_batch(64, 2, 1024) == (32, 1)
+    assert split_global_batch(3, 4, 64) == (1, 1)
+    sgd = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    plan = plan_global_batch("t", 4096, 512, 2, 256, sgd)
+    assert (
+        plan.per_core_batch * plan.world_size * plan.accumulation_steps == 4096 == plan.global_batch
+    )
+    assert plan.exact and plan.lr_rule == LINEAR
+    assert plan.suggested_lr == pytest.approx(0.1 * 16)
+    assert any("no_sync" in note for note in plan.notes)
+    odd = plan_global_batch("t", 1000, 128, 3, 1000, sgd)
+    assert not odd.exact and odd.per_core_batch <= 128
+    assert abs(odd.global_batch - 1000) <= 3 * odd.accumulation_steps
+    assert odd.lr_factor == pytest.approx(odd.global_batch / 1000)
+    with pytest.raises(BadInput):
+        plan_global_batch("t", 0, 128, 1, 64, sgd)
+
+
+def test_accumulation_matches_one_big_batch_for_seed_mlp() -> None:
+    check = check_accumulation(load_workload("seed-mlp"), micro_batch=16, steps=4)
+    assert check.passed, check.explanation()
+    assert check.max_relative_error is not None and check.max_relative_error < check.tolerance
+    assert not check.batch_statistics_layers
+
+
+def test_accumulation_is_not_equivalent_with_batch_norm(fixtures: str) -> None:
+    check = check_accumulation(load_workload(f"{fixtures}:with_batch_norm"), 8, 4)
+    assert not check.passed and check.error is None
+    assert (check.max_relative_error or 0) > 1e3 * check.tolerance
+    assert check.batch_statistics_layers == ["net.1 (BatchNorm1d)"]
+    assert "BatchNorm1d" in check.explanation() and "NOT" in check.explanation()
+
+
+# ---------------------------------------------------------------------------------------------
+# Padding buckets
+
+
+def test_buckets_cover_the_lengths_with_the_stated_waste() -> None:
+    lengths = [10] * 50 + [100] * 50
+    one = evaluate(lengths, [100])
+    assert one.padded_tokens == 100 * 100 and one.waste == pytest.approx(1 - 5500 / 10000)
+    study = plan_buckets(lengths, max_buckets=4, waste_limit=0.1, source="test")
+    assert [p.boundaries for p in study.plans] == [[100], [10, 100]]
+    assert study.chosen.boundaries == [10, 100] and study.chosen.waste == 0
+    assert study.chosen.counts == [50, 50]
+
+
+def test_bucket_boundaries_are_optimal_against_brute_force() -> None:
+    generator = torch.Generator().manual_seed(0)
+    lengths = [int(v) for v in torch.randint(1, 60, (300,), generator=generator)]
+    values = sorted(set(lengths))
+    for count in (1, 2, 3):
+        best = min(
+            evaluate(lengths, [*combo, values[-1]]).padded_tokens
+            for combo in combinations(values[:-1], count - 1)
+        )
+        found = evaluate(lengths, optimal_boundaries(lengths, count))
+        assert found.padded_tokens == best
+        assert found.boundaries[-1] == max(lengths)
+
+
+def test_sequence_lengths_come_from_the_list_or_a_file(tmp_path: Path) -> None:
+    assert read_lengths([5, 7], "")[0] == [5, 7]
+    path = tmp_path / "lengths.txt"
+    path.write_text("5\n9\n12\n")
+    assert read_lengths([], str(path))[0] == [5, 9, 12]
+    path.write_text(json.dumps([3, 4]))
+    assert read_lengths([], str(path))[0] == [3, 4]
+    path.write_text("five")
+    with pytest.raises(BadInput, match="sequence_lengths_file"):
+        read_lengths([], str(path))
+    with pytest.raises(BadInput):
+        plan_buckets([0, 5], 2, 0.1, "test")
+
+
+# ---------------------------------------------------------------------------------------------
+# DataLoader workers
+
+
+def test_dataloader_sweep_finds_the_worker_count_that_hides_the_data_cost(fixtures: str) -> None:
+    """Each sample costs 2 ms of real CPU work and the step waits 100 ms on a (simulated)
+    device: in the main process the loading adds to every step; one worker does it meanwhile."""
+    work = calibrate_sample_work(2.0)
+    assert work.rounds > 0
+    study = sweep_loader(
+        WorkloadSource(f"{fixtures}:slow_step"),
+        CpuTarget(),
+        8,
+        loader_settings([0, 1], [2], pin_memory_helps=False),
+        work,
+        items_per_sample=1,
+        steps=6,
+        timeout_s=60,
+    )
+    main, one = study.results
+    assert main.status == one.status == "ok"
+    assert main.wait_share > 3 * one.wait_share
+    assert main.wait_share > study.limit
+    assert study.recommended is one
+
+
+def test_recommendation_is_the_cheapest_setting_under_the_limit() -> None:
+    def result(workers: int, wait: float, pin: bool = False) -> LoaderResult:
+        setting = LoaderSetting(workers, pin, 2 if workers else None)
+        return LoaderResult(setting, "ok", Measurement([wait] * 3), Measurement([1.0] * 3), 8)
+
+    results = [result(0, 0.5), result(1, 0.04, pin=True), result(1, 0.04), result(2, 0.0)]
+    assert recommend(results, 0.05) is results[2]
+    assert recommend([result(0, 0.5)], 0.05) is None
+    assert [s.label() for s in loader_settings([1, 0], [2, 4], pin_memory_helps=True)] == [
+        "0 worker(s)",
+        "0 worker(s), pinned",
+        "1 worker(s), prefetch 2",
+        "1 worker(s), prefetch 4",
+        "1 worker(s), prefetch 2, pinned",
+        "1 worker(s), prefetch 4, pinned",
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Data-parallel launches
+
+
+def rank_job(spec: str, timeout_s: float) -> RankJob:
+    return RankJob(WorkloadSource(spec), "cpu", 16, 2, 5, timeout_s, 1, "")
+
+
+def test_torchrun_gloo_launch_at_world_size_two_finishes() -> None:
+    run = launch(rank_job("seed-mlp", 120), 2, timeout_s=120)
+    assert run.status == RUN_OK, run.output_tail
+    assert run.step is not None and len(run.step.times) == 5
+
+
+def test_a_launch_hung_in_a_collective_is_killed_within_its_bound(
+    fixtures: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = tmp_path / "rank1-pid"
+    monkeypatch.setenv("HANG_MARKER", str(marker))
+    timeout = 15.0
+    run = launch(rank_job(f"{fixtures}:rank1_never_arrives", timeout), 2, timeout_s=timeout)
+    assert run.status == RUN_TIMEOUT and "process group killed" in run.reason
+    assert marker.exists(), "rank 1 never reached its step: the launch timed out earlier"
+    assert run.seconds < timeout + TERMINATE_GRACE_S + timeout / 2
+    hung = int(marker.read_text())
+    assert not psutil.pid_exists(hung) or psutil.Process(hung).status() == psutil.STATUS_ZOMBIE
+
+
+def test_world_sizes_beyond_the_machine_are_skipped_with_a_reason() -> None:
+    target = CpuTarget()
+    too_many = target.max_data_parallel_workers() + 1
+    study = sweep_world_sizes(
+        WorkloadSource("seed-mlp"),
+        target,
+        16,
+        [too_many],
+        items_per_sample=1,
+        warmup_steps=1,
+        steps=3,
+        timeout_s=10,
+    )
+    (run,) = study.runs
+    assert run.status == SKIPPED and "oversubscription" in run.reason
+    assert choose_world_size(study, 0.7) is None
+
+
+class XlaOnCpu(XlaTarget):
+    """XlaTarget as it stands on PJRT_DEVICE=CPU (xla_cpu.md: collectives abort there), built
+    without torch_xla: only the facts the scaling sweep reads are filled in."""
+
+    def __init__(self) -> None:  # no torch_xla device here
+        pass
+
+    @property
+    def is_trainium(self) -> bool:
+        return False
+
+    def max_data_parallel_workers(self) -> int:
+        return 2
+
+
+def test_scaling_is_skipped_with_the_reason_where_collectives_cannot_run() -> None:
+    study = sweep_world_sizes(
+        WorkloadSource("seed-mlp"),
+        XlaOnCpu(),
+        16,
+        [1, 2],
+        items_per_sample=1,
+        warmup_steps=1,
+        steps=3,
+        timeout_s=10,
+    )
+    assert study.skipped_reason and "XLA:CPU" in study.skipped_reason
+    assert [r.status for r in study.runs] == [SKIPPED, SKIPPED]
+    assert study.backend == "xla"
+
+
+def test_cpu_target_facts_for_retuning(monkeypatch: pytest.MonkeyPatch) -> None:
+    target = CpuTarget()
+    assert target.distributed_backend == "gloo" and target.collectives().available
+    assert target.device_memory() is None
+    assert target.max_data_parallel_workers() >= 1
+    assert target.rank_environment(1) == {}
+    monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
+    assert NeuronTarget.rank_environment(1) == {"NEURON_RT_VISIBLE_CORES": "1"}
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "4-7")
+    assert NeuronTarget.rank_environment(2) == {"NEURON_RT_VISIBLE_CORES": "6"}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    assert CudaTarget.rank_environment(1) == {"CUDA_VISIBLE_DEVICES": "5"}
+    with pytest.raises(ValueError, match="rank 2 has no device"):
+        CudaTarget.rank_environment(2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Prices and cost
+
+
+def test_every_price_row_carries_its_source_and_date() -> None:
+    prices = load_prices()
+    assert prices.rows
+    for row in prices.rows:
+        assert row.source.startswith("http") and row.date[:4].isdigit(), row
+        assert row.usd_per_hour > 0 and row.accelerators >= 1
+    priced = {row.instance for row in prices.rows}
+    assert {"trn1.2xlarge", "trn1.32xlarge", "trn2.48xlarge", "p5.48xlarge"} <= priced
+    # Unknown prices are absent, not invented.
+    assert "trn1n.32xlarge" in prices.not_found and "trn1n.32xlarge" not in priced
+
+
+def test_cost_rows_label_measured_and_projected_numbers(tmp_path: Path) -> None:
+    prices = load_prices()
+    one = ScalingRun(1, RUN_OK, step=Measurement([0.01] * 3), items_per_step=100, efficiency=1.0)
+    two = ScalingRun(2, RUN_OK, step=Measurement([0.0125] * 3), items_per_step=200)
+    two.efficiency = 0.8
+    scaling = ScalingStudy("gloo", 100, 1, 2, 1, 3, [one, two])
+    study = cost_study(
+        prices,
+        per_worker_rate=10_000.0,
+        per_worker_basis="test",
+        scaling=scaling,
+        this_instance="trn1.2xlarge",
+        target_name="cpu",
+        unit="samples",
+        items=1_000_000,
+    )
+    rows = {(r.instance, r.pricing): r for r in study.rows}
+    here = rows[("trn1.2xlarge", "on-demand")]
+    assert here.basis == MEASURED and here.items_per_second == pytest.approx(16_000)
+    big = rows[("trn1.32xlarge", "on-demand")]
+    assert big.basis == PROJECTION
+    assert big.items_per_second == pytest.approx(10_000 * 32 * 0.8)
+    assert "assumed at 32" in big.how
+    assert big.items_per_dollar == pytest.approx(big.items_per_second * 3600 / 21.5)
+    assert big.dollars_for_items == pytest.approx(1_000_000 / big.items_per_second / 3600 * 21.5)
+    assert rows[("this machine", "")].usd_per_hour is None
+    with pytest.raises(BadInput, match="instance_type"):
+        cost_study(
+            prices,
+            per_worker_rate=1.0,
+            per_worker_basis="",
+            scaling=None,
+            this_instance="m7.nothing",
+            target_name="cpu",
+            unit="samples",
+            items=1,
+        )
+    broken = tmp_path / "prices.json"
+    broken.write_text(json.dumps({"instances": [{"instance": "x", "usd_per_hour": 1}]}))
+    with pytest.raises(BadInput, match="source"):
+        load_prices(str(broken))
