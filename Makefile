@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup run test lint xla-venv
+.PHONY: setup run test test-main test-xla lint xla-venv
 
 setup: $(STAMP)
 
@@ -21,7 +21,10 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/workbench run $(ARGS)
 
-test: $(STAMP)
+# Both lanes: the CPU environment (torch 2.13), then Trn1's software path (torch-xla 2.9 on CPU).
+test: test-main test-xla
+
+test-main: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -42,3 +45,9 @@ $(XLA_STAMP): pyproject.toml
 	$(XLA_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(XLA_VENV)/bin/python -m pip install --quiet "torch==2.9.0" "torch-xla==2.9.0" -e ".[test]"
 	touch $(XLA_STAMP)
+
+# The XLA-marked tests, including a whole `workbench run --target xla` on seed-mlp. The venv may
+# live outside this checkout (XLA_VENV=...) to be reused; its editable install is pointed here.
+test-xla: $(XLA_STAMP)
+	$(XLA_VENV)/bin/python -m pip install --quiet --no-deps -e .
+	PJRT_DEVICE=CPU $(XLA_VENV)/bin/python -m pytest -m xla $(PYTEST_ARGS)

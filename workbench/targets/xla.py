@@ -51,6 +51,10 @@ class XlaTarget(Target):
     name = "xla"
     # torch-xla decides lowering versus CPU fallback the same way on XLA:CPU as on a Trn1.
     neuron_flavour = detect.FLAVOUR_XLA
+    eager_description = (
+        "lazy tracing: ops are recorded, not run; each step up to torch_xla.sync() becomes one "
+        "HLO graph, compiled on first sight of its shape and taken from the graph cache after"
+    )
     compile_description = (
         "lazy tracing: every step up to torch_xla.sync() is already traced into one HLO graph "
         "and compiled (cached by graph hash, recompiled for each new graph or shape); "
