@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
@@ -27,7 +26,7 @@ import psutil
 
 from workbench.errors import BadInput, WorkbenchError
 from workbench.redact import redact_environment, redact_value, scrub_data
-from workbench.results import write_json_atomic
+from workbench.results import write_json_atomic, write_text_atomic
 from workbench.targets.detect import FLAVOUR_XLA, NeuronStack, detect_neuron_stack
 
 MANIFEST_KIND = "workbench.environment-manifest"
@@ -269,19 +268,6 @@ def capture_manifest() -> dict[str, Any]:
 # -------------------------------------------------------------------------------------- pin
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _lock_text(manifest: dict[str, Any], manifest_name: str) -> str:
     python, host = manifest["python"], manifest["platform"]["platform"]
     lines = [
@@ -306,7 +292,7 @@ def pin(out_path: str | Path) -> tuple[Path, Path]:
     lock_path = manifest_path.with_name(f"{manifest_path.stem}.lock.txt")
     manifest = capture_manifest()
     write_json_atomic(manifest_path, manifest)
-    _write_text_atomic(lock_path, _lock_text(manifest, manifest_path.name))
+    write_text_atomic(lock_path, _lock_text(manifest, manifest_path.name))
     return manifest_path, lock_path
 
 

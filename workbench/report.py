@@ -18,6 +18,7 @@ import nbformat
 from nbconvert import HTMLExporter
 
 from workbench.redact import scrub_text
+from workbench.results import write_text_atomic
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 # Output types a report renders. Everything else (widget views, JavaScript, SVG, mermaid...) is
@@ -115,12 +116,6 @@ def export_html(notebook_path: Path, html_path: Path, *, show_code: bool = False
         raise RuntimeError(f"{html_path.name} would fetch from the network: {leaks[0]!r}")
     write_text_atomic(html_path, page)
     return html_path
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 _STATUS_CLASS = {"ok": "wb-ok", "failed": "wb-fail", "timeout": "wb-fail", "kernel-died": "wb-fail"}

@@ -35,8 +35,8 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def write_json_atomic(path: Path, payload: Any) -> Path:
-    """Write JSON to a temp file in the same folder, fsync, then rename over `path`.
+def write_text_atomic(path: Path, text: str) -> Path:
+    """Write to a temp file in the same folder, fsync, then rename over `path`.
 
     A reader never sees a half-written file, and a crash leaves the previous file intact.
     """
@@ -47,8 +47,7 @@ def write_json_atomic(path: Path, payload: Any) -> Path:
         # mkstemp creates 0600; results are shared like the reports beside them.
         os.chmod(tmp, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(_jsonable(payload), fh, indent=2, sort_keys=False, allow_nan=False)
-            fh.write("\n")
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -56,6 +55,12 @@ def write_json_atomic(path: Path, payload: Any) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_json_atomic(path: Path, payload: Any) -> Path:
+    """`payload` as strict JSON (NaN and Inf spelled out), written atomically."""
+    text = json.dumps(_jsonable(payload), indent=2, allow_nan=False)
+    return write_text_atomic(path, text + "\n")
 
 
 def _umask() -> int:
