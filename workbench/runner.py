@@ -162,7 +162,7 @@ def _finish_outputs(path: Path, out: Path, outcome: NotebookOutcome, show_code: 
         text = nbformat.writes(nb)
         scrubbed = scrub_text(text)
         if scrubbed != text:
-            executed.write_text(scrubbed, encoding="utf-8")
+            results.write_text_atomic(executed, scrubbed)
         html_path = out / f"{path.stem}.html"
         try:
             export_html(executed, html_path, show_code=show_code)
