@@ -232,6 +232,8 @@ def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
                     # The request, not its resolution: each report says why its target was chosen.
                     "target": request.target,
                     "out_dir": str(out),
+                    # tqdm bars freeze into one stale line in a headless notebook's output.
+                    "progress_bars": False,
                 }
                 params = {
                     **{k: v for k, v in runner_values.items() if k in declared[path.stem]},
