@@ -67,8 +67,10 @@ def test_run_00_writes_report_json_index_and_latest(env_run):
     assert "not a Trainium validation" in record["validation"]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["exit_code"] == 0 and summary["notebooks"][0]["status"] == "ok"
-    # One progress line per notebook on the console, notebook output in the run log.
+    # One progress line per notebook on the console, each line the notebook prints indented
+    # under it, and every cell's output in the run log.
     assert "[1/1] 00_environment ok in" in result.stderr
+    assert "    result saved: " in result.stderr
     assert "Executing" in (run_dir / "run.log").read_text() or (run_dir / "run.log").stat().st_size
 
 

@@ -116,8 +116,30 @@ def _error_line(exc: BaseException) -> str:
     return scrub_text(" ".join(str(exc).split()))[:500]
 
 
+class _PrintedLines:
+    """File-like target for a notebook's stdout: each printed line (a phase, a trial, a launch)
+    goes to the console as progress, indented under its notebook. Tables and figures are display
+    outputs, not stdout, so they stay in the report and run.log."""
+
+    def __init__(self, progress: Callable[[str], None]) -> None:
+        self.progress = progress
+
+    def write(self, text: str) -> None:
+        for line in scrub_text(text).splitlines():
+            if line.strip():
+                self.progress(f"    {line}")
+
+    def flush(self) -> None:
+        pass
+
+
 def _execute(
-    path: Path, out: Path, params: dict[str, Any], kernel: str, request: RunRequest
+    path: Path,
+    out: Path,
+    params: dict[str, Any],
+    kernel: str,
+    request: RunRequest,
+    progress: Callable[[str], None],
 ) -> NotebookOutcome:
     stem = path.stem
     started = time.perf_counter()
@@ -133,6 +155,7 @@ def _execute(
             progress_bar=False,
             start_timeout=120,
             execution_timeout=request.cell_timeout,
+            stdout_file=_PrintedLines(progress),
         )
     except PapermillExecutionError as exc:
         outcome.status = "failed"
@@ -241,7 +264,7 @@ def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
                 }
                 progress(f"[{index}/{len(notebooks)}] {path.stem} ...")
                 try:
-                    outcome = _execute(path, out, params, kernel, request)
+                    outcome = _execute(path, out, params, kernel, request, progress)
                 except KeyboardInterrupt:
                     outcomes.append(NotebookOutcome(path.stem, "interrupted", 0.0, "interrupted"))
                     interrupted = True
