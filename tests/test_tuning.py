@@ -680,3 +680,24 @@ def test_cost_rows_label_measured_and_projected_numbers(tmp_path: Path) -> None:
     broken.write_text(json.dumps({"instances": [{"instance": "x", "usd_per_hour": 1}]}))
     with pytest.raises(BadInput, match="source"):
         load_prices(str(broken))
+
+
+def test_every_retuning_setting_is_a_notebook_04_parameter_with_the_same_default() -> None:
+    from dataclasses import fields
+
+    from workbench.params import notebook_parameters
+    from workbench.tuning import RetuneSettings
+
+    repo = Path(__file__).resolve().parent.parent
+    declared = notebook_parameters(repo / "notebooks" / "04_retuning.ipynb")
+    defaults = {name: p.default for name, p in declared.items()}
+    settings = RetuneSettings.from_params(defaults)
+    for f in fields(RetuneSettings):
+        assert f.name in declared, f"{f.name} has no parameter in notebook 04"
+        value = getattr(settings, f.name)
+        assert value == (
+            tuple(defaults[f.name]) if isinstance(defaults[f.name], list) else defaults[f.name]
+        )
+        assert value == getattr(RetuneSettings(), f.name), (
+            f"{f.name}: notebook and code defaults differ"
+        )

@@ -19,8 +19,8 @@ measured on this machine and target; projections say they are projections.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from time import perf_counter
 from typing import Any
 
@@ -97,6 +97,19 @@ class RetuneSettings:
     prices_file: str = ""
     instance_type: str = ""
     price_items: int = 1_000_000_000
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> RetuneSettings:
+        """The settings named like notebook 04's parameters, taken from them (lists as tuples)."""
+        return cls(
+            **{
+                f.name: tuple(params[f.name])
+                if isinstance(params[f.name], list)
+                else params[f.name]
+                for f in fields(cls)
+                if f.name in params
+            }
+        )
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
