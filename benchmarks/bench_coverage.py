@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 import torch
+from notebook_wall_time import notebook_wall_seconds
 
 from workbench.coverage_capture import capture_training_step
 from workbench.timing import Measurement
@@ -87,21 +84,6 @@ def overhead(name: str) -> None:
     )
 
 
-def full_answer_seconds() -> float:
-    workbench = Path(sys.executable).parent / "workbench"
-    with tempfile.TemporaryDirectory() as folder:
-        start = time.perf_counter()
-        result = subprocess.run(
-            [str(workbench), "run", "--only", "02", "--out", str(Path(folder) / "run")],
-            capture_output=True,
-            text=True,
-        )
-        elapsed = time.perf_counter() - start
-    if result.returncode != 0:
-        sys.exit(f"workbench run --only 02 failed:\n{result.stderr}")
-    return elapsed
-
-
 def main() -> None:
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cpus, "
@@ -109,7 +91,9 @@ def main() -> None:
     )
     for name in ("seed-mlp", "tiny-transformer"):
         overhead(name)
-    print(f"time to a full coverage answer for seed-mlp on cpu: {full_answer_seconds():.1f} s")
+    print(
+        f"time to a full coverage answer for seed-mlp on cpu: {notebook_wall_seconds('02'):.1f} s"
+    )
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 

@@ -14,13 +14,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from collections.abc import Callable
 from pathlib import Path
+
+from notebook_wall_time import notebook_wall_seconds
 
 from workbench.targets.cpu import CpuTarget
 from workbench.tuning import RetuneSettings
@@ -133,17 +133,7 @@ def main() -> None:
                 f"Lightning power {power_trials} trials -> {power_found}; "
                 f"Lightning binsearch {bin_trials} trials -> {bin_found}"
             )
-    workbench = Path(sys.executable).parent / "workbench"
-    with tempfile.TemporaryDirectory() as folder:
-        start = time.perf_counter()
-        done = subprocess.run(
-            [str(workbench), "run", "--only", "04", "--out", str(Path(folder) / "run")],
-            capture_output=True,
-            text=True,
-        )
-        elapsed = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(f"workbench run --only 04 failed:\n{done.stderr}")
+    elapsed = notebook_wall_seconds("04")
     load = os.getloadavg()[0]
     print(f"default retuning notebook on seed-mlp: {elapsed:.1f} s wall (load {load:.2f})")
 
