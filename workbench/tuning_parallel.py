@@ -199,11 +199,16 @@ def launch(job: RankJob, world_size: int, timeout_s: float) -> ScalingRun:
         if code is None:
             run.status = TIMEOUT
             run.reason = f"still running after {format_seconds(timeout_s)}: process group killed"
-        elif code != 0 or len(ranks) != world_size:
+        elif len(ranks) != world_size:
             run.status = FAILED
             run.reason = (
                 f"torchrun exited with code {code}; {len(ranks)} of {world_size} ranks reported"
             )
+        elif code != 0:
+            # Every rank passed the final barrier and wrote its times, so the measurement is
+            # complete; gloo can still abort a rank while the group is torn down afterwards.
+            run.reason = f"all ranks reported, then torchrun exited with code {code} at shutdown"
+            run.output_tail = read_tail(log_path)
         if run.status != OK:
             run.output_tail = read_tail(log_path)
             return run
