@@ -34,7 +34,8 @@ atexit.register(shutil.rmtree, CACHE_DIR, ignore_errors=True)
 import torch  # noqa: E402
 from torch.utils import benchmark  # noqa: E402
 
-from workbench.baseline import (  # noqa: E402
+from workbench.baseline.measure import PreparedStep, measure, prepare_step, run_baseline  # noqa: E402
+from workbench.baseline.records import (  # noqa: E402
     COMPILED,
     EAGER,
     PHASE_FIRST_CALL,
@@ -42,10 +43,6 @@ from workbench.baseline import (  # noqa: E402
     TRAIN,
     BaselineSettings,
     ConfigResult,
-    PreparedStep,
-    measure,
-    prepare_step,
-    run_baseline,
 )
 from workbench.targets import get_target  # noqa: E402
 from workbench.targets.base import Target  # noqa: E402

@@ -21,7 +21,7 @@ import time
 import torch
 from notebook_wall_time import notebook_wall_seconds
 
-from workbench.coverage_capture import capture_training_step
+from workbench.coverage.capture import capture_training_step
 from workbench.timing import Measurement
 from workbench.workload import Workload, load_workload
 

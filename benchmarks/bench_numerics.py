@@ -24,9 +24,9 @@ import time
 
 import torch
 
-from workbench.numerics import compare_run, run_references
-from workbench.numerics_capture import FP32, FP64, PRECISIONS, RunSpec
-from workbench.numerics_records import NumericsSettings
+from workbench.numerics.capture import FP32, FP64, PRECISIONS, RunSpec
+from workbench.numerics.compare import compare_run, run_references
+from workbench.numerics.records import NumericsSettings
 from workbench.targets import get_target
 from workbench.workload import load_workload
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from notebook_wall_time import notebook_wall_seconds
 
 from workbench.targets.cpu import CpuTarget
-from workbench.tuning import RetuneSettings
-from workbench.tuning_process import WorkloadSource
-from workbench.tuning_trials import MemoryBudget, TrialRunner, search_largest_batch
+from workbench.tuning.process import WorkloadSource
+from workbench.tuning.records import RetuneSettings
+from workbench.tuning.trials import MemoryBudget, TrialRunner, search_largest_batch
 
 LIMITS = (48, 100, 646)
 OOM_WORKLOAD = """

@@ -13,8 +13,10 @@ import pytest
 import torch
 from torch import nn
 
-import workbench.baseline as baseline
-from workbench.baseline import (
+import workbench.baseline.measure as baseline
+from workbench.baseline.checklist import Checklist, collect_checklist
+from workbench.baseline.measure import PreparedStep, measure, run_baseline
+from workbench.baseline.records import (
     COMPILED,
     EAGER,
     INFER,
@@ -30,20 +32,17 @@ from workbench.baseline import (
     CounterDelta,
     MemoryUse,
     PhaseResult,
-    PreparedStep,
     compile_payback,
-    measure,
-    run_baseline,
+    result_data,
 )
-from workbench.baseline_checklist import Checklist, collect_checklist
-from workbench.baseline_views import raise_on_step_failure, result_data
-from workbench.errors import BadInput, WorkbenchError
-from workbench.reference import (
+from workbench.baseline.reference import (
     ReferenceSummary,
     load_reference,
     state_sha256,
     write_reference,
 )
+from workbench.baseline.views import raise_on_step_failure
+from workbench.errors import BadInput, WorkbenchError
 from workbench.results import write_json_atomic
 from workbench.targets.base import CompileCounters
 from workbench.targets.cpu import CpuTarget

@@ -21,18 +21,19 @@ import pytest
 import torch
 from torch import nn
 
-from workbench import coverage_risks as risks
-from workbench.coverage import SEEN_REFERENCE, analyze_coverage, report_data
-from workbench.coverage_capture import (
+from workbench.coverage import risks
+from workbench.coverage.analyze import analyze_coverage
+from workbench.coverage.capture import (
     PHASE_BACKWARD,
     PHASE_FORWARD,
     PHASE_OPTIMIZER,
     capture_training_step,
 )
-from workbench.coverage_graphs import explain_forward
-from workbench.coverage_shapes import ShapeStability, compare_captures
+from workbench.coverage.graphs import explain_forward
+from workbench.coverage.records import SEEN_REFERENCE, report_data
+from workbench.coverage.shapes import ShapeStability, compare_captures
+from workbench.coverage.support import FALLS_BACK, SUPPORTED, UNKNOWN
 from workbench.results import write_json_atomic
-from workbench.support import FALLS_BACK, SUPPORTED, UNKNOWN
 from workbench.targets.cpu import CpuTarget
 from workbench.targets.detect import FLAVOUR_NATIVE, FLAVOUR_XLA
 from workbench.workload import Workload, load_workload

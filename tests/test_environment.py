@@ -14,19 +14,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from workbench.environment import (
+from workbench.environment.drift import (
     CRITICAL,
     INFO,
     WARNING,
     Drift,
-    capture_manifest,
     diff_manifests,
-    load_manifest,
-    load_release_matrix,
-    match_release,
-    pin,
     worst_severity,
 )
+from workbench.environment.manifest import capture_manifest, load_manifest, pin
+from workbench.environment.releases import load_release_matrix, match_release
 from workbench.errors import EXIT_BAD_INPUT, BadInput
 from workbench.targets.detect import (
     FLAVOUR_NATIVE,

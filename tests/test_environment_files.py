@@ -11,7 +11,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from workbench.environment import NeuronRelease, load_release_matrix
+from workbench.environment.releases import NeuronRelease, load_release_matrix
 from workbench.targets.detect import FLAVOUR_NATIVE, FLAVOUR_XLA
 
 ROOT = Path(__file__).resolve().parents[1]

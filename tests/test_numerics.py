@@ -15,19 +15,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from workbench import numerics, numerics_views
+from workbench.baseline.reference import make_reference, save_reference
 from workbench.errors import BadInput
-from workbench.numerics import (
-    INHERITED,
-    OWN,
-    NumericsSettings,
-    compare_run,
-    load_batch,
-    numerics_settings,
-    run_references,
-)
-from workbench.numerics_capture import AUTOCAST, FP32, PRECISIONS, Precision, RunSpec
-from workbench.numerics_metrics import (
+from workbench.numerics import compare as numerics
+from workbench.numerics import records as numerics_records
+from workbench.numerics import views as numerics_views
+from workbench.numerics.capture import AUTOCAST, FP32, PRECISIONS, Precision, RunSpec
+from workbench.numerics.compare import compare_run, load_batch, numerics_settings, run_references
+from workbench.numerics.metrics import (
     RULE_CLOSE,
     RULE_FP64,
     RULE_NO_YARDSTICK,
@@ -37,7 +32,7 @@ from workbench.numerics_metrics import (
     default_tolerances,
     judge,
 )
-from workbench.reference import make_reference, save_reference
+from workbench.numerics.records import INHERITED, OWN, NumericsSettings
 from workbench.results import save_result
 from workbench.targets.cpu import CpuTarget
 from workbench.workload import Workload, load_workload
@@ -441,7 +436,7 @@ def test_result_data_saves_as_json_with_rule_settings_and_every_run(tmp_path, de
         precisions=("fp32", "bf16-cast"), compiled_precisions=(), steps=STEPS
     )
     result = numerics.run_numerics(DEEP, CPU, settings, log=lambda _: None)
-    data = numerics_views.result_data(result)
+    data = numerics_records.result_data(result)
     path = save_result(tmp_path, "03_numerics", data)
     saved = json.loads(path.read_text())["data"]
     assert saved["headline"].endswith(".") and saved["headline"].count(". ") == 0

@@ -10,7 +10,8 @@ import torch
 from matplotlib.figure import Figure
 from torch import nn
 
-from workbench import numerics, numerics_plots
+from workbench.numerics import compare as numerics
+from workbench.numerics import plots as numerics_plots
 from workbench.targets.cpu import CpuTarget
 from workbench.workload import Workload
 

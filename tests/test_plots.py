@@ -6,8 +6,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from workbench import plots  # noqa: E402
-from workbench.baseline import (  # noqa: E402
+from workbench.baseline import plots  # noqa: E402
+from workbench.baseline.checklist import Checklist  # noqa: E402
+from workbench.baseline.records import (
     COMPILED,
     EAGER,
     INFER,
@@ -23,8 +24,7 @@ from workbench.baseline import (  # noqa: E402
     PhaseResult,
     StepFailure,
 )
-from workbench.baseline_checklist import Checklist  # noqa: E402
-from workbench.reference import ReferenceSummary  # noqa: E402
+from workbench.baseline.reference import ReferenceSummary  # noqa: E402
 from workbench.timing import Measurement  # noqa: E402
 
 

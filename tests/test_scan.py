@@ -12,6 +12,7 @@ import pytest
 from workbench import scan
 from workbench.cli import main
 from workbench.errors import EXIT_BLOCKING_FINDINGS, BadInput
+from workbench.scan.rules import BLOCKING, INFO
 from workbench.workload import load_workload
 
 TRAIN = '''
@@ -102,12 +103,12 @@ def test_flavours_decide_severity(tmp_path: Path) -> None:
     xla_only = {(f.line, f.rule): f for f in scan.scan_paths([path], ["xla"]).findings}
     native_only = {(f.line, f.rule): f for f in scan.scan_paths([path], ["native"]).findings}
     # Importing torch_xla blocks a native migration and is no finding on the XLA path.
-    assert both[(9, "legacy-xla")].severity == scan.BLOCKING
+    assert both[(9, "legacy-xla")].severity == BLOCKING
     assert (9, "legacy-xla") not in xla_only
     # mark_step still works on XLA (newer spelling torch_xla.sync()); native has no such thing.
-    assert xla_only[(31, "legacy-xla-renamed")].severity == scan.INFO
-    assert native_only[(31, "legacy-xla-renamed")].severity == scan.BLOCKING
-    assert both[(31, "legacy-xla-renamed")].severity == scan.BLOCKING
+    assert xla_only[(31, "legacy-xla-renamed")].severity == INFO
+    assert native_only[(31, "legacy-xla-renamed")].severity == BLOCKING
+    assert both[(31, "legacy-xla-renamed")].severity == BLOCKING
     assert xla_only[(31, "legacy-xla-renamed")].native == ""
     # A plain torch.compile is right for native and wrong for XLA torch-neuronx.
     plain = _write(tmp_path / "plain.py", "import torch\nm = torch.compile(model)\n")

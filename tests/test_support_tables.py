@@ -18,7 +18,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from workbench.support import (
+from workbench.coverage.support import (
     FALLS_BACK,
     NO_NATIVE_TABLE,
     SUPPORTED,

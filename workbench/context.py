@@ -13,7 +13,7 @@ from typing import Any
 from IPython.display import display
 
 import workbench
-from workbench import display as show
+from workbench import markup as show
 from workbench.params import coerce, notebook_parameters
 from workbench.results import save_result
 from workbench.targets import get_target, resolve_target_name

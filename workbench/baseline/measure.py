@@ -1,0 +1,369 @@
+"""Baseline: what a training step and an inference call cost on a target, eager and compiled.
+
+Each configuration (step kind x mode) is timed in three phases, with the target synchronized
+before every clock read: the first call (tracing and compilation land here), an adaptive warm-up
+that ends when the recent steps are stable, and a steady state of at least N samples. Every phase
+keeps its raw per-step times, its compile-counter change and its memory peaks, so a report or a
+later comparison can re-derive each number.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from time import perf_counter
+
+import torch
+from tqdm.auto import tqdm
+
+from workbench.baseline.checklist import collect_checklist
+from workbench.baseline.records import (
+    COMPILED,
+    EAGER,
+    INFER,
+    PHASE_COMPILE,
+    PHASE_FIRST_CALL,
+    PHASE_LABELS,
+    PHASE_SETUP,
+    PHASE_STEADY,
+    PHASE_WARMUP,
+    TRAIN,
+    BaselineResult,
+    BaselineSettings,
+    ConfigResult,
+    CounterDelta,
+    MemoryUse,
+    PhaseResult,
+    StepFailure,
+)
+from workbench.baseline.reference import write_reference
+from workbench.targets.base import Target
+from workbench.timing import (
+    HostPeakRss,
+    Measurement,
+    format_seconds,
+)
+from workbench.workload import Workload
+
+
+@dataclass
+class PreparedStep:
+    """One configuration ready to run: `step()` runs one training step or inference call."""
+
+    kind: str
+    mode: str
+    step: Callable[[], torch.Tensor]  # returns the loss (training) or the outputs (inference)
+    batch_size: int
+    items_per_step: int
+    targets: torch.Tensor  # of the fixed batch, for the loss on inference outputs
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def prepare_step(workload: Workload, target: Target, kind: str, mode: str) -> PreparedStep:
+    """A fresh seeded model (and optimizer) on the target, the fixed batch, and the step.
+
+    Compiled mode compiles the model with the target's compiler; the loss and the optimizer step
+    stay eager, which is how training scripts usually apply torch.compile. Dynamo's in-process
+    caches are reset first, so every compiled configuration pays its own compile (on-disk compiler
+    caches are used as found).
+    """
+    model = workload.build_model(target.device)
+    model.train(kind == TRAIN)
+    inputs, targets = workload.batch(target.device)
+    forward: Callable[..., torch.Tensor] = model
+    if mode == COMPILED:
+        torch._dynamo.reset()
+        try:
+            forward = target.compile(model)
+        except Exception as exc:
+            raise CompileFailed(str(exc)) from exc
+    batch_size = int(inputs[0].shape[0])
+
+    if kind == TRAIN:
+        optimizer = workload.make_optimizer(model)
+
+        def step() -> torch.Tensor:
+            optimizer.zero_grad(set_to_none=True)
+            loss = workload.loss_fn(forward(*inputs), targets)
+            loss.backward()
+            optimizer.step()
+            return loss.detach()
+
+    else:
+        # no_grad rather than inference_mode: outputs stay ordinary tensors that autograd can
+        # use later, and Dynamo guards on the mode, so mixing the two would compile twice.
+        def step() -> torch.Tensor:
+            with torch.no_grad():
+                return forward(*inputs)
+
+    items = batch_size * workload.items_per_sample()
+    return PreparedStep(kind, mode, step, batch_size, items, targets, workload.loss_fn)
+
+
+class CompileFailed(Exception):
+    """target.compile() raised; the original exception is the cause."""
+
+
+# Frames in these folders are never where a user looks for the bug.
+_LIBRARY_DIRS = (str(Path(torch.__file__).parent), str(Path(__file__).parent))
+
+
+def _error_text(exc: BaseException) -> tuple[str, str]:
+    """ "Type: message" and the innermost frame in the user's code (else the innermost frame)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    user_frames = [f for f in frames if not f.filename.startswith(_LIBRARY_DIRS)]
+    frame = (user_frames or frames or [None])[-1]
+    location = f"{frame.filename}:{frame.lineno} in {frame.name}" if frame else ""
+    return f"{type(exc).__name__}: {str(exc).strip()}"[:2000], location
+
+
+class _ConfigRunner:
+    """Runs one configuration's phases and fills its ConfigResult."""
+
+    def __init__(
+        self,
+        prepared: PreparedStep,
+        target: Target,
+        host: HostPeakRss,
+        log: Callable[[str], None],
+        progress_bars: bool,
+    ) -> None:
+        self.prepared = prepared
+        self.target = target
+        self.host = host
+        self.log = log
+        self.progress_bars = progress_bars
+        self.result = ConfigResult(
+            prepared.kind, prepared.mode, prepared.batch_size, prepared.items_per_step
+        )
+        self.next_step = 1
+        # Inference keeps only the first and the latest output (for their losses).
+        self.first_output: torch.Tensor | None = None
+        self.last_output: torch.Tensor | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.prepared.kind}/{self.prepared.mode}"
+
+    def run(self, settings: BaselineSettings) -> ConfigResult:
+        self.target.synchronize()
+        phases = (
+            (PHASE_FIRST_CALL, 1, None),
+            (PHASE_WARMUP, settings.warmup.max_steps, settings.warmup.is_steady),
+            (PHASE_STEADY, settings.steady_steps, None),
+        )
+        for phase, max_steps, stop in phases:
+            if not self._phase(phase, max_steps, stop):
+                break
+        losses = self.result.losses
+        if self.prepared.kind == INFER:
+            self._inference_losses()
+        elif losses:
+            self.result.loss_first, self.result.loss_last = losses[0], losses[-1]
+            bad = (step for step, loss in enumerate(losses, 1) if not math.isfinite(loss))
+            self.result.nonfinite_step = next(bad, None)
+        return self.result
+
+    def _phase(
+        self, phase: str, max_steps: int, stop: Callable[[list[float]], bool] | None
+    ) -> bool:
+        """Run one phase; False when a step raised (the failure is recorded)."""
+        first_step = self.next_step
+        times: list[float] = []
+        losses: list[torch.Tensor] = []
+        self.host.reset()
+        self.target.reset_peak_memory()
+        before = self.target.compile_counters()
+        bar = tqdm(
+            total=max_steps,
+            desc=f"{self.name} {PHASE_LABELS[phase]}",
+            leave=False,
+            disable=not self.progress_bars,
+        )
+        failure: BaseException | None = None
+        try:
+            while len(times) < max_steps and not (stop and stop(times)):
+                start = perf_counter()
+                value = self.prepared.step()
+                self.target.synchronize()
+                times.append(perf_counter() - start)
+                self._keep(value, losses)
+                self.next_step += 1
+                bar.update()
+        except Exception as exc:  # recorded with phase and step; the other configurations go on
+            failure = exc
+        finally:
+            bar.close()
+        device = self.target.peak_memory()
+        record = PhaseResult(
+            phase,
+            first_step,
+            Measurement(times) if times else None,
+            MemoryUse(self.host.peak(), device.peak_allocated, device.peak_reserved),
+            CounterDelta.between(before, self.target.compile_counters()),
+            converged=bool(stop(times)) if stop and failure is None else None,
+        )
+        self.result.phases.append(record)
+        # Read back after the phase, so host transfers never land inside a timed step.
+        self.result.losses.extend(float(loss) for loss in losses)
+        if failure is not None:
+            error, location = _error_text(failure)
+            self.result.failure = StepFailure(
+                self.prepared.kind, self.prepared.mode, phase, self.next_step, error, location
+            )
+            self.log(self.result.failure.summary())
+            return False
+        self.log(f"{self.name}: {_phase_line(record)}")
+        return True
+
+    def _keep(self, value: torch.Tensor, losses: list[torch.Tensor]) -> None:
+        """Training keeps every (scalar) loss; inference only its first and latest output, so
+        large outputs never pile up in memory during a phase."""
+        if self.prepared.kind == TRAIN:
+            losses.append(value)
+        else:
+            if self.first_output is None:
+                self.first_output = value
+            self.last_output = value
+
+    def _inference_losses(self) -> None:
+        """Loss on the first and the last output: weights and batch are fixed, so a NaN missing
+        from the first output can only come later through nondeterminism, and shows in the last."""
+        if self.first_output is None or self.last_output is None:
+            return
+        last_step = self.next_step - 1
+        loss_fn, targets = self.prepared.loss_fn, self.prepared.targets
+        first = float(loss_fn(self.first_output, targets))
+        last = float(loss_fn(self.last_output, targets)) if last_step > 1 else first
+        self.result.loss_first, self.result.loss_last = first, last
+        if not math.isfinite(first):
+            self.result.nonfinite_step = 1
+        elif not math.isfinite(last):
+            self.result.nonfinite_step = last_step
+
+
+def _phase_line(phase: PhaseResult) -> str:
+    """One log line per phase: what a headless run shows while it works."""
+    m = phase.measurement
+    assert m is not None
+    text = f"{PHASE_LABELS[phase.phase]} {len(m.times)} step(s) in {format_seconds(m.total)}"
+    if phase.phase == PHASE_WARMUP:
+        text += ", converged" if phase.converged else ", stopped at the cap without converging"
+    if phase.phase == PHASE_STEADY:
+        text += f", median {format_seconds(m.median)}, IQR {m.relative_iqr:.0%} of median"
+        if phase.compile.recompiles:
+            text += f", {phase.compile.recompiles} RECOMPILE(S) DURING STEADY STATE"
+    if phase.compile.graphs:
+        text += f", {phase.compile.graphs} graph(s) compiled"
+    return text
+
+
+def run_config(
+    workload: Workload,
+    target: Target,
+    kind: str,
+    mode: str,
+    settings: BaselineSettings,
+    *,
+    host: HostPeakRss | None = None,
+    log: Callable[[str], None] = print,
+    progress_bars: bool = False,
+) -> ConfigResult:
+    """One configuration, start to finish; a raising step ends it with a recorded failure."""
+    try:
+        prepared = prepare_step(workload, target, kind, mode)
+    except Exception as exc:
+        compile_failed = isinstance(exc, CompileFailed)
+        error, location = _error_text(exc.__cause__ if compile_failed else exc)
+        batch_size = workload.batch_size
+        result = ConfigResult(kind, mode, batch_size, batch_size * workload.items_per_sample())
+        phase = PHASE_COMPILE if compile_failed else PHASE_SETUP
+        result.failure = StepFailure(kind, mode, phase, 0, error, location, compile_failed)
+        log(result.failure.summary())
+        return result
+    return measure(prepared, target, settings, host=host, log=log, progress_bars=progress_bars)
+
+
+def measure(
+    prepared: PreparedStep,
+    target: Target,
+    settings: BaselineSettings,
+    *,
+    host: HostPeakRss | None = None,
+    log: Callable[[str], None] = print,
+    progress_bars: bool = False,
+) -> ConfigResult:
+    """First call, warm-up and steady state of an already prepared step."""
+    runner = _ConfigRunner(prepared, target, host or HostPeakRss(), log, progress_bars)
+    return runner.run(settings)
+
+
+def _step_failure_is_compile_failure(eager: ConfigResult | None, compiled: ConfigResult) -> bool:
+    """A compiled run that fails before its first call completes, where eager ran that call."""
+    failure = compiled.failure
+    return (
+        failure is not None
+        and failure.phase == PHASE_FIRST_CALL
+        and eager is not None
+        and eager.phase(PHASE_FIRST_CALL) is not None
+        and eager.phase(PHASE_FIRST_CALL).measurement is not None
+    )
+
+
+def run_baseline(
+    workload: Workload,
+    target: Target,
+    settings: BaselineSettings | None = None,
+    *,
+    reference_path: Path | None = None,
+    log: Callable[[str], None] = print,
+    progress_bars: bool = False,
+) -> BaselineResult:
+    """Every selected (kind, mode) configuration, then the pre-migration checklist.
+
+    A failing configuration never stops the others. `reference_path` receives the reference
+    artifact (torch.save); `log` gets one line per phase; `progress_bars` adds tqdm bars for
+    interactive use.
+    """
+    settings = settings or BaselineSettings()
+    started = perf_counter()
+    host = HostPeakRss()
+    reference = write_reference(workload, target, reference_path)
+    configs: list[ConfigResult] = []
+    for kind in settings.kinds:
+        eager: ConfigResult | None = None
+        for mode in settings.modes:
+            result = run_config(
+                workload,
+                target,
+                kind,
+                mode,
+                settings,
+                host=host,
+                log=log,
+                progress_bars=progress_bars,
+            )
+            if mode == EAGER:
+                eager = result
+            elif result.failure and _step_failure_is_compile_failure(eager, result):
+                result.failure.compile_failure = True
+            configs.append(result)
+    checklist = collect_checklist(workload, target)
+    return BaselineResult(
+        workload=workload.describe(),
+        target=target.describe(),
+        eager_means=target.eager_description,
+        compiled_means=target.compile_description,
+        settings=settings,
+        host_memory_source=host.source,
+        device_memory_source=target.peak_memory().source,
+        compile_counter_source=target.compile_counters().source,
+        configs=configs,
+        checklist=checklist,
+        reference=reference,
+        throughput_unit=workload.throughput_unit,
+        wall_seconds=perf_counter() - started,
+    )

@@ -1,0 +1,400 @@
+"""Notebook 01's records: settings, per-phase and per-configuration results, compile payback, and
+the shape of 01_baseline.json."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from workbench.baseline.checklist import Checklist
+from workbench.baseline.reference import ReferenceSummary
+from workbench.errors import BadInput
+from workbench.targets.base import CompileCounters
+from workbench.timing import (
+    FLUCTUATION_SEVERE,
+    Measurement,
+    WarmupRule,
+    format_seconds,
+)
+
+TRAIN = "train"
+
+
+INFER = "infer"
+
+
+EAGER = "eager"
+
+
+COMPILED = "compiled"
+
+
+KINDS = (TRAIN, INFER)
+
+
+MODES = (EAGER, COMPILED)
+
+
+KIND_LABELS = {TRAIN: "training step", INFER: "inference call"}
+
+
+PHASE_SETUP = "setup"  # building the model, optimizer and batch
+
+
+PHASE_COMPILE = "compile"  # target.compile() itself; torch.compile is lazy, so this rarely fails
+
+
+PHASE_FIRST_CALL = "first_call"
+
+
+PHASE_WARMUP = "warmup"
+
+
+PHASE_STEADY = "steady"
+
+
+# What a compiled first call includes, said wherever compile times are shown.
+COMPILE_CACHE_NOTE = (
+    "Dynamo's in-process caches are reset before each compiled configuration; on-disk compiler "
+    "caches (e.g. Inductor's FX graph cache) are used as found, so a repeat run compiles faster"
+)
+
+
+PHASE_LABELS = {
+    PHASE_SETUP: "set-up",
+    PHASE_COMPILE: "compile",
+    PHASE_FIRST_CALL: "first call",
+    PHASE_WARMUP: "warm-up",
+    PHASE_STEADY: "steady state",
+}
+
+
+@dataclass(frozen=True)
+class BaselineSettings:
+    steady_steps: int = 30
+    warmup: WarmupRule = field(default_factory=WarmupRule)
+    kinds: tuple[str, ...] = KINDS
+    modes: tuple[str, ...] = MODES
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> BaselineSettings:
+        """The settings from notebook 01's parameters (warmup_* make the warm-up rule)."""
+        default = cls()
+        return cls(
+            steady_steps=params.get("steady_steps", default.steady_steps),
+            warmup=WarmupRule(
+                params.get("warmup_window", default.warmup.window),
+                params.get("warmup_threshold", default.warmup.threshold),
+                params.get("warmup_max_steps", default.warmup.max_steps),
+            ),
+            kinds=tuple(params.get("kinds", default.kinds)),
+            modes=tuple(params.get("modes", default.modes)),
+        )
+
+    def __post_init__(self) -> None:
+        if self.steady_steps < 3:
+            raise BadInput(f"steady_steps {self.steady_steps}: use at least 3 samples.")
+        for name, values, allowed in (("kinds", self.kinds, KINDS), ("modes", self.modes, MODES)):
+            unknown = [v for v in values if v not in allowed]
+            if unknown or not values:
+                raise BadInput(f"{name} {list(values)!r}: choose from {', '.join(allowed)}.")
+
+
+@dataclass
+class MemoryUse:
+    host_peak_rss: int | None  # bytes
+    device_peak_allocated: int | None
+    device_peak_reserved: int | None
+
+
+@dataclass
+class CounterDelta:
+    """How much the target's compile counters moved during one phase."""
+
+    graphs: int | None
+    compile_seconds: float | None
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def between(cls, before: CompileCounters, after: CompileCounters) -> CounterDelta:
+        def delta(a: float | None, b: float | None) -> float | None:
+            # Dynamo reports no compile time until something compiled: None then means zero.
+            return None if a is None and b is None else (b or 0) - (a or 0)
+
+        graphs = delta(before.graphs, after.graphs)
+        seconds = delta(before.compile_seconds, after.compile_seconds)
+        if seconds is None and graphs == 0:
+            seconds = 0.0  # no graph compiled, so no compile time, reported or not
+        extra = {
+            key: value - before.extra.get(key, 0)
+            for key, value in after.extra.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+        }
+        return cls(None if graphs is None else int(graphs), seconds, extra)
+
+    @property
+    def recompiles(self) -> int:
+        """Graphs compiled, or recompiles counted, during the phase: the larger of the two."""
+        return int(max(self.graphs or 0, self.extra.get("recompiles", 0)))
+
+
+@dataclass
+class PhaseResult:
+    phase: str
+    first_step: int  # step number (1 = the first call) of this phase's first step
+    measurement: Measurement | None  # None when the phase's first step raised
+    memory: MemoryUse
+    compile: CounterDelta
+    converged: bool | None = None  # warm-up only: stability reached before the cap
+
+    @property
+    def steps(self) -> int:
+        return len(self.measurement.times) if self.measurement else 0
+
+
+@dataclass
+class StepFailure:
+    kind: str
+    mode: str
+    phase: str
+    step: int  # 0 for target.compile() itself
+    error: str  # "ExceptionType: message"
+    location: str  # innermost frame: file:line in function
+    compile_failure: bool = False  # compiled mode failed where eager of the same kind ran
+
+    def summary(self) -> str:
+        first_line = self.error.splitlines()[0] if self.error else ""
+        where = PHASE_LABELS[self.phase] + (f" step {self.step}" if self.step else "")
+        return f"{self.kind}/{self.mode} failed in {where}: {first_line}"
+
+
+@dataclass
+class ConfigResult:
+    kind: str
+    mode: str
+    batch_size: int
+    items_per_step: int  # samples, or tokens for sequence workloads
+    phases: list[PhaseResult] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)  # training: one per step, step 1 first
+    loss_first: float | None = None
+    loss_last: float | None = None
+    nonfinite_step: int | None = None  # first step whose loss was NaN or Inf
+    failure: StepFailure | None = None
+
+    def phase(self, name: str) -> PhaseResult | None:
+        return next((p for p in self.phases if p.phase == name), None)
+
+    @property
+    def steady(self) -> Measurement | None:
+        phase = self.phase(PHASE_STEADY)
+        return phase.measurement if phase and self.failure is None else None
+
+    @property
+    def throughput(self) -> float | None:
+        """Items per second at the steady-state median."""
+        steady = self.steady
+        return self.items_per_step / steady.median if steady and steady.median > 0 else None
+
+    @property
+    def steady_recompiles(self) -> int:
+        phase = self.phase(PHASE_STEADY)
+        return phase.compile.recompiles if phase else 0
+
+    @property
+    def warmup_converged(self) -> bool | None:
+        phase = self.phase(PHASE_WARMUP)
+        return phase.converged if phase else None
+
+    def phase_of_step(self, step: int) -> str:
+        owner = PHASE_FIRST_CALL
+        for phase in self.phases:
+            if step >= phase.first_step:
+                owner = phase.phase
+        return owner
+
+
+@dataclass
+class CompilePayback:
+    """Eager against compiled for one step kind: speed-up, one-off cost, break-even point."""
+
+    kind: str
+    eager_median: float
+    compiled_median: float
+    speedup: float  # eager median / compiled median
+    # One-off cost of compiled mode: its first call and warm-up above its own steady pace,
+    # minus the same excess for eager (so a target whose eager mode also compiles is fair).
+    compile_cost: float
+    break_even_steps: int | None  # None: never repaid at the measured speeds
+
+    def sentence(self) -> str:
+        label = KIND_LABELS[self.kind]
+        if self.speedup <= 1:
+            tail = (
+                f"so its {format_seconds(self.compile_cost)} compile cost is never repaid"
+                if self.compile_cost > 0
+                else "so it never pays off"
+            )
+            return f"{label}: compiled is slower ({self.speedup:.2f}x eager's speed), {tail}"
+        if self.compile_cost <= 0:
+            return f"{label}: compiled is {self.speedup:.2f}x faster from its first step"
+        return (
+            f"{label}: compile costs {format_seconds(self.compile_cost)}, repaid after "
+            f"~{_round_steps(self.break_even_steps or 0):,} steps at the measured "
+            f"{self.speedup:.2f}x speed-up"
+        )
+
+
+def _round_steps(steps: int) -> int:
+    """Two significant figures: a break-even point is an estimate, not a count."""
+    if steps < 100:
+        return steps
+    scale = 10 ** (len(str(steps)) - 2)
+    return round(steps / scale) * scale
+
+
+def _startup_excess(result: ConfigResult, median: float) -> float:
+    """Time the first call and warm-up took beyond the same number of steady steps."""
+    excess = 0.0
+    for name in (PHASE_FIRST_CALL, PHASE_WARMUP):
+        phase = result.phase(name)
+        if phase and phase.measurement:
+            excess += phase.measurement.total - median * len(phase.measurement.times)
+    return excess
+
+
+def compile_payback(eager: ConfigResult, compiled: ConfigResult) -> CompilePayback | None:
+    """None unless both configurations reached a steady state."""
+    if eager.steady is None or compiled.steady is None:
+        return None
+    e, c = eager.steady.median, compiled.steady.median
+    cost = _startup_excess(compiled, c) - _startup_excess(eager, e)
+    saving = e - c
+    steps = math.ceil(cost / saving) if saving > 0 and cost > 0 else (0 if saving > 0 else None)
+    return CompilePayback(eager.kind, e, c, e / c if c > 0 else math.inf, cost, steps)
+
+
+@dataclass
+class BaselineResult:
+    workload: dict[str, Any]
+    target: dict[str, Any]
+    eager_means: str
+    compiled_means: str
+    settings: BaselineSettings
+    host_memory_source: str
+    device_memory_source: str
+    compile_counter_source: str
+    configs: list[ConfigResult]
+    checklist: Checklist
+    reference: ReferenceSummary
+    throughput_unit: str
+    wall_seconds: float
+
+    def config(self, kind: str, mode: str) -> ConfigResult | None:
+        return next((c for c in self.configs if c.kind == kind and c.mode == mode), None)
+
+    @property
+    def failures(self) -> list[StepFailure]:
+        """Steps that raised, compile failures excluded (those are findings, shown apart)."""
+        return [c.failure for c in self.configs if c.failure and not c.failure.compile_failure]
+
+    @property
+    def compile_failures(self) -> list[StepFailure]:
+        return [c.failure for c in self.configs if c.failure and c.failure.compile_failure]
+
+    def paybacks(self) -> list[CompilePayback]:
+        found = []
+        for kind in self.settings.kinds:
+            eager, compiled = self.config(kind, EAGER), self.config(kind, COMPILED)
+            payback = compile_payback(eager, compiled) if eager and compiled else None
+            if payback:
+                found.append(payback)
+        return found
+
+    def headline(self) -> str:
+        """One sentence that reads the result, with a caveat when the timings are noisy."""
+        parts = [self._kind_sentence(kind) for kind in self.settings.kinds]
+        spreads = [c.steady.relative_iqr for c in self.configs if c.steady]
+        if spreads and max(spreads) > FLUCTUATION_SEVERE:
+            parts.append(
+                f"the timings are noisy (steady-state IQR up to {max(spreads):.0%} of the "
+                "median), so compare them with care"
+            )
+        return f"On {self.target['name']}, " + "; ".join(parts) + "."
+
+    def _kind_sentence(self, kind: str) -> str:
+        label = KIND_LABELS[kind]
+        configs = [c for c in self.configs if c.kind == kind]
+        broken = [c.failure for c in configs if c.failure and not c.failure.compile_failure]
+        if broken:
+            return broken[0].summary()
+        payback = next((p for p in self.paybacks() if p.kind == kind), None)
+        text = payback.sentence() if payback else ""
+        eager = self.config(kind, EAGER)
+        if not text and eager and eager.steady and eager.throughput:
+            text = (
+                f"{label}: eager median {format_seconds(eager.steady.median)} "
+                f"({eager.throughput:,.0f} {self.throughput_unit})"
+            )
+        failed_compile = next((c.failure for c in configs if c.failure), None)
+        if failed_compile:
+            reason = failed_compile.error.splitlines()[0][:200]
+            text = (text + ", but " if text else f"{label}: ") + f"compile failed ({reason})"
+        flagged = [c for c in configs if c.steady_recompiles]
+        if flagged:
+            text += f", with {flagged[0].steady_recompiles} recompile(s) during steady state"
+        return text
+
+
+def config_status(config: ConfigResult) -> str:
+    if config.failure is None:
+        return "ok"
+    return "compile failed" if config.failure.compile_failure else "step failed"
+
+
+def _config_data(config: ConfigResult) -> dict[str, Any]:
+    warmup = config.phase(PHASE_WARMUP)
+    return {
+        **asdict(config),
+        "status": config_status(config),
+        "throughput": config.throughput,
+        "phase_seconds": {
+            p.phase: p.measurement.total if p.measurement else None for p in config.phases
+        },
+        "warmup_steps": warmup.steps if warmup else None,
+        "warmup_converged": config.warmup_converged,
+        "steady_recompiles": config.steady_recompiles,
+    }
+
+
+def result_data(result: BaselineResult) -> dict[str, Any]:
+    """Everything the result file keeps; raw samples sit under configs[].phases[].measurement."""
+    return {
+        "headline": result.headline(),
+        "target": {
+            **result.target,
+            "eager_means": result.eager_means,
+            "compiled_means": result.compiled_means,
+        },
+        "workload": result.workload,
+        "kinds": list(result.settings.kinds),
+        "modes": list(result.settings.modes),
+        "settings": asdict(result.settings),
+        "throughput_unit": result.throughput_unit,
+        "configs": [_config_data(c) for c in result.configs],
+        "comparison": [asdict(p) | {"sentence": p.sentence()} for p in result.paybacks()],
+        "failures": [asdict(f) for f in result.failures],
+        "compile_failures": [asdict(f) for f in result.compile_failures],
+        "checklist": asdict(result.checklist),
+        "versions": result.checklist.versions,
+        "reference": asdict(result.reference),
+        "sources": {
+            "timing": "time.perf_counter around each step, target synchronized before reading",
+            "host_memory": result.host_memory_source,
+            "device_memory": result.device_memory_source,
+            "compile_counters": result.compile_counter_source,
+            "compile_caches": COMPILE_CACHE_NOTE,
+        },
+        "wall_seconds": result.wall_seconds,
+    }

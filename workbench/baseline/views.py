@@ -1,0 +1,258 @@
+"""What notebook 01 shows of a baseline result, and the data its result file keeps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.display import display
+
+from workbench import markup as show
+from workbench.baseline.records import (
+    COMPILE_CACHE_NOTE,
+    COMPILED,
+    EAGER,
+    KIND_LABELS,
+    PHASE_FIRST_CALL,
+    PHASE_LABELS,
+    PHASE_STEADY,
+    PHASE_WARMUP,
+    BaselineResult,
+    ConfigResult,
+    PhaseResult,
+    config_status,
+)
+from workbench.errors import WorkbenchError
+from workbench.timing import format_seconds
+
+
+def _mib(value: int | None) -> str:
+    return "n/a" if value is None else f"{value / 2**20:.1f} MiB"
+
+
+def _seconds(value: float | None) -> str:
+    return "n/a" if value is None else format_seconds(value)
+
+
+def _rate(value: float | None, unit: str) -> str:
+    return "n/a" if value is None else f"{value:,.0f} {unit}"
+
+
+def _headline_row(config: ConfigResult, unit: str) -> dict[str, Any]:
+    first = config.phase(PHASE_FIRST_CALL)
+    warmup = config.phase(PHASE_WARMUP)
+    steady_phase = config.phase(PHASE_STEADY)
+    steady = config.steady
+    warmup_text = "n/a"
+    if warmup and warmup.measurement:
+        states = {True: "converged", False: "hit the cap", None: "ended by the failure"}
+        warmup_text = f"{warmup.steps} steps, {states[warmup.converged]}"
+    compiled_graphs = sum(p.compile.graphs or 0 for p in config.phases)
+    compile_seconds = [
+        p.compile.compile_seconds for p in config.phases if p.compile.compile_seconds is not None
+    ]
+    return {
+        "step": KIND_LABELS[config.kind],
+        "mode": config.mode,
+        "status": config_status(config),
+        "first call": _seconds(first.measurement.total if first and first.measurement else None),
+        "warm-up": warmup_text,
+        "steady median": _seconds(steady.median if steady else None),
+        "IQR": f"{steady.relative_iqr:.0%}" if steady else "n/a",
+        "p99": _seconds(steady.p99 if steady else None),
+        "throughput": _rate(config.throughput, unit),
+        "host peak (steady)": _mib(steady_phase.memory.host_peak_rss if steady_phase else None),
+        "graphs compiled": compiled_graphs,
+        "compile time": _seconds(sum(compile_seconds) if compile_seconds else None),
+        "steady recompiles": config.steady_recompiles,
+        "loss first / last": "n/a"
+        if config.loss_first is None
+        else f"{config.loss_first:.4g} / {config.loss_last:.4g}",
+    }
+
+
+def _verdict_kind(result: BaselineResult) -> str:
+    if result.failures or any(c.nonfinite_step or c.steady_recompiles for c in result.configs):
+        return "fail"
+    if result.compile_failures:
+        return "warn"
+    return "info"
+
+
+def headline(result: BaselineResult) -> None:
+    """The sentence that reads the result, then the numbers it rests on."""
+    display(show.banner(result.headline(), _verdict_kind(result)))
+    display(
+        show.table(
+            [_headline_row(c, result.throughput_unit) for c in result.configs],
+            caption=(
+                f"{result.workload['name']}, batch {result.workload['batch_size']}, "
+                f"steady state of {result.settings.steady_steps} steps; "
+                f"the whole baseline took {format_seconds(result.wall_seconds)}"
+            ),
+        )
+    )
+    display(
+        show.key_values(
+            {
+                "eager means": result.eager_means,
+                "compiled means": result.compiled_means,
+                "timing": "time.perf_counter around each step; the target is synchronized "
+                "before every clock read",
+                "host memory": result.host_memory_source,
+                "device memory": result.device_memory_source,
+                "compile counters": result.compile_counter_source,
+                "compile caches": COMPILE_CACHE_NOTE,
+            },
+            caption="Where the numbers come from",
+        )
+    )
+
+
+def _phase_row(config: ConfigResult, phase: PhaseResult) -> dict[str, Any]:
+    m = phase.measurement
+    return {
+        "configuration": f"{config.kind}/{config.mode}",
+        "phase": PHASE_LABELS[phase.phase],
+        "steps": phase.steps,
+        "total": _seconds(m.total if m else None),
+        "median": _seconds(m.median if m else None),
+        "min": _seconds(m.min if m else None),
+        "max": _seconds(m.max if m else None),
+        "host peak RSS": _mib(phase.memory.host_peak_rss),
+        "device peak allocated": _mib(phase.memory.device_peak_allocated),
+        "device peak reserved": _mib(phase.memory.device_peak_reserved),
+        "graphs compiled": "n/a" if phase.compile.graphs is None else phase.compile.graphs,
+        "compile time": _seconds(phase.compile.compile_seconds),
+    }
+
+
+def phase_table(result: BaselineResult) -> None:
+    """Every phase of every configuration: time, memory and compile activity."""
+    rows = [_phase_row(c, p) for c in result.configs for p in c.phases]
+    display(show.table(rows, caption="Per phase (memory peaks are reset at each phase start)"))
+
+
+def comparison(result: BaselineResult) -> None:
+    """Eager against compiled per step kind: speed, one-off cost, break-even, memory."""
+    rows = []
+    for payback in result.paybacks():
+        eager = result.config(payback.kind, EAGER)
+        compiled = result.config(payback.kind, COMPILED)
+        assert eager is not None and compiled is not None
+        rows.append(
+            {
+                "step": KIND_LABELS[payback.kind],
+                "eager throughput": _rate(eager.throughput, result.throughput_unit),
+                "compiled throughput": _rate(compiled.throughput, result.throughput_unit),
+                "speed-up": f"{payback.speedup:.2f}x",
+                "compile cost": _seconds(payback.compile_cost),
+                "break-even": "never"
+                if payback.break_even_steps is None
+                else f"{payback.break_even_steps:,} steps",
+                "eager host peak": _mib(_steady_memory(eager).host_peak_rss),
+                "compiled host peak": _mib(_steady_memory(compiled).host_peak_rss),
+                "compiled first-call host peak": _mib(
+                    compiled.phases[0].memory.host_peak_rss if compiled.phases else None
+                ),
+            }
+        )
+    if rows:
+        display(show.table(rows, caption="Before and after compile"))
+    else:
+        display(show.banner("No step kind has both an eager and a compiled steady state.", "info"))
+
+
+def _steady_memory(config: ConfigResult) -> Any:
+    phase = config.phase(PHASE_STEADY)
+    assert phase is not None
+    return phase.memory
+
+
+def checklist(result: BaselineResult) -> None:
+    """The pre-migration checklist, read from the model and this run."""
+    found = result.checklist
+    shapes = "; ".join(f"{i['dtype']} {i['shape']}" for i in found.inputs)
+    if found.graph_changes_with_shape is None:
+        shape_answer = f"unknown ({found.graph_note})"
+    else:
+        sizes = " and ".join(str(g.batch_size) for g in found.graphs)
+        answer = "YES" if found.graph_changes_with_shape else "no"
+        shape_answer = f"{answer}: captured graphs at batch {sizes} compared"
+    breaks = [r for g in found.graphs[:1] for r in g.break_reasons]
+    custom = (
+        "; ".join(f"{ns}: {', '.join(ops)}" for ns, ops in found.custom_ops.items())
+        if found.custom_ops
+        else "none found"
+    )
+    before_after = [f"{KIND_LABELS[p.kind]} {p.speedup:.2f}x" for p in result.paybacks()] or [
+        "not measured (needs eager and compiled results)"
+    ]
+    display(
+        show.key_values(
+            {
+                **{f"version: {k}": v for k, v in found.versions.items()},
+                "inputs": shapes,
+                "targets": f"{found.targets['dtype']} {found.targets['shape']}",
+                "graph changes with input shape": shape_answer,
+                "graph breaks": f"{len(breaks)}" + (f" ({'; '.join(breaks)})" if breaks else ""),
+                "custom op namespaces": custom,
+                "custom op capture": found.custom_ops_note,
+                "compiled speed-up (steady state)": ", ".join(before_after),
+            },
+            caption="Pre-migration checklist",
+        )
+    )
+
+
+def problems(result: BaselineResult) -> None:
+    """Failures and warnings, each in one sentence; a clean run says so."""
+    messages: list[tuple[str, str]] = []
+    for failure in result.failures:
+        messages.append((f"{failure.summary()} (at {failure.location})", "fail"))
+    for failure in result.compile_failures:
+        messages.append(
+            (
+                f"{failure.kind}: compile failed on {result.target['name']}, eager results are "
+                f"still reported. Reason: {failure.error} (at {failure.location})",
+                "warn",
+            )
+        )
+    for config in result.configs:
+        name = f"{config.kind}/{config.mode}"
+        if config.nonfinite_step:
+            phase = PHASE_LABELS[config.phase_of_step(config.nonfinite_step)]
+            text = f"{name}: the loss became NaN or Inf at step {config.nonfinite_step} ({phase})."
+            messages.append((text, "fail"))
+        if config.steady_recompiles:
+            messages.append(
+                (
+                    f"{name}: {config.steady_recompiles} recompile(s) during steady state. "
+                    "Steady state must compile nothing: on Neuron each recompile costs minutes.",
+                    "fail",
+                )
+            )
+        if config.warmup_converged is False:
+            cap = result.settings.warmup.max_steps
+            text = (
+                f"{name}: warm-up stopped at its cap of {cap} steps; the step time never settled."
+            )
+            messages.append((text, "warn"))
+        steady = config.steady
+        if steady and steady.has_warnings:
+            messages.append((f"{name} steady state: {'; '.join(steady.warnings)}.", "warn"))
+    if result.reference.error:
+        messages.append((f"reference artifact not written: {result.reference.error}", "warn"))
+    if not messages:
+        messages.append(("No step raised, no loss went NaN, nothing recompiled.", "ok"))
+    for text, kind in messages:
+        display(show.banner(text, kind))
+
+
+def raise_on_step_failure(result: BaselineResult) -> None:
+    """Fail the notebook (after its result is saved) when any step raised."""
+    if result.failures:
+        listed = "; ".join(f.summary() for f in result.failures)
+        raise WorkbenchError(
+            f"{len(result.failures)} configuration(s) failed: {listed}. The report above shows "
+            "every configuration; fix the step and run notebook 01 again."
+        )

@@ -1,0 +1,533 @@
+"""Dispatch-level capture of every ATen op one training step really runs.
+
+A TorchDispatchMode sees each op below autograd, after CompositeImplicitAutograd decomposition,
+for real executions: the forward (model and loss), the backward that `loss.backward()` runs, and
+the optimizer step (reference methods.md c1). Per op it keeps the calls per phase, dtypes, shapes,
+layouts, devices, PyTorch's own tags, and where the workload's code made the first call.
+
+Where an op came from is the first frame on the Python stack outside torch and outside the
+workbench machinery. Backward ops run from the autograd engine, with no workload frame on the
+stack, so they get the site of the forward call that created their autograd node: every forward
+op notes the sequence number the autograd engine gives the next node, and a backward op looks up
+the sequence number of the node it runs in (`torch._C._current_autograd_node()`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from time import perf_counter
+from types import CodeType, FrameType, TracebackType
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import workbench
+from workbench.workload import Batch, Workload
+
+PHASE_SETUP = "setup"  # building the model, the optimizer and the batch (failures only)
+PHASE_FORWARD = "forward"  # model forward and loss
+PHASE_BACKWARD = "backward"
+PHASE_OPTIMIZER = "optimizer"
+PHASES = (PHASE_FORWARD, PHASE_BACKWARD, PHASE_OPTIMIZER)
+
+MAX_SHAPES_KEPT = 6  # distinct input-shape signatures listed per op (all are counted)
+MAX_SITES_KEPT = 5  # distinct call sites listed per op (all calls are counted)
+INT32_MAX = 2**31 - 1
+
+_TORCH_DIR = str(Path(torch.__file__).resolve().parent) + os.sep
+_WORKBENCH_DIR = str(Path(workbench.__file__).resolve().parent) + os.sep
+# Built-in workloads are workload code like any user's, not workbench machinery.
+_WORKLOAD_CODE = (
+    _WORKBENCH_DIR + "workloads" + os.sep,
+    _WORKBENCH_DIR + "workload.py",
+)
+_STDLIB_DIR = str(Path(sysconfig.get_paths()["stdlib"]).resolve()) + os.sep
+
+# Torch's own dispatch plumbing between an API call and the mode: never the site of a call.
+_TORCH_PLUMBING = tuple(
+    _TORCH_DIR + part
+    for part in (
+        "_ops.py",
+        "_compile.py",
+        "overrides.py",
+        "utils/_python_dispatch.py",
+        "utils/_contextlib.py",
+        "_dynamo" + os.sep,
+    )
+)
+
+# Frame kinds, decided once per code object.
+_USER, _TORCH, _PLUMBING, _MACHINERY, _PASS_THROUGH = (
+    "user",
+    "torch",
+    "plumbing",
+    "machinery",
+    "pass-through",
+)
+
+
+def _frame_kind(filename: str) -> str:
+    if filename.startswith("<") and not filename.startswith("<ipython-input"):
+        return _PASS_THROUGH  # <frozen ...>, <string>: generated, not anyone's source
+    path = os.path.realpath(filename)
+    if path.startswith(_TORCH_PLUMBING):
+        return _PLUMBING
+    if path.startswith(_TORCH_DIR):
+        return _TORCH
+    if path.startswith(_WORKBENCH_DIR) and not path.startswith(_WORKLOAD_CODE):
+        return _MACHINERY
+    if path.startswith(_STDLIB_DIR) and "site-packages" not in path:
+        return _PASS_THROUGH  # contextlib, functools: between the op and its caller
+    return _USER
+
+
+def is_workload_code(filename: str) -> bool:
+    """True for the workload's own source: outside torch, the workbench machinery and stdlib."""
+    return _frame_kind(filename) == _USER
+
+
+_KIND_BY_CODE: dict[CodeType, str] = {}
+
+
+def _code_kind(code: CodeType) -> str:
+    kind = _KIND_BY_CODE.get(code)
+    if kind is None:
+        kind = _KIND_BY_CODE[code] = _frame_kind(code.co_filename)
+    return kind
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """Where an op was called: the first workload frame, else the torch code that ran it (an
+    nn.Sequential's layers, the loss function, the optimizer), plus the innermost nn.Module."""
+
+    path: str
+    line: int
+    function: str
+    in_user_code: bool  # False: no workload frame on the stack; path is torch's
+    module: str = ""  # innermost running module, e.g. "blocks.0.attn.qkv (Linear)"
+    via: str = ""  # how a backward op maps to its forward call, e.g. "backward of AddmmBackward0"
+
+    def short(self) -> str:
+        where = f"{_short_path(self.path)}:{self.line} in {self.function}"
+        if self.module:
+            where = f"{where} [{self.module}]" if self.in_user_code else f"{self.module}: {where}"
+        return f"{where} ({self.via})" if self.via else where
+
+
+def _short_path(path: str) -> str:
+    real = os.path.realpath(path)
+    for prefix, label in ((_TORCH_DIR, "torch/"), (_WORKBENCH_DIR, "workbench/")):
+        if real.startswith(prefix):
+            return label + real[len(prefix) :]
+    cwd = os.getcwd() + os.sep
+    return real[len(cwd) :] if real.startswith(cwd) else path
+
+
+def site_from_frame(frame: FrameType | None, module: str = "") -> CallSite | None:
+    """The first workload frame from `frame` outward; without one (the workbench machinery
+    called torch directly), the innermost torch frame that is not dispatch plumbing, e.g.
+    torch/optim/adam.py in _single_tensor_adam for the optimizer step."""
+    innermost_torch: FrameType | None = None
+    while frame is not None:
+        kind = _code_kind(frame.f_code)
+        if kind == _USER:
+            code = frame.f_code
+            return CallSite(code.co_filename, frame.f_lineno, code.co_name, True, module)
+        if kind == _MACHINERY:
+            break
+        if kind == _TORCH and innermost_torch is None:
+            innermost_torch = frame
+        frame = frame.f_back
+    if innermost_torch is None:
+        return None
+    code = innermost_torch.f_code
+    return CallSite(code.co_filename, innermost_torch.f_lineno, code.co_name, False, module)
+
+
+def site_from_traceback(tb: TracebackType | None) -> CallSite | None:
+    """Where a failure happened: the innermost workload frame of the traceback, else its
+    innermost frame."""
+    frames = [(f, line) for f, line in traceback.walk_tb(tb)]
+    for frame, line in reversed(frames):
+        if _code_kind(frame.f_code) == _USER:
+            return CallSite(frame.f_code.co_filename, line, frame.f_code.co_name, True)
+    if not frames:
+        return None
+    frame, line = frames[-1]
+    return CallSite(frame.f_code.co_filename, line, frame.f_code.co_name, False)
+
+
+@dataclass
+class SiteCount:
+    site: CallSite
+    calls: int
+
+
+@dataclass
+class OpRecord:
+    """Everything captured about one op overload, e.g. aten::addmm or aten::add.Tensor."""
+
+    op: str
+    namespace: str
+    tags: list[str]  # torch.Tag names PyTorch attaches to the overload
+    calls: dict[str, int] = field(default_factory=dict)  # phase -> calls
+    dtypes: list[str] = field(default_factory=list)  # of tensor inputs and outputs
+    layouts: list[str] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)
+    tensor_types: list[str] = field(default_factory=list)  # subclasses other than Tensor
+    quantized: bool = False
+    shapes: list[str] = field(default_factory=list)  # first MAX_SHAPES_KEPT input signatures
+    distinct_shapes: int = 0
+    first_site: CallSite | None = None
+    sites: list[SiteCount] = field(default_factory=list)
+    forward_ops: list[str] = field(default_factory=list)  # backward ops: whose node ran them
+    dtype_sites: dict[str, CallSite | None] = field(default_factory=dict)  # first call per dtype
+    int64_max_abs: int | None = None  # largest |value| in int64 tensors (checked on CPU only)
+    int64_beyond_int32_site: CallSite | None = None
+
+    @property
+    def total_calls(self) -> int:
+        return sum(self.calls.values())
+
+    def has_tag(self, name: str) -> bool:
+        return name in self.tags
+
+
+@dataclass(frozen=True)
+class TraceEntry:
+    """One call, in order: what shape stability compares between batch sizes."""
+
+    op: str
+    phase: str
+    shapes: tuple[tuple[int, ...], ...]  # tensor inputs, then tensor outputs
+    site: CallSite | None
+
+
+@dataclass
+class CaptureFailure:
+    """The step raised: where, in which phase, and in which op if it was inside one."""
+
+    phase: str
+    error_type: str
+    message: str
+    site: CallSite | None
+    op: str | None
+
+    def summary(self) -> str:
+        where = f" at {self.site.short()}" if self.site else ""
+        inside = f" inside {self.op}" if self.op else ""
+        return f"{self.phase} raised {self.error_type}{inside}{where}: {self.message}"
+
+
+@dataclass
+class Capture:
+    """The ops of one training step at one batch size (and sequence length)."""
+
+    device: str
+    batch_size: int
+    sequence_length: int | None
+    ops: dict[str, OpRecord]
+    trace: list[TraceEntry] = field(repr=False)
+    failure: CaptureFailure | None
+    seconds: float
+
+    @property
+    def label(self) -> str:
+        seq = f", sequence {self.sequence_length}" if self.sequence_length else ""
+        return f"batch {self.batch_size}{seq}"
+
+    def phase_totals(self) -> dict[str, dict[str, int]]:
+        """Distinct ops and calls per phase."""
+        totals = {}
+        for phase in PHASES:
+            calls = [r.calls[phase] for r in self.ops.values() if phase in r.calls]
+            totals[phase] = {"ops": len(calls), "calls": sum(calls)}
+        return totals
+
+
+def op_name(func: Any) -> str:
+    """The dispatcher's name for an overload: aten::addmm, aten::add.Tensor (as torch-xla's
+    counters and the dispatcher's op list spell it)."""
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return str(func)
+    return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+
+
+def _tensors(values: Any) -> Iterator[torch.Tensor]:
+    """Tensors among op arguments or results: direct, or one level inside lists and tuples
+    (aten::cat, the _foreach_ ops)."""
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from (v for v in value if isinstance(v, torch.Tensor))
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def shape_text(shapes: tuple[tuple[int, ...], ...]) -> str:
+    return ", ".join("x".join(map(str, s)) if s else "scalar" for s in shapes) or "no tensors"
+
+
+def _int64_max_abs(tensor: torch.Tensor) -> int | None:
+    if tensor.dtype != torch.int64 or tensor.device.type != "cpu" or tensor.numel() == 0:
+        return None
+    if tensor.layout != torch.strided:
+        return None
+    low, high = torch.aminmax(tensor)
+    return max(abs(int(low)), abs(int(high)))
+
+
+class OpCaptureMode(TorchDispatchMode):
+    """Records every op dispatched while active; `phase` is set by the step driver."""
+
+    def __init__(self, *, check_values: bool) -> None:
+        super().__init__()
+        # Reading int64 values needs the data on the host; on a lazy or remote device it would
+        # force execution, so values are checked only for CPU tensors.
+        self.check_values = check_values
+        self.phase = PHASE_FORWARD
+        self.ops: dict[str, OpRecord] = {}
+        self.trace: list[TraceEntry] = []
+        self.current_op: str | None = None  # the op whose kernel is running, for failures
+        self.module_stack: list[str] = []  # running nn.Modules, innermost last
+        self._names: dict[Any, str] = {}
+        self._sites: dict[str, dict[CallSite, SiteCount]] = {}
+        self._shape_sets: dict[str, set[tuple[tuple[int, ...], ...]]] = {}
+        self._tensor_kinds: dict[str, set[tuple[Any, ...]]] = {}
+        self._node_origins: dict[int, tuple[CallSite, str]] = {}
+        self._get_sequence_nr: Callable[[], int] | None = getattr(
+            torch._C._autograd, "_get_sequence_nr", None
+        )
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        name = self._names.get(func)
+        if name is None:
+            name = self._names[func] = op_name(func)
+        # f_back is None when the op comes straight from C++ on a thread with no Python
+        # caller: the autograd engine runs a non-CPU device's backward on a worker thread.
+        site, forward_op = self._locate(sys._getframe().f_back, name)
+        inputs = list(_tensors(args)) + list(_tensors(kwargs.values()))
+        self.current_op = name
+        result = func(*args, **kwargs)
+        self.current_op = None
+        outputs = list(_tensors(result if isinstance(result, (list, tuple)) else (result,)))
+        self._record(func, name, site, inputs, outputs)
+        if forward_op is not None and forward_op not in self.ops[name].forward_ops:
+            self.ops[name].forward_ops.append(forward_op)
+        return result
+
+    def _locate(self, caller: FrameType | None, name: str) -> tuple[CallSite | None, str | None]:
+        """The op's call site and, for a backward op, the forward op whose node it runs in."""
+        site = site_from_frame(caller, self.module_stack[-1] if self.module_stack else "")
+        if self.phase == PHASE_BACKWARD and (site is None or not site.in_user_code):
+            # A custom autograd.Function's backward in workload code keeps its own frame;
+            # everything else runs from the engine and maps to its forward call.
+            node = torch._C._current_autograd_node()
+            if node is not None:
+                origin = self._node_origins.get(node._sequence_nr())
+                node_name = type(node).__name__
+                if origin is not None:
+                    return replace(origin[0], via=f"backward of {node_name}"), origin[1]
+                if site is not None:
+                    return replace(site, via=node_name), None
+        if self.phase == PHASE_FORWARD and site is not None and self._get_sequence_nr:
+            # The autograd node of this op (if it needs one) was created just before its
+            # kernel ran and took the sequence number just below the current one.
+            self._node_origins.setdefault(self._get_sequence_nr() - 1, (site, name))
+        return site, None
+
+    def _record(
+        self,
+        func: Any,
+        name: str,
+        site: CallSite | None,
+        inputs: list[torch.Tensor],
+        outputs: list[torch.Tensor],
+    ) -> None:
+        record = self.ops.get(name)
+        if record is None:
+            record = self.ops[name] = OpRecord(
+                op=name,
+                namespace=name.split("::", 1)[0],
+                tags=sorted(tag.name for tag in getattr(func, "tags", ())),
+                first_site=site,
+            )
+            self._sites[name] = {}
+            self._shape_sets[name] = set()
+            self._tensor_kinds[name] = set()
+        record.calls[self.phase] = record.calls.get(self.phase, 0) + 1
+
+        input_shapes = tuple(tuple(t.shape) for t in inputs)
+        self.trace.append(
+            TraceEntry(
+                name, self.phase, input_shapes + tuple(tuple(t.shape) for t in outputs), site
+            )
+        )
+        seen = self._shape_sets[name]
+        if input_shapes not in seen:
+            seen.add(input_shapes)
+            record.distinct_shapes += 1
+            if len(record.shapes) < MAX_SHAPES_KEPT:
+                record.shapes.append(shape_text(input_shapes))
+
+        if site is not None:
+            sites = self._sites[name]
+            if site in sites:
+                sites[site].calls += 1
+            elif len(sites) < MAX_SITES_KEPT:
+                sites[site] = SiteCount(site, 1)
+                record.sites.append(sites[site])
+
+        kinds = self._tensor_kinds[name]
+        for tensor in (*inputs, *outputs):
+            # Most calls repeat the tensor kinds already seen; only a new kind is described.
+            kind = (tensor.dtype, tensor.layout, tensor.device, type(tensor))
+            if kind not in kinds:
+                kinds.add(kind)
+                self._note_tensor(record, tensor, site)
+            if self.check_values and tensor.dtype == torch.int64:
+                self._note_int64(record, tensor, site)
+
+    def _note_tensor(self, record: OpRecord, tensor: torch.Tensor, site: CallSite | None) -> None:
+        dtype = _dtype_name(tensor.dtype)
+        if dtype not in record.dtype_sites:
+            record.dtype_sites[dtype] = site
+            record.dtypes.append(dtype)
+        layout = str(tensor.layout).removeprefix("torch.")
+        if tensor.is_nested:
+            layout = "nested"
+        if layout not in record.layouts:
+            record.layouts.append(layout)
+        device = tensor.device.type
+        if device not in record.devices:
+            record.devices.append(device)
+        if tensor.is_quantized:
+            record.quantized = True
+        kind = type(tensor)
+        if kind is not torch.Tensor and kind is not torch.nn.Parameter:
+            if kind.__name__ not in record.tensor_types:
+                record.tensor_types.append(kind.__name__)
+
+    @staticmethod
+    def _note_int64(record: OpRecord, tensor: torch.Tensor, site: CallSite | None) -> None:
+        value = _int64_max_abs(tensor)
+        if value is None:
+            return
+        if record.int64_max_abs is None or value > record.int64_max_abs:
+            record.int64_max_abs = value
+        if value > INT32_MAX and record.int64_beyond_int32_site is None:
+            record.int64_beyond_int32_site = site
+
+
+@contextmanager
+def _tracking_modules(model: torch.nn.Module, stack: list[str]) -> Iterator[None]:
+    """Keep `stack` equal to the running modules (qualified name and class), via global hooks
+    that exist only while the capture runs."""
+    names = {id(m): name for name, m in model.named_modules()}
+
+    def push(module: torch.nn.Module, args: Any) -> None:
+        name = names.get(id(module))
+        kind = type(module).__name__
+        stack.append(f"{name} ({kind})" if name else kind)
+
+    def pop(module: torch.nn.Module, args: Any, output: Any) -> None:
+        stack.pop()
+
+    hooks = torch.nn.modules.module
+    pre = hooks.register_module_forward_pre_hook(push)
+    post = hooks.register_module_forward_hook(pop, always_call=True)
+    try:
+        yield
+    finally:
+        pre.remove()
+        post.remove()
+        stack.clear()
+
+
+def shorten_sequence(batch: Batch, sequence_length: int, new_length: int) -> Batch:
+    """The batch cut to `new_length` along its sequence dimension: the first non-batch dimension
+    of each tensor whose size is the workload's sequence length (tokens and their targets)."""
+
+    def cut(tensor: torch.Tensor) -> torch.Tensor:
+        for dim in range(1, tensor.dim()):
+            if tensor.shape[dim] == sequence_length:
+                return tensor.narrow(dim, 0, new_length)
+        return tensor
+
+    inputs, targets = batch
+    return tuple(cut(t) for t in inputs), cut(targets)
+
+
+def capture_training_step(
+    workload: Workload,
+    *,
+    device: torch.device | str = "cpu",
+    batch_size: int | None = None,
+    sequence_length: int | None = None,
+    synchronize: Callable[[], None] | None = None,
+) -> Capture:
+    """Run one training step (fresh seeded model, optimizer and batch) inside the capture mode.
+
+    A failure ends the step but not the capture: the ops recorded so far are kept and the
+    failure says where it happened. `synchronize` (the target's) runs after the step, inside the
+    capture, so a lazy device executes what the step traced.
+    """
+    batch_size = batch_size or workload.batch_size
+    device = torch.device(device)
+    mode = OpCaptureMode(check_values=device.type == "cpu")
+    failure: CaptureFailure | None = None
+    started = perf_counter()
+    phase = PHASE_SETUP
+    try:
+        model = workload.build_model(device)
+        model.train()
+        optimizer = workload.make_optimizer(model)
+        batch = workload.batch(device, batch_size)
+        if (
+            sequence_length
+            and workload.sequence_length
+            and sequence_length != (workload.sequence_length)
+        ):
+            batch = shorten_sequence(batch, workload.sequence_length, sequence_length)
+        inputs, targets = batch
+        optimizer.zero_grad(set_to_none=True)
+        with _tracking_modules(model, mode.module_stack), mode:
+            phase = mode.phase = PHASE_FORWARD
+            loss = workload.loss_fn(model(*inputs), targets)
+            phase = mode.phase = PHASE_BACKWARD
+            loss.backward()
+            phase = mode.phase = PHASE_OPTIMIZER
+            optimizer.step()
+            if synchronize is not None:
+                synchronize()
+    except Exception as exc:
+        failure = CaptureFailure(
+            phase=phase,
+            error_type=type(exc).__name__,
+            message=" ".join(str(exc).split())[:500],
+            site=site_from_traceback(exc.__traceback__),
+            op=mode.current_op,
+        )
+    return Capture(
+        device=str(device),
+        batch_size=batch_size,
+        sequence_length=sequence_length or workload.sequence_length,
+        ops=mode.ops,
+        trace=mode.trace,
+        failure=failure,
+        seconds=perf_counter() - started,
+    )

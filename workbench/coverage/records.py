@@ -1,0 +1,340 @@
+"""Notebook 02's records: one row per op with its verdicts, per-flavour summaries, the report,
+and the shape of 02_op_coverage.json."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.coverage.capture import (
+    PHASES,
+    CallSite,
+    Capture,
+    OpRecord,
+    SiteCount,
+)
+from workbench.coverage.graphs import CompiledPath
+from workbench.coverage.risks import HIGH, RiskFlag
+from workbench.coverage.shapes import (
+    ShapeStability,
+)
+from workbench.coverage.support import (
+    FALLS_BACK,
+    FLAVOUR_LABELS,
+    SUPPORTED,
+    UNKNOWN,
+    VERDICTS,
+    Measurement,
+    SupportTable,
+    Verdict,
+)
+from workbench.scan.report import ScanReport
+
+SEEN_REFERENCE = "cpu capture"
+
+
+SEEN_TARGET = "target run"
+
+
+SEEN_FALLBACK_ONLY = "target fallback readings only"
+
+
+@dataclass
+class OpRow:
+    """One op as the report shows it: what ran, where from, and each flavour's verdict."""
+
+    op: str
+    namespace: str
+    calls: dict[str, int]  # phase -> calls (reference capture, else the target run)
+    dtypes: list[str]
+    layouts: list[str]
+    shapes: list[str]
+    distinct_shapes: int
+    tags: list[str]
+    first_site: CallSite | None
+    sites: list[SiteCount]
+    seen_in: list[str]
+    forward_ops: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+
+    @property
+    def total_calls(self) -> int:
+        return sum(self.calls.values())
+
+
+def op_row(record: OpRecord, seen_in: str) -> OpRow:
+    return OpRow(
+        op=record.op,
+        namespace=record.namespace,
+        calls=dict(record.calls),
+        dtypes=list(record.dtypes),
+        layouts=list(record.layouts),
+        shapes=list(record.shapes),
+        distinct_shapes=record.distinct_shapes,
+        tags=list(record.tags),
+        first_site=record.first_site,
+        sites=list(record.sites),
+        seen_in=[seen_in],
+        forward_ops=list(record.forward_ops),
+    )
+
+
+@dataclass
+class CoverageSummary:
+    """One flavour's coverage: distinct ops and calls per verdict, and what it rests on."""
+
+    flavour: str
+    label: str
+    distinct: dict[str, int]
+    calls: dict[str, int]
+    basis: str
+
+    def sentence(self) -> str:
+        counts = ", ".join(f"{self.distinct[v]} {v}" for v in VERDICTS if self.distinct[v])
+        return f"{self.label}: {counts or 'no ops'} ({self.basis})"
+
+
+@dataclass
+class CoverageReport:
+    workload: str
+    flavours: list[str]
+    reference: Capture
+    variants: list[Capture]
+    shapes: ShapeStability
+    compiled: CompiledPath
+    flags: list[RiskFlag]
+    tables: dict[str, list[SupportTable]]
+    measurement: Measurement | None
+    measurement_note: str  # what was measured on the target, or why nothing was
+    target_capture: Capture | None
+    rows: list[OpRow]
+    seconds: float
+
+    def summaries(self) -> dict[str, CoverageSummary]:
+        result = {}
+        for flavour in self.flavours:
+            measured = self.measurement is not None and self.measurement.flavour == flavour
+            # A measured flavour is judged on what ran on its device; the others on the CPU
+            # capture, the only op list they have.
+            wanted = (SEEN_TARGET, SEEN_FALLBACK_ONLY) if measured else (SEEN_REFERENCE,)
+            rows = [r for r in self.rows if any(s in wanted for s in r.seen_in)]
+            distinct = Counter(r.verdicts[flavour].status for r in rows)
+            calls: Counter[str] = Counter()
+            for r in rows:
+                calls[r.verdicts[flavour].status] += r.total_calls
+            result[flavour] = CoverageSummary(
+                flavour,
+                FLAVOUR_LABELS[flavour],
+                {v: distinct.get(v, 0) for v in VERDICTS},
+                {v: calls.get(v, 0) for v in VERDICTS},
+                self._basis(flavour, measured),
+            )
+        return result
+
+    def _basis(self, flavour: str, measured: bool) -> str:
+        if measured and self.measurement is not None:
+            return f"measured on {self.measurement.target}, tables for the rest"
+        tables = self.tables.get(flavour) or []
+        if tables:
+            return "tables: " + "; ".join(t.citation() for t in tables)
+        return "no table; unknown until measured on the device"
+
+    def blockers(self, flavour: str) -> list[OpRow]:
+        """Ops not known to be supported on `flavour`: falls back first, then unknown, most
+        calls first."""
+        rows = [
+            r
+            for r in self.rows
+            if flavour in r.verdicts and r.verdicts[flavour].status != SUPPORTED
+        ]
+        return sorted(
+            rows, key=lambda r: (VERDICTS.index(r.verdicts[flavour].status), -r.total_calls)
+        )
+
+    def flag_counts(self) -> Counter[str]:
+        return Counter(f.kind for f in self.flags)
+
+    def headline(self) -> str:
+        ops = [r for r in self.rows if SEEN_REFERENCE in r.seen_in]
+        calls = sum(r.total_calls for r in ops)
+        parts = [
+            f"{self.workload}: one training step runs {len(ops)} distinct ATen ops ({calls} calls)"
+        ]
+        for summary in self.summaries().values():
+            counts = ", ".join(
+                f"{summary.distinct[v]} {v}" for v in VERDICTS if summary.distinct[v]
+            )
+            measured = self.measurement is not None and self.measurement.flavour == (
+                summary.flavour
+            )
+            if measured:
+                source = f"measured on {self.measurement.target}"
+            else:
+                source = "tables" if self.tables.get(summary.flavour) else "no table"
+            parts.append(f"{summary.label}: {counts} ({source})")
+        high = [f for f in self.flags if f.severity == "high"]
+        if high:
+            parts.append(f"{len(high)} high-severity risk flag(s)")
+        parts.append(self.shapes.status())
+        if self.compiled.graph_break_count:
+            parts.append(f"{self.compiled.graph_break_count} graph break(s)")
+        if self.reference.failure:
+            parts.append(f"the step failed ({self.reference.failure.phase})")
+        return "; ".join(parts) + "."
+
+
+def _site_data(site: CallSite | None) -> dict[str, Any] | None:
+    if site is None:
+        return None
+    return {
+        "path": site.path,
+        "line": site.line,
+        "function": site.function,
+        "in_user_code": site.in_user_code,
+        "module": site.module,
+        "via": site.via,
+        "text": site.short(),
+    }
+
+
+def _capture_data(capture: Capture) -> dict[str, Any]:
+    failure = capture.failure
+    return {
+        "device": capture.device,
+        "batch_size": capture.batch_size,
+        "sequence_length": capture.sequence_length,
+        "seconds": capture.seconds,
+        "phases": capture.phase_totals(),
+        "failure": None
+        if failure is None
+        else {
+            "phase": failure.phase,
+            "error_type": failure.error_type,
+            "message": failure.message,
+            "op": failure.op,
+            "site": _site_data(failure.site),
+            "text": failure.summary(),
+        },
+    }
+
+
+def report_data(report: CoverageReport) -> dict[str, Any]:
+    """The coverage part of 02_op_coverage.json: plain data, every verdict with its evidence."""
+    return {
+        "headline": report.headline(),
+        "flavours": report.flavours,
+        "capture": _capture_data(report.reference),
+        "phases": list(PHASES),
+        "ops": [
+            {
+                "op": r.op,
+                "namespace": r.namespace,
+                "calls": r.calls,
+                "total_calls": r.total_calls,
+                "dtypes": r.dtypes,
+                "layouts": r.layouts,
+                "shapes": r.shapes,
+                "distinct_shapes": r.distinct_shapes,
+                "tags": r.tags,
+                "flags": r.flags,
+                "seen_in": r.seen_in,
+                "forward_ops": r.forward_ops,
+                "first_site": _site_data(r.first_site),
+                "sites": [{"calls": s.calls, **(_site_data(s.site) or {})} for s in r.sites],
+                "verdicts": {
+                    f: {"status": v.status, "measured": v.measured, "evidence": v.evidence}
+                    for f, v in r.verdicts.items()
+                },
+            }
+            for r in report.rows
+        ],
+        "coverage": {
+            f: {"label": s.label, "distinct": s.distinct, "calls": s.calls, "basis": s.basis}
+            for f, s in report.summaries().items()
+        },
+        "blockers": {
+            flavour: [
+                {
+                    "op": r.op,
+                    "verdict": r.verdicts[flavour].status,
+                    "calls": r.total_calls,
+                    "site": r.first_site.short() if r.first_site else None,
+                }
+                for r in report.blockers(flavour)
+            ]
+            for flavour in report.flavours
+        },
+        "flags": [
+            {
+                "kind": f.kind,
+                "severity": f.severity,
+                "op": f.op,
+                "detail": f.detail,
+                "calls": f.calls,
+                "site": _site_data(f.site),
+            }
+            for f in report.flags
+        ],
+        "shape_stability": {
+            "stable": report.shapes.stable,
+            "sentence": report.shapes.sentence(),
+            "reference": report.shapes.reference,
+            "comparisons": report.shapes.comparisons,
+        },
+        "compiled": {**vars(report.compiled), "sentence": report.compiled.sentence()},
+        "tables": {f: [t.describe() for t in ts] for f, ts in report.tables.items()},
+        "measurement": None
+        if report.measurement is None
+        else {
+            "target": report.measurement.target,
+            "flavour": report.measurement.flavour,
+            "statement": report.measurement.statement,
+            "fallbacks": dict(report.measurement.fallbacks),
+            "executed_ops": len(report.measurement.executed),
+            "inference": report.measurement.inference,
+            "failure": report.measurement.failure,
+            "capture": _capture_data(report.target_capture) if report.target_capture else None,
+        },
+        "measurement_note": report.measurement_note,
+        "seconds": report.seconds,
+    }
+
+
+def headline_kind(report: CoverageReport, scan: ScanReport | None) -> str:
+    if report.reference.failure or any(s.distinct[FALLS_BACK] for s in report.summaries().values()):
+        return "fail"
+    if scan is not None and scan.blocking:
+        return "fail"
+    if any(f.severity == HIGH for f in report.flags) or not report.shapes.stable:
+        return "warn"
+    if any(s.distinct[UNKNOWN] for s in report.summaries().values()):
+        return "warn"
+    return "ok"
+
+
+def headline_text(report: CoverageReport, scan: ScanReport | None) -> str:
+    text = report.headline()
+    if scan is not None:
+        text = f"{text[:-1]}; scan: {scan.sentence()}"
+    return text
+
+
+def result_data(report: CoverageReport, scan: ScanReport | None) -> dict[str, Any]:
+    data = report_data(report)
+    data["headline"] = headline_text(report, scan)
+    data["scan"] = (
+        None
+        if scan is None
+        else {
+            "roots": scan.roots,
+            "flavours": scan.flavours,
+            "files": scan.files,
+            "sentence": scan.sentence(),
+            "blocking": len(scan.blocking),
+            "findings": scan.findings,
+            "unreadable": scan.unreadable,
+        }
+    )
+    return data

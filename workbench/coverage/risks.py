@@ -1,0 +1,210 @@
+"""Risk flags for Neuron, read from PyTorch's own metadata about each captured op.
+
+Rules (reference methods.md c10, neuron.md section 3): custom ops are those whose namespace a
+fresh `import torch` does not register; dynamic and data-dependent shapes, host reads and random
+ops come from the op's `torch.Tag`s; dtype and layout risks from the tensors each op really saw.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import torch
+
+from workbench.coverage.capture import INT32_MAX, CallSite, Capture, OpRecord
+from workbench.coverage.support import is_cpu_kernel_choice
+
+HIGH = "high"  # wrong results, a failure or a CPU round trip on every step
+MEDIUM = "medium"  # a recompile, a graph cut, a sync or changed numerics
+LOW = "low"  # worth knowing; rarely a blocker
+SEVERITIES = (HIGH, MEDIUM, LOW)
+
+CUSTOM_OP = "custom op"
+HOST_SYNC = "host sync"
+DYNAMIC_SHAPE = "dynamic output shape"
+RANDOM = "random op"
+FLOAT64 = "float64"
+COMPLEX = "complex dtype"
+FLOAT8 = "8/4-bit float dtype"
+UNUSUAL_INT = "unsigned or sub-byte integer dtype"
+INT64 = "int64"
+INT64_RANGE = "int64 beyond int32 range"
+SPARSE = "sparse or nested layout"
+QUANTIZED = "quantized tensor"
+SUBCLASS = "tensor subclass"
+CPU_KERNEL = "CPU-specific kernel"
+
+_TAG_RULES = (
+    # (torch.Tag name, flag, severity, why)
+    (
+        "data_dependent_output",
+        HOST_SYNC,
+        MEDIUM,
+        "reads a tensor value back to the host inside the step (.item(), float(), .tolist(), "
+        "a Python if on a tensor): a device sync on native Neuron, a graph cut on XLA",
+    ),
+    (
+        "dynamic_output_shape",
+        DYNAMIC_SHAPE,
+        HIGH,
+        "output shape depends on tensor values: no static graph; torch-xla runs it on the CPU "
+        "and recompiles per shape, native torch.compile cannot capture it",
+    ),
+    (
+        "nondeterministic_seeded",
+        RANDOM,
+        LOW,
+        "may draw random numbers (tagged nondeterministic_seeded): results differ from the "
+        "CPU's, and native RNG ops are reported to run on the CPU",
+    ),
+)
+
+_DTYPE_RULES = (
+    # (dtype name pattern, flag, severity, why)
+    (
+        re.compile(r"float64$"),
+        FLOAT64,
+        MEDIUM,
+        "NeuronCores have no FP64: computed as float32 (neuron.md section 3)",
+    ),
+    (
+        re.compile(r"complex"),
+        COMPLEX,
+        MEDIUM,
+        "no complex dtype on NeuronCores: native decomposes complex ops, XLA may fall back",
+    ),
+    (
+        re.compile(r"float8|float4"),
+        FLOAT8,
+        MEDIUM,
+        "float8 casts only under compile on native Neuron, and aten::_scaled_mm is missing",
+    ),
+    (
+        re.compile(r"^(uint(16|32|64)|u?int[1-7]|bits\w*)$"),
+        UNUSUAL_INT,
+        MEDIUM,
+        "NeuronCores compute UINT8, INT32/UINT32: other integer widths are converted or rejected",
+    ),
+    (
+        re.compile(r"int64$"),
+        INT64,
+        LOW,
+        "int64 is downcast to int32 by default (no native INT64 on NeuronCore-v2)",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class RiskFlag:
+    """One risk on one op: what, how bad, why, and where the workload first hit it."""
+
+    kind: str
+    severity: str
+    op: str
+    detail: str
+    site: CallSite | None
+    calls: int
+
+
+@functools.cache
+def builtin_namespaces() -> frozenset[str]:
+    """Operator namespaces a fresh `import torch` registers (aten, prims, quantized, ...).
+
+    Read from a new interpreter, so extensions this process already loaded do not count, with
+    device-backend autoloading off, so torch-neuronx's own ops count as custom too.
+    """
+    script = (
+        "import json, torch; "
+        "print(json.dumps(sorted({n.split('::')[0] "
+        "for n in torch._C._dispatch_get_all_op_names()})))"
+    )
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
+    )
+    return frozenset(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def custom_op_origin(op: str) -> str:
+    """Where a custom op's schema was registered: a Python file (torch.library) or compiled
+    code (a C++/CUDA extension), from the dispatcher's own record."""
+    found = re.search(r"^debug: registered at (\S+)", torch._C._dispatch_dump(op), re.M)
+    if found is None:
+        return "registration unknown"
+    where = found.group(1)
+    path = where.rsplit(":", 1)[0]
+    if path.endswith(".py"):
+        return f"defined in Python (torch.library, {where})"
+    return f"compiled extension (registered at {where})"
+
+
+def op_flags(record: OpRecord, builtin: frozenset[str]) -> list[RiskFlag]:
+    """Every risk one captured op carries."""
+    flags: list[RiskFlag] = []
+    calls = record.total_calls
+
+    def flag(kind: str, severity: str, detail: str, site: CallSite | None = None) -> None:
+        flags.append(RiskFlag(kind, severity, record.op, detail, site or record.first_site, calls))
+
+    if record.namespace not in builtin:
+        flag(
+            CUSTOM_OP,
+            HIGH,
+            f"namespace {record.namespace!r} is not PyTorch's, {custom_op_origin(record.op)}: "
+            "no Neuron kernel exists unless you write one (NKI)",
+        )
+    for tag, kind, severity, why in _TAG_RULES:
+        if record.has_tag(tag):
+            flag(kind, severity, why)
+    for dtype in record.dtypes:
+        for pattern, kind, severity, why in _DTYPE_RULES:
+            if pattern.search(dtype):
+                flag(kind, severity, f"{dtype}: {why}", record.dtype_sites.get(dtype))
+                break
+    if record.int64_max_abs is not None and record.int64_max_abs > INT32_MAX:
+        flag(
+            INT64_RANGE,
+            HIGH,
+            f"int64 values up to {record.int64_max_abs:,} do not fit int32: wrong results after "
+            "the default int64 -> int32 downcast",
+            record.int64_beyond_int32_site,
+        )
+    odd_layouts = [layout for layout in record.layouts if layout != "strided"]
+    if odd_layouts:
+        flag(
+            SPARSE,
+            HIGH,
+            f"{', '.join(odd_layouts)} layout: torch-xla raises for sparse tensors (no "
+            "SparseXLA kernels); no Neuron statement found, assume unsupported",
+        )
+    if record.quantized:
+        flag(QUANTIZED, HIGH, "quantized tensors: TorchNeuron lists quantized variants as N")
+    if record.tensor_types:
+        flag(
+            SUBCLASS,
+            MEDIUM,
+            f"tensor subclass {', '.join(record.tensor_types)}: its own dispatch runs on top of "
+            "the device's; check it supports the Neuron device",
+        )
+    if is_cpu_kernel_choice(record.op):
+        flag(
+            CPU_KERNEL,
+            LOW,
+            "the CPU's own kernel choice for a composite op (e.g. scaled_dot_product_attention): "
+            "on a Neuron device the composite picks its own kernel, so this name does not run",
+        )
+    return flags
+
+
+def capture_flags(capture: Capture) -> list[RiskFlag]:
+    """All flags of a capture, most severe first, then by calls."""
+    builtin = builtin_namespaces()
+    flags = [f for record in capture.ops.values() for f in op_flags(record, builtin)]
+    flags.sort(key=lambda f: (SEVERITIES.index(f.severity), -f.calls, f.op))
+    return flags

@@ -1,0 +1,162 @@
+"""Shape stability: does anything but the batch (and sequence) dimension change between steps?
+
+Every new shape is a new graph to compile on Neuron (XLA retraces and recompiles, native
+torch.compile builds one NEFF per shape signature: neuron.md section 3). The same step is
+captured at two batch sizes, and for sequence workloads at two sequence lengths; eager ops run
+in the same order every step, so the n-th call of each op is compared with its n-th call in the
+other capture. A dimension that changed is explained when it scaled by the batch (or sequence)
+ratio, or a power of it (B*T flattened, T x T attention scores flattened); anything else means a
+shape depends on something else: the data, or Python control flow.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from workbench.coverage.capture import CallSite, Capture, TraceEntry, shape_text
+
+MAX_CHANGES_KEPT = 25
+MAX_POWER = 3  # a dimension may flatten up to three scaled dimensions together
+
+
+def other_batch_size(batch_size: int) -> int:
+    """Half the batch, or double a batch too small to halve (BatchNorm needs two samples)."""
+    return batch_size // 2 if batch_size >= 4 else batch_size * 2
+
+
+def other_sequence_length(sequence_length: int) -> int | None:
+    """Half the sequence: shorter always fits the model's positions; None if there is none."""
+    return sequence_length // 2 if sequence_length >= 2 else None
+
+
+@dataclass(frozen=True)
+class ShapeChange:
+    """One call whose shapes changed by more than the batch or sequence ratio."""
+
+    op: str
+    phase: str
+    call: int  # n-th call of this op in the step, from 1
+    reference: str
+    variant: str
+    variant_label: str
+    site: CallSite | None
+
+
+@dataclass
+class VariantComparison:
+    label: str  # e.g. "batch 32"
+    dimension: str  # "batch" or "sequence"
+    ratio: str  # variant size / reference size
+    compared_calls: int = 0
+    unchanged_calls: int = 0
+    scaled_calls: int = 0
+    unexplained: list[ShapeChange] = field(default_factory=list)
+    unexplained_calls: int = 0
+    call_count_changes: list[str] = field(default_factory=list)
+    failure: str | None = None
+
+
+@dataclass
+class ShapeStability:
+    reference: str
+    comparisons: list[VariantComparison]
+
+    @property
+    def stable(self) -> bool:
+        return all(
+            c.failure is None and not c.unexplained_calls and not c.call_count_changes
+            for c in self.comparisons
+        )
+
+    def status(self) -> str:
+        """A few words for a headline."""
+        if not self.comparisons:
+            return "shapes not checked"
+        if any(c.failure for c in self.comparisons):
+            return "shape check incomplete (the step failed at another size)"
+        if self.stable:
+            return "shapes follow batch/sequence only"
+        return "shapes change beyond batch/sequence"
+
+    def sentence(self) -> str:
+        if not self.comparisons:
+            return "Shape stability was not checked: the reference step failed."
+        dims = " and ".join(sorted({c.dimension for c in self.comparisons}))
+        plural = "s" if len(self.comparisons) > 1 else ""
+        failed = [c for c in self.comparisons if c.failure]
+        if failed:
+            return "The step failed at " + "; ".join(f"{c.label}: {c.failure}" for c in failed)
+        if self.stable:
+            return (
+                f"Only the {dims} dimension{plural} change{'' if plural else 's'} shapes: every "
+                f"{dims} size you run is one more compile on Neuron, so pad or bucket to a few "
+                "fixed sizes."
+            )
+        unexplained = sum(c.unexplained_calls for c in self.comparisons)
+        recounted = sum(len(c.call_count_changes) for c in self.comparisons)
+        parts = []
+        if unexplained:
+            parts.append(f"{unexplained} call(s) change shape beyond the {dims} dimension")
+        if recounted:
+            parts.append(f"{recounted} op(s) run a different number of times")
+        return (
+            "; ".join(parts) + ": shapes depend on data or control flow, so Neuron recompiles "
+            "(or falls back) on steps that differ."
+        )
+
+
+def _scaled(a: tuple[int, ...], b: tuple[int, ...], ratios: set[Fraction]) -> bool:
+    if len(a) != len(b):
+        return False
+    return all(x == y or (x and Fraction(y, x) in ratios) for x, y in zip(a, b, strict=True))
+
+
+def _by_op(trace: list[TraceEntry]) -> dict[str, list[TraceEntry]]:
+    grouped: dict[str, list[TraceEntry]] = defaultdict(list)
+    for entry in trace:
+        grouped[entry.op].append(entry)
+    return grouped
+
+
+def compare_captures(
+    reference: Capture, variant: Capture, dimension: str, ratio: Fraction
+) -> VariantComparison:
+    """Call-by-call comparison of two captures that differ in one dimension by `ratio`."""
+    comparison = VariantComparison(variant.label, dimension, str(ratio))
+    if variant.failure is not None:
+        comparison.failure = variant.failure.summary()
+    ratios = {ratio**k for k in range(1, MAX_POWER + 1)}
+    ours, theirs = _by_op(reference.trace), _by_op(variant.trace)
+    for op in sorted(ours.keys() | theirs.keys()):
+        a, b = ours.get(op, []), theirs.get(op, [])
+        if len(a) != len(b) and variant.failure is None:
+            comparison.call_count_changes.append(
+                f"{op}: {len(a)} call(s) at {reference.label}, {len(b)} at {variant.label}"
+            )
+            continue
+        # After a failure the variant stops early: compare the calls both captures have.
+        for n, (x, y) in enumerate(zip(a, b, strict=False), start=1):
+            comparison.compared_calls += 1
+            if x.shapes == y.shapes:
+                comparison.unchanged_calls += 1
+            elif len(x.shapes) == len(y.shapes) and all(
+                _scaled(p, q, ratios) for p, q in zip(x.shapes, y.shapes, strict=True)
+            ):
+                comparison.scaled_calls += 1
+            else:
+                comparison.unexplained_calls += 1
+                if len(comparison.unexplained) < MAX_CHANGES_KEPT:
+                    comparison.unexplained.append(
+                        ShapeChange(
+                            op,
+                            x.phase,
+                            n,
+                            shape_text(x.shapes),
+                            shape_text(y.shapes),
+                            variant.label,
+                            x.site,
+                        )
+                    )
+    return comparison

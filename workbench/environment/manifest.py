@@ -1,0 +1,270 @@
+"""What exactly is installed: capture a manifest, pin it, diff two, check the Neuron release matrix.
+
+Packages come from `importlib.metadata` in-process (no pip subprocess, which fails in uv venvs and
+picks the wrong interpreter: ../reference: methods.md a1). Every string in the manifest passes
+through `workbench.redact`; from `os.environ` only the allowlisted variables are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import asdict
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any, cast
+
+import psutil
+
+from workbench.errors import BadInput
+from workbench.redact import redact_environment, redact_value, scrub_data
+from workbench.results import write_json_atomic, write_text_atomic
+from workbench.targets.detect import detect_neuron_stack
+
+MANIFEST_KIND = "workbench.environment-manifest"
+
+
+MANIFEST_SCHEMA_VERSION = 1
+
+
+_TOOL_TIMEOUT_S = 10
+
+
+def normalize_name(name: str) -> str:
+    """PEP 503 name: `PyYAML` and `pyyaml`, `torch_xla` and `torch-xla` are one package."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _installed_packages() -> dict[str, str]:
+    packages: dict[str, str] = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        # The first distribution found on sys.path is the one `import` uses; later ones are
+        # shadowed copies.
+        if name and normalize_name(name) not in packages:
+            packages[normalize_name(name)] = dist.version
+    return dict(sorted(packages.items()))
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def legacy_setting(read: Callable[[], Any]) -> Any:
+    """A legacy TF32/precision flag, or None where torch refuses to read it.
+
+    Since the fp32_precision API (torch 2.9), reading a legacy flag after the new API was used
+    raises RuntimeError ("mix of the legacy and new APIs"); fp32_precision then has the answer.
+    """
+    try:
+        return read()
+    except RuntimeError:
+        return None
+
+
+def _torch_section() -> dict[str, Any]:
+    import torch
+
+    def fp32_precision(backend: Any) -> str | None:
+        # The fp32_precision controls are newer than some torch releases we support.
+        return getattr(backend, "fp32_precision", None)
+
+    return {
+        "version": torch.__version__,
+        "cuda_build": torch.version.cuda,
+        "build_config": torch.__config__.show(),
+        "num_threads": torch.get_num_threads(),
+        "num_interop_threads": torch.get_num_interop_threads(),
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "deterministic_algorithms_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+        "float32_matmul_precision": legacy_setting(torch.get_float32_matmul_precision),
+        "cuda_matmul_allow_tf32": legacy_setting(lambda: torch.backends.cuda.matmul.allow_tf32),
+        "cudnn_allow_tf32": legacy_setting(lambda: torch.backends.cudnn.allow_tf32),
+        "cudnn_enabled": torch.backends.cudnn.enabled,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "cudnn_deterministic": torch.backends.cudnn.deterministic,
+        "fp32_precision": {
+            "generic": fp32_precision(torch.backends),
+            "cuda_matmul": fp32_precision(torch.backends.cuda.matmul),
+            "cudnn": fp32_precision(torch.backends.cudnn),
+            "mkldnn": fp32_precision(torch.backends.mkldnn),
+        },
+    }
+
+
+def _run_tool(argv: list[str]) -> subprocess.CompletedProcess[str] | str:
+    """Run a system tool briefly; return the finished process, or why it could not run."""
+    try:
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=_TOOL_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{argv[0]} could not run: {exc}"
+
+
+def _first_line(text: str) -> str:
+    return redact_value(text.strip().splitlines()[0]) if text.strip() else ""
+
+
+def _system_neuron_packages() -> dict[str, Any]:
+    """aws-neuronx-* OS packages (driver, runtime, collectives, tools) from dpkg or rpm."""
+    if shutil.which("dpkg-query"):
+        argv = ["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${Status}\n", "aws-neuronx-*"]
+    elif shutil.which("rpm"):
+        fmt = "%{NAME}\t%{VERSION}-%{RELEASE}\tinstalled\n"
+        argv = ["rpm", "-qa", "--queryformat", fmt, "aws-neuronx-*"]
+    else:
+        return {"tool": None, "packages": {}, "error": None}
+    result = _run_tool(argv)
+    if isinstance(result, str):
+        return {"tool": argv[0], "packages": {}, "error": result}
+    packages = {}
+    for line in result.stdout.splitlines():
+        name, version, status = (line.split("\t") + ["", ""])[:3]
+        # dpkg also lists removed packages whose config files remain ("deinstall ok config-files").
+        if name and status.split()[-1:] == ["installed"]:
+            packages[name] = version
+    # dpkg-query exits 1 when nothing matches the pattern: that means none installed.
+    nothing_matched = "no packages found" in result.stderr
+    error = None
+    if result.returncode != 0 and not nothing_matched:
+        error = _first_line(result.stderr) or f"{argv[0]} exited {result.returncode}"
+    return {"tool": argv[0], "packages": dict(sorted(packages.items())), "error": error}
+
+
+def _neuron_ls() -> dict[str, Any]:
+    """Devices and per-process runtime versions from `neuron-ls --json-output` (neuron.md 2.9)."""
+    if not shutil.which("neuron-ls"):
+        return {"status": "absent", "devices": [], "runtime_versions": [], "error": None}
+    result = _run_tool(["neuron-ls", "--json-output"])
+    if isinstance(result, str):
+        return {"status": "failed", "devices": [], "runtime_versions": [], "error": result}
+    try:
+        devices = json.loads(result.stdout) if result.returncode == 0 else None
+    except json.JSONDecodeError:
+        devices = None
+    if not isinstance(devices, list) or not all(isinstance(d, dict) for d in devices):
+        error = _first_line(result.stderr) or f"neuron-ls exited {result.returncode} without JSON"
+        return {"status": "failed", "devices": [], "runtime_versions": [], "error": error}
+    runtime_versions = sorted(
+        {
+            str(process["neuron_runtime_version"])
+            for device in devices
+            for process in device.get("neuron_processes") or []
+            if process.get("neuron_runtime_version")
+        }
+    )
+    for device in devices:
+        # Command lines are user input and may carry tokens passed as arguments.
+        for process in device.get("neuron_processes") or []:
+            if isinstance(process.get("command"), str):
+                process["command"] = redact_value(process["command"])
+    return {"status": "ok", "devices": devices, "runtime_versions": runtime_versions, "error": None}
+
+
+def _neuron_section() -> dict[str, Any]:
+    stack = detect_neuron_stack()
+    return {
+        **asdict(stack),
+        "summary": stack.summary(),
+        "system_packages": _system_neuron_packages(),
+        "neuron_ls": _neuron_ls(),
+    }
+
+
+def capture_manifest() -> dict[str, Any]:
+    """A JSON-able description of this environment, with every secret removed."""
+    libc_name, libc_version = platform.libc_ver()
+    manifest = {
+        "kind": MANIFEST_KIND,
+        "schema_version": MANIFEST_SCHEMA_VERSION,
+        "captured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "python": {
+            "version": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "executable": sys.executable,
+        },
+        "platform": {
+            "system": platform.system(),
+            "release": platform.release(),
+            "machine": platform.machine(),
+            "platform": platform.platform(),
+        },
+        "libc": {"name": libc_name or None, "version": libc_version or None},
+        "cpu": {
+            "model": _cpu_model(),
+            "logical_cores": psutil.cpu_count(logical=True),
+            "memory_total_bytes": psutil.virtual_memory().total,
+        },
+        "packages": _installed_packages(),
+        "torch": _torch_section(),
+        "neuron": _neuron_section(),
+        "environment": redact_environment(os.environ),
+    }
+    # Secret values can also surface in paths, tool output or command lines.
+    return cast(dict[str, Any], scrub_data(manifest))
+
+
+def _lock_text(manifest: dict[str, Any], manifest_name: str) -> str:
+    python, host = manifest["python"], manifest["platform"]["platform"]
+    lines = [
+        f"# workbench environment lock, captured {manifest['captured_at']} ({manifest_name})",
+        f"# python {python['version']} ({python['implementation']}) on {host}",
+        "# Local version tags (+cpu, +cu128) need their index, e.g.",
+        "# --extra-index-url https://download.pytorch.org/whl/cpu ; Neuron packages need",
+        "# --extra-index-url https://pip.repos.neuron.amazonaws.com",
+        "# workbench itself is not pinned: install it from its checkout with `pip install -e .`",
+    ]
+    lines += [
+        f"{name}=={version}"
+        for name, version in sorted(manifest["packages"].items())
+        if name != "workbench"
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def pin(out_path: str | Path) -> tuple[Path, Path]:
+    """Write the manifest to `out_path` and a `name==version` lock `<stem>.lock.txt` beside it."""
+    manifest_path = Path(out_path)
+    lock_path = manifest_path.with_name(f"{manifest_path.stem}.lock.txt")
+    manifest = capture_manifest()
+    write_json_atomic(manifest_path, manifest)
+    write_text_atomic(lock_path, _lock_text(manifest, manifest_path.name))
+    return manifest_path, lock_path
+
+
+def load_manifest(path: str | Path) -> dict[str, Any]:
+    """Read a manifest written by `pin`; anything else is BadInput with one clear sentence."""
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BadInput(
+            f"Manifest {path} does not exist: pin the environment first or pass the right path."
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadInput(f"Manifest {path} could not be read as JSON ({exc}).") from None
+    if not isinstance(record, dict) or record.get("kind") != MANIFEST_KIND:
+        raise BadInput(
+            f"{path} is not a workbench environment manifest: pass a file written by pin()."
+        )
+    version = record.get("schema_version")
+    if not isinstance(version, int) or version > MANIFEST_SCHEMA_VERSION:
+        raise BadInput(
+            f"Manifest {path} has schema {version!r}; this workbench reads up to "
+            f"{MANIFEST_SCHEMA_VERSION}: upgrade workbench or re-pin."
+        )
+    return record

@@ -1,0 +1,303 @@
+"""DataLoader workers: how much of each training step is spent waiting for data.
+
+The pipeline is the workload's own data with real CPU work added per sample: SHA-256 over blocks
+of the sample's bytes, calibrated on this machine to a chosen cost, as decoding or augmenting
+would cost; hashing blocks this large releases the GIL, as native decoders do. Each setting
+runs in a child process (the trial machinery's isolation and deadline), which times
+`next(loader)` apart from the training step it feeds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+from tqdm.auto import tqdm
+
+from workbench.errors import BadInput
+from workbench.targets import get_target
+from workbench.targets.base import Target
+from workbench.timing import Measurement, format_seconds
+from workbench.tuning.process import FINISHED, WorkloadSource, run_in_child, usable_cores
+
+# PyTorch's TensorBoard profiler plugin advises more workers once DataLoader time passes 5% of
+# the step (methods.md e4).
+WAIT_SHARE_LIMIT = 0.05
+# Above hashlib's 2047-byte threshold, so each round runs without the GIL.
+BLOCK_BYTES = 4096
+_CALIBRATION_ROUNDS = 2_000
+
+
+@dataclass(frozen=True)
+class SampleWork:
+    """CPU work per sample: `rounds` SHA-256 updates over a block of the sample's bytes,
+    calibrated to about `cost_ms`."""
+
+    cost_ms: float
+    rounds: int
+    calibration: str
+
+    def apply(self, data: bytes) -> bytes:
+        block = (data * (BLOCK_BYTES // max(1, len(data)) + 1))[:BLOCK_BYTES]
+        digest = hashlib.sha256()
+        for _ in range(self.rounds):
+            digest.update(block)
+        return digest.digest()
+
+
+def calibrate_sample_work(cost_ms: float) -> SampleWork:
+    """Rounds that take `cost_ms` on this machine, timed here and now."""
+    if cost_ms < 0:
+        raise BadInput(f"per_sample_cost_ms {cost_ms} must be 0 or more.")
+    if cost_ms == 0:
+        return SampleWork(0.0, 0, "no added per-sample work")
+    probe = SampleWork(0.0, _CALIBRATION_ROUNDS, "")
+    start = perf_counter()
+    probe.apply(b"calibration")
+    per_round = (perf_counter() - start) / _CALIBRATION_ROUNDS
+    rounds = max(1, round(cost_ms / 1e3 / per_round))
+    return SampleWork(
+        cost_ms,
+        rounds,
+        f"{rounds:,} SHA-256 updates of {BLOCK_BYTES // 1024} KiB, timed at "
+        f"{format_seconds(per_round)} each on this machine when the sweep started",
+    )
+
+
+class CostlyDataset(Dataset):
+    """The workload's samples, served one by one, each after `work` on its bytes.
+
+    It cycles through one batch of the workload's data (a pool), so its memory stays one batch
+    whatever its length.
+    """
+
+    def __init__(
+        self,
+        inputs: tuple[torch.Tensor, ...],
+        targets: torch.Tensor,
+        length: int,
+        work: SampleWork,
+    ) -> None:
+        self.inputs = inputs
+        self.targets = targets
+        self.length = length
+        self.work = work
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        row = index % len(self.targets)
+        sample = tuple(t[row].clone() for t in self.inputs)
+        # Raw bytes whatever the dtype (numpy has no bfloat16).
+        self.work.apply(b"".join(t.reshape(-1).view(torch.uint8).numpy().tobytes() for t in sample))
+        return sample, self.targets[row].clone()
+
+
+@dataclass(frozen=True)
+class LoaderSetting:
+    num_workers: int
+    pin_memory: bool
+    prefetch_factor: int | None  # None with num_workers 0: the main process loads
+
+    def label(self) -> str:
+        text = f"{self.num_workers} worker(s)"
+        if self.prefetch_factor is not None:
+            text += f", prefetch {self.prefetch_factor}"
+        return text + (", pinned" if self.pin_memory else "")
+
+
+@dataclass(frozen=True)
+class LoaderJob:
+    """Training steps fed by a DataLoader with one setting, run in a child process."""
+
+    source: WorkloadSource
+    target: str
+    batch_size: int
+    setting: LoaderSetting
+    work: SampleWork
+    warmup_steps: int
+    steps: int
+
+    def run(self) -> dict[str, Any]:
+        # Workers and intra-op threads share the cores: the training process keeps the rest.
+        torch.set_num_threads(training_threads(self.setting.num_workers))
+        target = get_target(self.target)
+        workload = self.source.load()
+        model = workload.build_model(target.device)
+        model.train()
+        optimizer = workload.make_optimizer(model)
+        inputs, targets = workload.batch("cpu", self.batch_size)
+        total = self.warmup_steps + self.steps
+        loader = DataLoader(
+            CostlyDataset(inputs, targets, total * self.batch_size, self.work),
+            batch_size=self.batch_size,
+            num_workers=self.setting.num_workers,
+            pin_memory=self.setting.pin_memory,
+            prefetch_factor=self.setting.prefetch_factor,
+            drop_last=True,
+        )
+        waits, steps = [], []
+        batches = iter(loader)
+        for step in range(total):
+            start = perf_counter()
+            batch_inputs, batch_targets = next(batches)
+            loaded = perf_counter()
+            # Pinned pages are what make a non-blocking copy asynchronous.
+            copy = {"non_blocking": self.setting.pin_memory}
+            x = tuple(t.to(target.device, **copy) for t in batch_inputs)
+            y = batch_targets.to(target.device, **copy)
+            optimizer.zero_grad(set_to_none=True)
+            workload.loss_fn(model(*x), y).backward()
+            optimizer.step()
+            target.synchronize()
+            if step >= self.warmup_steps:
+                waits.append(loaded - start)
+                steps.append(perf_counter() - start)
+        # The dataset holds exactly `total` batches: this ends the epoch, which shuts the
+        # workers down cleanly instead of leaving them to the process group's kill.
+        next(batches, None)
+        return {"wait_times": waits, "step_times": steps}
+
+
+@dataclass
+class LoaderResult:
+    setting: LoaderSetting
+    status: str  # "ok", or what went wrong
+    waits: Measurement | None = None
+    steps: Measurement | None = None
+    items_per_step: int = 0
+    error: str | None = None
+
+    @property
+    def wait_share(self) -> float | None:
+        """Time blocked in next(loader) over the whole step time, across the measured steps."""
+        if self.waits is None or self.steps is None or self.steps.total <= 0:
+            return None
+        return self.waits.total / self.steps.total
+
+    @property
+    def throughput(self) -> float | None:
+        if self.steps is None or self.steps.median <= 0:
+            return None
+        return self.items_per_step / self.steps.median
+
+
+@dataclass
+class LoaderStudy:
+    batch_size: int
+    work: SampleWork
+    warmup_steps: int
+    steps: int
+    results: list[LoaderResult] = field(default_factory=list)
+    recommended: LoaderResult | None = None
+    limit: float = WAIT_SHARE_LIMIT
+    notes: list[str] = field(default_factory=list)
+
+
+def training_threads(num_workers: int) -> int:
+    """Intra-op threads for the training process next to `num_workers` loader processes."""
+    return max(1, usable_cores() - num_workers)
+
+
+def default_worker_counts(cores: int) -> list[int]:
+    """0 (the main process), then powers of two up to the core count, and the count itself."""
+    counts = [0]
+    count = 1
+    while count < cores:
+        counts.append(count)
+        count *= 2
+    return counts + [cores]
+
+
+def loader_settings(
+    worker_counts: Sequence[int], prefetch_factors: Sequence[int], pin_memory_helps: bool
+) -> list[LoaderSetting]:
+    """Every combination that means something: prefetching needs workers, pinning needs a
+    device whose copies it speeds up (the target says)."""
+    if any(n < 0 for n in worker_counts):
+        raise BadInput(f"dataloader_workers {list(worker_counts)}: counts must be 0 or more.")
+    if not prefetch_factors or any(p < 1 for p in prefetch_factors):
+        raise BadInput(f"prefetch_factors {list(prefetch_factors)}: give values of 1 or more.")
+    pins = (False, True) if pin_memory_helps else (False,)
+    settings = []
+    for workers in sorted(set(worker_counts)):
+        for pin in pins:
+            prefetches = sorted(set(prefetch_factors)) if workers else [None]
+            settings += [LoaderSetting(workers, pin, p) for p in prefetches]
+    return settings
+
+
+def recommend(results: Sequence[LoaderResult], limit: float) -> LoaderResult | None:
+    """The setting with the fewest workers that keeps the wait share under `limit` (then no
+    pinning, then the smallest prefetch: the cheapest setting that does the job)."""
+    good = [r for r in results if r.wait_share is not None and r.wait_share < limit]
+    return min(
+        good,
+        key=lambda r: (r.setting.num_workers, r.setting.pin_memory, r.setting.prefetch_factor or 0),
+        default=None,
+    )
+
+
+def sweep_loader(
+    source: WorkloadSource,
+    target: Target,
+    batch_size: int,
+    settings: Sequence[LoaderSetting],
+    work: SampleWork,
+    *,
+    items_per_sample: int,
+    steps: int,
+    timeout_s: float,
+    log: Callable[[str], None] = print,
+    progress_bars: bool = False,
+) -> LoaderStudy:
+    """Each setting in its own child process; a failing one is recorded and the sweep goes on."""
+    cores = usable_cores()
+    # Each worker has prefetch_factor batches in flight at start: skip them so the measured
+    # steps show the steady supply, not the initial queue.
+    most_in_flight = max((s.num_workers * (s.prefetch_factor or 0) for s in settings), default=0)
+    warmup = most_in_flight + 2
+    study = LoaderStudy(batch_size, work, warmup, steps)
+    study.notes.append(
+        f"the training process runs cores minus workers intra-op threads (at least 1) of the "
+        f"{cores} usable cores, so loader workers and the step do not fight over them"
+    )
+    oversubscribed = sorted({s.num_workers for s in settings if s.num_workers > (cores or 1)})
+    if oversubscribed:
+        study.notes.append(
+            f"worker counts {oversubscribed} exceed the {cores} usable cores: PyTorch warns about "
+            "this, and the workers then compete with the training step for CPU"
+        )
+    for setting in tqdm(settings, desc="DataLoader sweep", disable=not progress_bars):
+        job = LoaderJob(source, target.name, batch_size, setting, work, warmup, steps)
+        outcome = run_in_child(job, target.trial_start_method, timeout_s)
+        result = LoaderResult(setting, "ok", items_per_step=batch_size * items_per_sample)
+        data = outcome.result or {}
+        if outcome.status != FINISHED or data.get("error"):
+            result.status = "failed" if outcome.status == FINISHED else outcome.status
+            result.error = data.get("error") or outcome.output_tail[-500:] or outcome.status
+        else:
+            result.waits = Measurement(data["wait_times"])
+            result.steps = Measurement(data["step_times"])
+        study.results.append(result)
+        log(_line(result))
+    study.recommended = recommend(study.results, study.limit)
+    return study
+
+
+def _line(result: LoaderResult) -> str:
+    text = f"dataloader {result.setting.label()}: {result.status}"
+    if result.wait_share is not None and result.steps is not None:
+        text += (
+            f", waiting {result.wait_share:.0%} of the step, "
+            f"median step {format_seconds(result.steps.median)}"
+        )
+    if result.error:
+        text += f" ({result.error.splitlines()[-1][:160]})"
+    return text

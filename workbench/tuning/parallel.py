@@ -1,0 +1,298 @@
+"""Data-parallel scaling: the training step under torch.distributed, launched with torchrun.
+
+Each world size is one `python -m torch.distributed.run --standalone` launch of this module's
+rank entry point, in a session of its own with a deadline: a launch still running at its
+deadline gets SIGTERM, then SIGKILL, for its whole process group, so a hung collective cannot
+hang the notebook. Every rank runs the same fixed number of steps (an adaptive warm-up could end
+at different steps on different ranks and leave one waiting in a collective), times each one,
+and writes its times; a step's time is that of the slowest rank. Efficiency is weak scaling at
+a fixed per-worker batch: throughput(N) / (N x throughput(1)) (methods.md e6).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import timedelta
+from pathlib import Path
+from time import perf_counter
+
+import torch
+from tqdm.auto import tqdm
+
+from workbench.errors import BadInput
+from workbench.targets import get_target, target_class
+from workbench.targets.base import Target
+from workbench.timing import Measurement, format_seconds
+from workbench.tuning.process import (
+    TERMINATE_GRACE_S,
+    WorkloadSource,
+    kill_group,
+    read_tail,
+    usable_cores,
+)
+
+OK = "ok"
+SKIPPED = "skipped"
+FAILED = "failed"
+TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True)
+class RankJob:
+    source: WorkloadSource
+    target: str
+    batch_size: int  # per rank
+    warmup_steps: int
+    steps: int
+    collective_timeout_s: float
+    threads: int  # intra-op threads per rank
+    out_dir: str
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> RankJob:
+        data = json.loads(text)
+        return cls(**{**data, "source": WorkloadSource(**data["source"])})
+
+
+def rank_main(job: RankJob) -> None:
+    """One rank: join the group, run the fixed steps, write this rank's times."""
+    local_rank = int(os.environ["LOCAL_RANK"])
+    # Before the target exists: the variables decide which device this rank claims.
+    os.environ.update(target_class(job.target).rank_environment(local_rank))
+    torch.set_num_threads(job.threads)
+    target = get_target(job.target)
+    target.init_process_group(timedelta(seconds=job.collective_timeout_s))
+    import torch.distributed as dist
+
+    try:
+        workload = job.source.load()
+        model = target.data_parallel(workload.build_model(target.device))
+        model.train()
+        optimizer = workload.make_optimizer(model)
+        inputs, targets = workload.batch(target.device, job.batch_size)
+        times = []
+        for _ in range(job.warmup_steps + job.steps):
+            start = perf_counter()
+            optimizer.zero_grad(set_to_none=True)
+            workload.loss_fn(model(*inputs), targets).backward()
+            target.data_parallel_optimizer_step(optimizer)
+            target.synchronize()
+            times.append(perf_counter() - start)
+        # Nobody leaves while another rank may still need it for a collective.
+        dist.barrier()
+        record = {"rank": dist.get_rank(), "times": times[job.warmup_steps :]}
+        Path(job.out_dir, f"rank{dist.get_rank()}.json").write_text(json.dumps(record))
+    finally:
+        dist.destroy_process_group()
+
+
+@dataclass
+class ScalingRun:
+    world_size: int
+    status: str  # OK, SKIPPED, FAILED or TIMEOUT
+    reason: str = ""
+    step: Measurement | None = None  # per step, the slowest rank's time
+    items_per_step: int = 0  # all ranks together
+    seconds: float = 0.0  # the whole launch
+    efficiency: float | None = None
+    output_tail: str = ""
+
+    @property
+    def throughput(self) -> float | None:
+        if self.step is None or self.step.median <= 0:
+            return None
+        return self.items_per_step / self.step.median
+
+    @property
+    def per_worker(self) -> float | None:
+        rate = self.throughput
+        return None if rate is None else rate / self.world_size
+
+
+@dataclass
+class ScalingStudy:
+    backend: str
+    batch_size: int  # per worker
+    threads_per_rank: int
+    max_workers: int
+    warmup_steps: int
+    steps: int
+    runs: list[ScalingRun] = field(default_factory=list)
+    skipped_reason: str | None = None  # the whole sweep could not run here
+
+    def measured(self) -> list[ScalingRun]:
+        return [r for r in self.runs if r.status == OK and r.throughput]
+
+    def efficiency_at(self, workers: int) -> tuple[float, int] | None:
+        """The efficiency measured at the largest world size up to `workers`, and that size."""
+        runs = [r for r in self.measured() if r.efficiency and r.world_size <= workers]
+        if not runs:
+            return None
+        run = max(runs, key=lambda r: r.world_size)
+        return run.efficiency or 0.0, run.world_size
+
+
+def default_world_sizes(max_workers: int) -> list[int]:
+    """1, 2, 4, ... up to the worker count, and the count itself."""
+    sizes, size = [], 1
+    while size < max_workers:
+        sizes.append(size)
+        size *= 2
+    return sizes + [max_workers]
+
+
+def _child_pythonpath() -> str:
+    """The notebook's import path, so ranks find the same workload modules."""
+    return os.pathsep.join(p for p in sys.path if p)
+
+
+def launch(job: RankJob, world_size: int, timeout_s: float) -> ScalingRun:
+    """One torchrun launch at `world_size`, bounded by `timeout_s`."""
+    run = ScalingRun(world_size, OK)
+    with tempfile.TemporaryDirectory(prefix="workbench-ddp-") as folder:
+        job = replace(job, out_dir=folder)
+        job_path = Path(folder, "job.json")
+        job_path.write_text(job.to_json())
+        log_path = Path(folder, "torchrun.log")
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={world_size}",
+            "-m",
+            "workbench.tuning.parallel",
+            str(job_path),
+        ]
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": str(job.threads),
+            "PYTHONPATH": _child_pythonpath(),
+        }
+        started = perf_counter()
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+            code = None
+            try:
+                code = process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+            finally:
+                # torchrun forwards SIGTERM to its workers; SIGKILL then takes what is left,
+                # also when the wait itself was interrupted (Ctrl-C in the notebook).
+                running = process.poll() is None
+                kill_group(process.pid, TERMINATE_GRACE_S if running else 0.0, process)
+                process.wait()
+        run.seconds = perf_counter() - started
+        ranks = [json.loads(p.read_text()) for p in sorted(Path(folder).glob("rank*.json"))]
+        if code is None:
+            run.status = TIMEOUT
+            run.reason = f"still running after {format_seconds(timeout_s)}: process group killed"
+        elif len(ranks) != world_size:
+            run.status = FAILED
+            run.reason = (
+                f"torchrun exited with code {code}; {len(ranks)} of {world_size} ranks reported"
+            )
+        elif code != 0:
+            # Every rank passed the final barrier and wrote its times, so the measurement is
+            # complete; gloo can still abort a rank while the group is torn down afterwards.
+            run.reason = f"all ranks reported, then torchrun exited with code {code} at shutdown"
+            run.output_tail = read_tail(log_path)
+        if run.status != OK:
+            run.output_tail = read_tail(log_path)
+            return run
+        slowest = [max(times) for times in zip(*(r["times"] for r in ranks), strict=True)]
+        run.step = Measurement(slowest)
+        return run
+
+
+def sweep_world_sizes(
+    source: WorkloadSource,
+    target: Target,
+    batch_size: int,
+    world_sizes: Sequence[int],
+    *,
+    items_per_sample: int,
+    warmup_steps: int,
+    steps: int,
+    timeout_s: float,
+    log: Callable[[str], None] = print,
+    progress_bars: bool = False,
+) -> ScalingStudy:
+    """Launch each world size (skipping, with the reason, what this machine cannot run)."""
+    if any(w < 1 for w in world_sizes):
+        raise BadInput(f"world_sizes {list(world_sizes)}: every size must be 1 or more.")
+    max_workers = target.max_data_parallel_workers()
+    sizes = sorted(set(world_sizes)) or default_world_sizes(max_workers)
+    runnable = [w for w in sizes if w <= max_workers]
+    # Every launch gives each rank the same share of the host's cores, so that a rank is the
+    # same worker at every world size (the CPU stand-in for one NeuronCore per rank).
+    threads = max(1, usable_cores() // max(runnable or [1]))
+    study = ScalingStudy(
+        target.distributed_backend, batch_size, threads, max_workers, warmup_steps, steps
+    )
+    collectives = target.collectives()
+    if not collectives.available:
+        study.skipped_reason = collectives.reason
+        study.runs = [ScalingRun(w, SKIPPED, collectives.reason) for w in sizes]
+        log(f"data-parallel sweep skipped: {collectives.reason}")
+        return study
+    job = RankJob(source, target.name, batch_size, warmup_steps, steps, timeout_s, threads, "")
+    for world_size in tqdm(sizes, desc="data-parallel sweep", disable=not progress_bars):
+        if world_size > max_workers:
+            run = ScalingRun(
+                world_size,
+                SKIPPED,
+                f"world size {world_size} is more than the {max_workers} data-parallel workers "
+                f"{target.name} offers here; it would measure oversubscription, not scaling",
+            )
+        else:
+            run = launch(job, world_size, timeout_s)
+            run.items_per_step = world_size * batch_size * items_per_sample
+        study.runs.append(run)
+        log(_line(run))
+    base = next((r for r in study.measured() if r.world_size == 1), None)
+    if base is not None and base.throughput:
+        for run in study.measured():
+            run.efficiency = (run.throughput or 0.0) / (run.world_size * base.throughput)
+    return study
+
+
+def _line(run: ScalingRun) -> str:
+    text = f"world size {run.world_size}: {run.status}"
+    if run.step is not None:
+        text += f", median step {format_seconds(run.step.median)}"
+    if run.reason:
+        text += f" ({run.reason})"
+    if run.seconds:
+        text += f" [{format_seconds(run.seconds)}]"
+    return text
+
+
+def choose_world_size(study: ScalingStudy, floor: float) -> ScalingRun | None:
+    """The largest measured world size whose efficiency stays at or above `floor`."""
+    good = [r for r in study.measured() if r.efficiency is not None and r.efficiency >= floor]
+    return max(good, key=lambda r: r.world_size, default=None)
+
+
+def _main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m torch.distributed.run ... -m workbench.tuning.parallel JOB.json")
+        return 2
+    rank_main(RankJob.from_json(Path(argv[0]).read_text()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

@@ -1,0 +1,258 @@
+"""Retuning for the target: batch size, gradient accumulation, DataLoader workers, data-parallel
+width, padding buckets, and what a sample costs.
+
+`run_retuning` runs the stages in the order their answers depend on one another:
+
+1. the largest batch that fits the memory budget (tuning_trials: subprocess trials, bisection);
+2. a batch-size sweep up to it, and the throughput-best per-core batch;
+3. data-parallel scaling at that batch under torchrun (tuning_parallel), and the widest world
+   size that keeps its efficiency;
+4. the global batch plan (tuning_plan): per-core batch x workers x accumulation = the global
+   batch, the learning-rate change, and an accumulation-equivalence check on the workload;
+5. DataLoader workers at the planned per-core batch (tuning_dataloader);
+6. padding buckets for sequence workloads (tuning_buckets);
+7. the cost table (tuning_cost);
+
+then a recommendation that carries its evidence. Every number measured here says it was
+measured on this machine and target; projections say they are projections.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from time import perf_counter
+
+from workbench.targets.base import Target
+from workbench.timing import format_seconds
+from workbench.tuning.buckets import BucketStudy, plan_buckets, read_lengths
+from workbench.tuning.cost import check_instance, cost_study, load_prices
+from workbench.tuning.dataloader import (
+    calibrate_sample_work,
+    default_worker_counts,
+    loader_settings,
+    recommend,
+    sweep_loader,
+)
+from workbench.tuning.parallel import ScalingStudy, choose_world_size, sweep_world_sizes
+from workbench.tuning.plan import (
+    GlobalBatchPlan,
+    check_accumulation,
+    plan_global_batch,
+)
+from workbench.tuning.process import WorkloadSource, usable_cores
+from workbench.tuning.records import Recommendation, RetuneResult, RetuneSettings
+from workbench.tuning.trials import (
+    BatchChoice,
+    TrialRunner,
+    choose_batch,
+    power_of_two_sizes,
+    resolve_budget,
+    search_largest_batch,
+    sweep_batch_sizes,
+)
+from workbench.workload import Workload
+
+# The first steps of a data-parallel run build DDP's buckets and the optimizer state.
+SCALING_WARMUP_STEPS = 5
+
+
+# The accumulation check runs in float64 on the CPU; more micro-batches add cost, not insight.
+MAX_CHECKED_ACCUMULATION_STEPS = 8
+
+
+def _validate_inputs(settings: RetuneSettings) -> tuple[list[int], str]:
+    """Read the files that can be wrong before any trial runs, so bad input costs nothing."""
+    check_instance(load_prices(settings.prices_file), settings.instance_type)
+    return read_lengths(settings.sequence_lengths, settings.sequence_lengths_file)
+
+
+def run_retuning(
+    source: WorkloadSource,
+    workload: Workload,
+    target: Target,
+    settings: RetuneSettings | None = None,
+    *,
+    log: Callable[[str], None] = print,
+    progress_bars: bool = False,
+) -> RetuneResult:
+    """Every stage (see the module docstring); a stage that cannot run says why and the rest
+    go on. `workload` is `source` loaded here (for its metadata, optimizer and the CPU checks);
+    trials load their own copy in their child processes."""
+    settings = settings or RetuneSettings()
+    lengths, lengths_source = _validate_inputs(settings)
+    started = perf_counter()
+    label = f"measured on this machine ({target.name})"
+    skipped: dict[str, str] = {}
+
+    budget = resolve_budget(target, settings.memory_budget_gib, settings.memory_margin)
+    log(
+        f"memory budget {budget.total_bytes / 2**30:,.2f} GiB ({budget.source}), "
+        f"{budget.margin:.0%} kept free"
+    )
+    runner = TrialRunner(source, target, budget, settings.mode, settings.trial_timeout_s, log)
+    search = search_largest_batch(
+        runner, settings.min_batch, settings.max_batch, progress_bars=progress_bars
+    )
+    log(f"search: {search.stopped} ({len(search.trials)} of at most {search.bound} trials)")
+
+    sizes = list(settings.batch_sizes)
+    if not sizes and search.largest_fit is not None:
+        sizes = power_of_two_sizes(settings.min_batch, search.largest_fit)
+    sweep = sweep_batch_sizes(runner, sizes, settings.steady_steps, progress_bars=progress_bars)
+    choice = choose_batch(sweep)
+    if not sizes:
+        skipped["sweep"] = f"no batch size fits ({search.stopped})"
+
+    scaling = world = accumulation = loader = None
+    plans: list[GlobalBatchPlan] = []
+    if choice is None:
+        reason = skipped.get("sweep", "no swept batch size ran within the memory budget")
+        for stage in ("scaling", "plan", "accumulation", "dataloader"):
+            skipped[stage] = reason
+    else:
+        scaling = sweep_world_sizes(
+            source,
+            target,
+            choice.batch_size,
+            settings.world_sizes,
+            items_per_sample=workload.items_per_sample(),
+            warmup_steps=SCALING_WARMUP_STEPS,
+            steps=settings.scaling_steps,
+            timeout_s=settings.launch_timeout_s,
+            log=log,
+            progress_bars=progress_bars,
+        )
+        if scaling.skipped_reason:
+            skipped["scaling"] = scaling.skipped_reason
+        world = choose_world_size(scaling, settings.min_scaling_efficiency)
+        plans = _plans(workload, settings, choice, world.world_size if world else 1)
+        primary = plans[0]
+        accumulation = check_accumulation(
+            workload,
+            max(2, min(primary.per_core_batch, workload.batch_size)),
+            min(max(2, primary.accumulation_steps), MAX_CHECKED_ACCUMULATION_STEPS),
+        )
+        log(f"accumulation check: {accumulation.explanation()}")
+        counts = list(settings.dataloader_workers) or default_worker_counts(usable_cores())
+        loader = sweep_loader(
+            source,
+            target,
+            primary.per_core_batch,
+            loader_settings(counts, settings.prefetch_factors, target.pin_memory_helps),
+            calibrate_sample_work(settings.per_sample_cost_ms),
+            items_per_sample=workload.items_per_sample(),
+            steps=settings.loader_steps,
+            timeout_s=settings.trial_timeout_s,
+            log=log,
+            progress_bars=progress_bars,
+        )
+
+    buckets = _buckets(workload, settings, lengths, lengths_source)
+    if buckets is None:
+        skipped["buckets"] = "not a sequence workload, and no sequence lengths were given"
+
+    cost = None
+    if choice is not None:
+        rate, basis = _per_worker_rate(choice, scaling, label)
+        cost = cost_study(
+            load_prices(settings.prices_file),
+            per_worker_rate=rate,
+            per_worker_basis=basis,
+            scaling=scaling,
+            this_instance=settings.instance_type,
+            target_name=target.name,
+            unit="tokens" if workload.is_sequence else "samples",
+            items=settings.price_items,
+        )
+    else:
+        skipped["cost"] = "no throughput was measured"
+
+    result = RetuneResult(
+        workload=workload.describe(),
+        target=target.describe(),
+        measured_label=label,
+        settings=settings,
+        throughput_unit=workload.throughput_unit,
+        budget=budget,
+        search=search,
+        sweep=sweep,
+        choice=choice,
+        scaling=scaling,
+        world=world,
+        plans=plans,
+        accumulation=accumulation,
+        loader=loader,
+        buckets=buckets,
+        cost=cost,
+        recommendation=Recommendation(),
+        skipped=skipped,
+        wall_seconds=0.0,
+    )
+    result.recommendation = recommend(result)
+    result.wall_seconds = perf_counter() - started
+    log(f"retuning finished in {format_seconds(result.wall_seconds)}")
+    return result
+
+
+def _plans(
+    workload: Workload, settings: RetuneSettings, choice: BatchChoice, world_size: int
+) -> list[GlobalBatchPlan]:
+    """The recipe's global batch first; then, when it differs, the throughput-best per-core
+    batch on every worker without accumulation, with its learning-rate change."""
+    optimizer = workload.make_optimizer(workload.build_model("cpu"))
+    reference = settings.reference_global_batch or workload.batch_size
+    wanted = settings.global_batch or reference
+    plans = [
+        plan_global_batch(
+            "the target global batch", wanted, choice.batch_size, world_size, reference, optimizer
+        )
+    ]
+    fastest = choice.batch_size * world_size
+    if fastest != plans[0].global_batch:
+        plans.append(
+            plan_global_batch(
+                "the throughput-best per-core batch",
+                fastest,
+                choice.batch_size,
+                world_size,
+                reference,
+                optimizer,
+            )
+        )
+    return plans
+
+
+def _per_worker_rate(
+    choice: BatchChoice, scaling: ScalingStudy | None, label: str
+) -> tuple[float, str]:
+    """One data-parallel worker's rate: the world-size-1 launch where it ran (its rank has the
+    same share of the host that the scaling efficiencies were measured with), else the sweep."""
+    single = next((r for r in scaling.measured() if r.world_size == 1), None) if scaling else None
+    if single is not None and single.throughput:
+        return single.throughput, (
+            f"torchrun world size 1 at per-core batch {choice.batch_size}, {label}"
+        )
+    return choice.throughput, (
+        f"batch-size sweep at per-core batch {choice.batch_size}, one process, {label}"
+    )
+
+
+def _buckets(
+    workload: Workload, settings: RetuneSettings, lengths: list[int], lengths_source: str
+) -> BucketStudy | None:
+    if not lengths and not workload.is_sequence:
+        return None
+    if not lengths:
+        length = workload.sequence_length or 0
+        study = plan_buckets(
+            [length] * workload.batch_size,
+            settings.max_buckets,
+            settings.max_padding_waste,
+            f"the workload's own batches: every sequence has {length} tokens",
+        )
+        study.notes.append(
+            "pass sequence_lengths (or sequence_lengths_file) with the token counts of your "
+            "dataset's samples to plan buckets for the lengths training really sees"
+        )
+        return study
+    return plan_buckets(lengths, settings.max_buckets, settings.max_padding_waste, lengths_source)

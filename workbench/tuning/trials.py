@@ -1,0 +1,342 @@
+"""Batch-size trials, each in its own process: the largest batch that fits, and the sweep.
+
+A trial is one training configuration at one batch size, measured with the baseline's own
+protocol (first call, adaptive warm-up, steady state; baseline.run_config) in a child process.
+Its outcome is classified in the parent: it fits only when it ran and its peak memory stayed
+within the budget less the safety margin; running out of memory (the target's own error texts,
+or a SIGKILL, which is what the Linux OOM killer sends), a timeout and any other error all mean
+it does not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+from tqdm.auto import tqdm
+
+from workbench.baseline.measure import run_config
+from workbench.baseline.records import TRAIN, BaselineSettings, ConfigResult
+from workbench.errors import BadInput
+from workbench.targets import get_target
+from workbench.targets.base import Target
+from workbench.timing import HostPeakRss, Measurement, WarmupRule, format_seconds
+from workbench.tuning.process import (
+    SIGNALLED,
+    TIMED_OUT,
+    ChildOutcome,
+    WorkloadSource,
+    run_in_child,
+)
+
+OK = "ok"
+OVER_BUDGET = "over budget"  # ran, but its peak memory left less than the safety margin
+OOM = "out of memory"
+TIMEOUT = "timeout"
+ERROR = "error"  # a failure that is not about memory: the model itself broke at this size
+CRASHED = "crashed"  # the process died (a signal other than SIGKILL) without reporting
+
+SEARCH = "search"
+SWEEP = "sweep"
+
+# Search trials only need to reach the memory peak, which the second step already holds
+# (optimizer state appears at the first step): a short fixed warm-up and 3 steady steps, as
+# Lightning's batch-size finder runs 3 steps per trial.
+SEARCH_STEADY_STEPS = 3
+SEARCH_WARMUP = WarmupRule(window=4, threshold=0.1, max_steps=4)
+# Sweep trials time the steady state; a shorter window than the baseline's keeps a sweep of a
+# dozen sizes quick while still waiting for stable steps.
+SWEEP_WARMUP = WarmupRule(window=5, threshold=0.1, max_steps=30)
+# Throughput flattens out at large batches: within this share of the best, the smaller batch
+# leaves memory headroom and keeps the global batch (and the learning-rate change) smaller.
+THROUGHPUT_TOLERANCE = 0.05
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    total_bytes: int
+    source: str
+    margin: float  # share of `bytes` kept free
+
+    @property
+    def usable(self) -> int:
+        return int(self.total_bytes * (1 - self.margin))
+
+
+def resolve_budget(target: Target, budget_gib: float, margin: float) -> MemoryBudget:
+    """The parameter when set; else the target's device memory; else, on a target whose memory
+    is the host's, the host memory available now."""
+    if not 0 <= margin < 1:
+        raise BadInput(f"memory_margin {margin} must lie in [0, 1).")
+    if budget_gib < 0:
+        raise BadInput(f"memory_budget_gib {budget_gib} must be positive, or 0 for automatic.")
+    if budget_gib > 0:
+        return MemoryBudget(int(budget_gib * 2**30), "parameter memory_budget_gib", margin)
+    device = target.device_memory()
+    if device is not None:
+        return MemoryBudget(device.total_bytes, device.source, margin)
+    available = psutil.virtual_memory().available
+    return MemoryBudget(
+        int(available),
+        f"{target.name} has no device memory of its own: host memory available when the "
+        "search started (psutil)",
+        margin,
+    )
+
+
+@dataclass(frozen=True)
+class BatchTrialJob:
+    """One training configuration at one batch size, run in a child process."""
+
+    source: WorkloadSource
+    target: str
+    batch_size: int
+    mode: str
+    steady_steps: int
+    warmup: WarmupRule
+
+    def run(self) -> dict[str, Any]:
+        target = get_target(self.target)
+        workload = self.source.load()
+        workload.batch_size = self.batch_size
+        settings = BaselineSettings(self.steady_steps, self.warmup, (TRAIN,), (self.mode,))
+        host = HostPeakRss()
+        config = run_config(workload, target, TRAIN, self.mode, settings, host=host)
+        return _payload(config, target, host)
+
+
+def _payload(config: ConfigResult, target: Target, host: HostPeakRss) -> dict[str, Any]:
+    """What the parent needs of a finished configuration, as plain JSON."""
+    # Reserved, where the target has it: what the allocator holds is what runs out.
+    readings = (
+        p.memory.device_peak_reserved or p.memory.device_peak_allocated for p in config.phases
+    )
+    device = [value for value in readings if value is not None]
+    if device:
+        peak, source = max(device), f"device: {target.peak_memory().source}"
+    else:
+        rss = [p.memory.host_peak_rss for p in config.phases if p.memory.host_peak_rss]
+        peak = max(rss) if rss else None
+        source = f"host: peak resident memory of the trial process ({host.source})"
+    first = config.phases[0].measurement if config.phases else None
+    failure = config.failure
+    return {
+        "items_per_step": config.items_per_step,
+        "steady_times": config.steady.times if config.steady else None,
+        "first_call_s": first.total if first else None,
+        "warmup_converged": config.warmup_converged,
+        "peak_memory_bytes": peak,
+        "memory_source": source,
+        "error": failure.error if failure else None,
+        "location": failure.location if failure else None,
+    }
+
+
+@dataclass
+class Trial:
+    stage: str  # SEARCH or SWEEP
+    batch_size: int
+    status: str
+    seconds: float  # whole trial, process start to exit
+    steady: Measurement | None = None
+    items_per_step: int | None = None
+    first_call_s: float | None = None
+    warmup_converged: bool | None = None
+    peak_memory_bytes: int | None = None
+    memory_source: str = ""
+    error: str | None = None
+    location: str | None = None
+    oom_evidence: str | None = None  # the text (or signal) that marked it out of memory
+    exit_code: int | None = None
+    output_tail: str = ""  # kept for failed trials only
+
+    @property
+    def fits(self) -> bool:
+        return self.status == OK
+
+    @property
+    def throughput(self) -> float | None:
+        if self.steady is None or self.items_per_step is None or self.steady.median <= 0:
+            return None
+        return self.items_per_step / self.steady.median
+
+    def line(self) -> str:
+        """One log line: what the CLI prints per trial."""
+        text = f"{self.stage} batch {self.batch_size}: {self.status}"
+        if self.steady is not None:
+            text += f", median step {format_seconds(self.steady.median)}"
+        if self.peak_memory_bytes is not None:
+            text += f", peak {self.peak_memory_bytes / 2**20:,.0f} MiB"
+        if self.error:
+            text += f" ({self.error.splitlines()[0][:160]})"
+        elif self.oom_evidence:
+            text += f" ({self.oom_evidence})"
+        return text + f" [{format_seconds(self.seconds)}]"
+
+
+def classify(
+    stage: str, batch_size: int, outcome: ChildOutcome, target: Target, budget: MemoryBudget
+) -> Trial:
+    """Turn a child's outcome into a trial with a status (see the module docstring)."""
+    trial = Trial(stage, batch_size, ERROR, outcome.seconds, exit_code=outcome.exit_code)
+    result = outcome.result
+    if result is not None:
+        trial.items_per_step = result.get("items_per_step")
+        times = result.get("steady_times")
+        trial.steady = Measurement(times) if times else None
+        trial.first_call_s = result.get("first_call_s")
+        trial.warmup_converged = result.get("warmup_converged")
+        trial.peak_memory_bytes = result.get("peak_memory_bytes")
+        trial.memory_source = result.get("memory_source", "")
+        trial.error = result.get("error")
+        trial.location = result.get("location")
+    if outcome.status == TIMED_OUT:
+        trial.status = TIMEOUT
+        trial.error = f"still running after {format_seconds(outcome.seconds)}: killed"
+    elif trial.error or result is None:
+        evidence = target.out_of_memory_evidence(f"{trial.error or ''}\n{outcome.output_tail}")
+        if evidence is None and outcome.status == SIGNALLED and outcome.signal_name == "SIGKILL":
+            evidence = "killed by SIGKILL, the signal of the Linux OOM killer"
+        if evidence is not None:
+            trial.status, trial.oom_evidence = OOM, evidence
+        elif result is None:
+            trial.status = CRASHED
+            trial.error = (
+                f"the process died ({outcome.signal_name or f'exit code {outcome.exit_code}'}) "
+                "without reporting"
+            )
+    elif trial.peak_memory_bytes is not None and trial.peak_memory_bytes > budget.usable:
+        trial.status = OVER_BUDGET
+    else:
+        trial.status = OK
+    if not trial.fits:
+        trial.output_tail = outcome.output_tail
+    return trial
+
+
+@dataclass
+class TrialRunner:
+    """Runs batch trials of one workload on one target, each in a fresh child process."""
+
+    source: WorkloadSource
+    target: Target
+    budget: MemoryBudget
+    mode: str
+    timeout_s: float
+    log: Callable[[str], None] = print
+
+    def run(self, stage: str, batch_size: int, steady_steps: int, warmup: WarmupRule) -> Trial:
+        job = BatchTrialJob(
+            self.source, self.target.name, batch_size, self.mode, steady_steps, warmup
+        )
+        outcome = run_in_child(job, self.target.trial_start_method, self.timeout_s)
+        trial = classify(stage, batch_size, outcome, self.target, self.budget)
+        self.log(trial.line())
+        return trial
+
+
+def trial_bound(low: int, high: int) -> int:
+    """Most trials the search may need: ceil(log2(range)) + 2."""
+    return math.ceil(math.log2(high - low + 1)) + 2
+
+
+@dataclass
+class SearchResult:
+    low: int
+    high: int
+    bound: int
+    trials: list[Trial] = field(default_factory=list)
+    largest_fit: int | None = None
+    smallest_failure: int | None = None
+    stopped: str = ""  # why the search ended, in one sentence
+
+
+def search_largest_batch(
+    runner: TrialRunner, low: int, high: int, *, progress_bars: bool = False
+) -> SearchResult:
+    """Largest batch in [low, high] that fits: the two ends first (does anything fit; does
+    everything), then bisection between the largest fit and the smallest failure. That takes
+    at most ceil(log2(high - low + 1)) + 2 trials, and every trial is kept."""
+    if not 1 <= low <= high:
+        raise BadInput(f"batch range [{low}, {high}]: need 1 <= min_batch <= max_batch.")
+    result = SearchResult(low, high, trial_bound(low, high))
+    bar = tqdm(total=result.bound, desc="largest-batch search", disable=not progress_bars)
+
+    def fits(batch_size: int) -> bool:
+        trial = runner.run(SEARCH, batch_size, SEARCH_STEADY_STEPS, SEARCH_WARMUP)
+        result.trials.append(trial)
+        bar.update()
+        return trial.fits
+
+    try:
+        if not fits(low):
+            result.smallest_failure = low
+            result.stopped = f"the smallest batch, {low}, does not fit: nothing in range does"
+            return result
+        if high == low or fits(high):
+            result.largest_fit = high
+            result.stopped = (
+                f"the largest batch tried, max_batch {high}, fits: raise max_batch to look further"
+            )
+            return result
+        fit, fail = low, high
+        while fail - fit > 1:
+            middle = (fit + fail) // 2
+            if fits(middle):
+                fit = middle
+            else:
+                fail = middle
+        result.largest_fit, result.smallest_failure = fit, fail
+        result.stopped = f"batch {fit} fits and {fail} does not"
+        return result
+    finally:
+        bar.close()
+
+
+def power_of_two_sizes(low: int, high: int) -> list[int]:
+    sizes, size = [], 1
+    while size <= high:
+        if size >= low:
+            sizes.append(size)
+        size *= 2
+    return sizes
+
+
+def sweep_batch_sizes(
+    runner: TrialRunner, sizes: Sequence[int], steady_steps: int, *, progress_bars: bool = False
+) -> list[Trial]:
+    """One full trial per batch size; a size that fails is recorded and the sweep goes on."""
+    trials = []
+    for batch_size in tqdm(sizes, desc="batch-size sweep", disable=not progress_bars):
+        trials.append(runner.run(SWEEP, batch_size, steady_steps, SWEEP_WARMUP))
+    return trials
+
+
+@dataclass(frozen=True)
+class BatchChoice:
+    batch_size: int
+    throughput: float
+    best_batch_size: int
+    best_throughput: float
+    rule: str
+
+
+def choose_batch(trials: Sequence[Trial]) -> BatchChoice | None:
+    """The smallest batch within THROUGHPUT_TOLERANCE of the best throughput among trials that
+    fit; None when none did."""
+    measured = sorted(
+        ((t.batch_size, t.throughput) for t in trials if t.fits and t.throughput),
+        key=lambda pair: pair[0],
+    )
+    if not measured:
+        return None
+    best_batch, best = max(measured, key=lambda pair: pair[1])
+    batch, rate = next((b, r) for b, r in measured if r >= (1 - THROUGHPUT_TOLERANCE) * best)
+    rule = (
+        f"the smallest batch within {THROUGHPUT_TOLERANCE:.0%} of the best measured throughput, "
+        "among sizes that fit the memory budget with its margin"
+    )
+    return BatchChoice(batch, rate, best_batch, best, rule)

@@ -1,0 +1,377 @@
+"""What notebook 04 shows of a retuning result, and the data its result file keeps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.display import display
+
+from workbench import markup as show
+from workbench.timing import format_seconds
+from workbench.tuning.dataloader import LoaderResult
+from workbench.tuning.parallel import FAILED, TIMEOUT, ScalingRun
+from workbench.tuning.records import RetuneResult
+from workbench.tuning.trials import OVER_BUDGET, Trial
+
+
+def _mib(value: int | None) -> str:
+    return "n/a" if value is None else f"{value / 2**20:,.1f} MiB"
+
+
+def _gib(value: int) -> str:
+    return f"{value / 2**30:,.2f} GiB"
+
+
+def _seconds(value: float | None) -> str:
+    return "n/a" if value is None else format_seconds(value)
+
+
+def _rate(value: float | None, unit: str = "") -> str:
+    return "n/a" if value is None else f"{value:,.0f} {unit}".strip()
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _first_line(text: str | None, limit: int = 200) -> str:
+    return (text or "").strip().splitlines()[0][:limit] if (text or "").strip() else ""
+
+
+def _trial_row(trial: Trial, unit: str) -> dict[str, Any]:
+    steady = trial.steady
+    return {
+        "batch": trial.batch_size,
+        "status": trial.status,
+        "peak memory": _mib(trial.peak_memory_bytes),
+        "median step": _seconds(steady.median if steady else None),
+        "p99 step": _seconds(steady.p99 if steady else None),
+        "IQR": f"{steady.relative_iqr:.0%}" if steady else "n/a",
+        "throughput": _rate(trial.throughput, unit),
+        "trial time": format_seconds(trial.seconds),
+        "why": trial.oom_evidence or _first_line(trial.error),
+    }
+
+
+def headline(result: RetuneResult) -> None:
+    failed = [t for t in result.trials if not t.fits]
+    kind = "warn" if result.search.largest_fit is None or result.skipped else "ok"
+    display(show.banner(result.headline(), kind))
+    if failed and result.search.largest_fit is not None:
+        display(
+            show.banner(
+                f"{len(failed)} trial(s) did not fit or failed; each is in the tables below with "
+                "its reason, and every other trial ran on.",
+                "info",
+            )
+        )
+
+
+def search(result: RetuneResult) -> None:
+    """The budget, then every search trial in the order it ran."""
+    budget, found = result.budget, result.search
+    display(
+        show.key_values(
+            {
+                "memory budget": f"{_gib(budget.total_bytes)} ({budget.source})",
+                "safety margin": f"{budget.margin:.0%} kept free: a trial fits up to "
+                f"{_gib(budget.usable)}",
+                "memory measured as": _memory_sources(result),
+                "range searched": f"{found.low} to {found.high}",
+                "trials": f"{len(found.trials)} of at most {found.bound} (ceil(log2(range)) + 2)",
+                "result": found.stopped,
+                "each trial": "a fresh child process with its own deadline "
+                f"({format_seconds(result.settings.trial_timeout_s)}): first call, "
+                "4 warm-up steps and 3 steady steps",
+            },
+            caption="Largest batch that fits",
+        )
+    )
+    rows = [{"#": i, **_trial_row(t, "")} for i, t in enumerate(found.trials, 1)]
+    display(show.table(rows, caption=f"Search trials, in order ({result.measured_label})"))
+
+
+def _memory_sources(result: RetuneResult) -> str:
+    sources = sorted({t.memory_source for t in result.trials if t.memory_source})
+    return "; ".join(sources) or "no trial reported memory"
+
+
+def sweep(result: RetuneResult) -> None:
+    if not result.sweep:
+        display(show.banner(f"No batch-size sweep: {result.skipped.get('sweep', '')}", "warn"))
+        return
+    rows = [_trial_row(t, result.throughput_unit) for t in result.sweep]
+    display(
+        show.table(
+            rows,
+            caption=f"Batch-size sweep: training step, {result.settings.mode}, steady state "
+            f"after an adaptive warm-up ({result.measured_label})",
+        )
+    )
+    if result.choice:
+        choice = result.choice
+        display(
+            show.banner(
+                f"Throughput-best per-core batch: {choice.batch_size} "
+                f"({_rate(choice.throughput, result.throughput_unit)}; the best was "
+                f"{choice.best_batch_size} at {_rate(choice.best_throughput)}): {choice.rule}.",
+                "info",
+            )
+        )
+
+
+def accumulation(result: RetuneResult) -> None:
+    check = result.accumulation
+    if check is None:
+        reason = result.skipped.get("accumulation", "")
+        display(show.banner(f"No accumulation check: {reason}", "warn"))
+        return
+    kind = "ok" if check.passed else ("warn" if check.error is None else "fail")
+    display(show.banner(check.explanation(), kind))
+    display(
+        show.key_values(
+            {
+                "how": check.method,
+                "worst relative gradient difference": "n/a"
+                if check.max_relative_error is None
+                else f"{check.max_relative_error:.2e} ({check.worst_parameter})",
+                "tolerance": f"{check.tolerance:.0e} relative, float64",
+                "batch-statistics layers": ", ".join(check.batch_statistics_layers) or "none",
+                "random layers": ", ".join(check.random_layers) or "none",
+            },
+            caption="Gradient accumulation against one big batch (CPU, float64: a property of "
+            "the model and loss, not of the device)",
+        )
+    )
+
+
+def _loader_row(item: LoaderResult, unit: str, recommended: LoaderResult | None) -> dict[str, Any]:
+    return {
+        "setting": item.setting.label(),
+        "status": item.status,
+        "waiting for data": _share(item.wait_share),
+        "median wait": _seconds(item.waits.median if item.waits else None),
+        "median step": _seconds(item.steps.median if item.steps else None),
+        "throughput": _rate(item.throughput, unit),
+        "recommended": "yes" if item is recommended else "",
+        "error": _first_line(item.error),
+    }
+
+
+def dataloader(result: RetuneResult) -> None:
+    study = result.loader
+    if study is None:
+        display(show.banner(f"No DataLoader sweep: {result.skipped.get('dataloader', '')}", "warn"))
+        return
+    rows = [_loader_row(r, result.throughput_unit, study.recommended) for r in study.results]
+    display(
+        show.table(
+            rows,
+            caption=f"DataLoader settings at per-core batch {study.batch_size}, "
+            f"{study.work.cost_ms:g} ms of CPU work per sample ({study.work.calibration}); "
+            f"{study.steps} steps measured after {study.warmup_steps} ({result.measured_label})",
+        )
+    )
+    for note in study.notes:
+        display(show.banner(note, "info"))
+
+
+def _scaling_row(run: ScalingRun, unit: str) -> dict[str, Any]:
+    return {
+        "world size": run.world_size,
+        "status": run.status,
+        "median step (slowest rank)": _seconds(run.step.median if run.step else None),
+        "throughput": _rate(run.throughput, unit),
+        "per worker": _rate(run.per_worker, unit),
+        "efficiency": _share(run.efficiency),
+        "launch time": _seconds(run.seconds or None),
+        "note": run.reason,
+    }
+
+
+def scaling(result: RetuneResult) -> None:
+    study = result.scaling
+    if study is None:
+        display(show.banner(f"No scaling sweep: {result.skipped.get('scaling', '')}", "warn"))
+        return
+    if study.skipped_reason:
+        display(show.banner(f"Data-parallel sweep skipped: {study.skipped_reason}.", "warn"))
+        return
+    rows = [_scaling_row(r, result.throughput_unit) for r in study.runs]
+    display(
+        show.table(
+            rows,
+            caption=f"torchrun, backend {study.backend}, per-worker batch {study.batch_size}, "
+            f"{study.threads_per_rank} intra-op thread(s) per rank, {study.steps} steps after "
+            f"{study.warmup_steps}; efficiency = throughput(N) / (N x throughput(1)) "
+            f"({result.measured_label})",
+        )
+    )
+    if not result.target.get("is_trainium"):
+        display(
+            show.banner(
+                f"These ranks share {result.target['name']} cores and talk over "
+                f"{study.backend}: the curve shows how this step scales here, not how "
+                "NeuronCores and their collectives scale.",
+                "info",
+            )
+        )
+
+
+def plans(result: RetuneResult) -> None:
+    if not result.plans:
+        display(show.banner(f"No global batch plan: {result.skipped.get('plan', '')}", "warn"))
+        return
+    rows = []
+    for plan in result.plans:
+        rows.append(
+            {
+                "plan": plan.name,
+                "per core": plan.per_core_batch,
+                "workers": plan.world_size,
+                "accumulation": plan.accumulation_steps,
+                "global batch": plan.global_batch,
+                "wanted": plan.target_global_batch,
+                "reference": plan.reference_global_batch,
+                "optimizer": plan.optimizer,
+                "LR rule": plan.lr_rule,
+                "LR": "n/a"
+                if plan.reference_lr is None
+                else f"{plan.reference_lr:g} -> "
+                + ("re-tune" if plan.suggested_lr is None else f"{plan.suggested_lr:.3g}"),
+                "notes": "; ".join(plan.notes),
+            }
+        )
+    display(show.table(rows, caption="Per-core batch x workers x accumulation = global batch"))
+
+
+def buckets(result: RetuneResult) -> None:
+    study = result.buckets
+    if study is None:
+        display(show.banner(f"No padding buckets: {result.skipped.get('buckets', '')}", "info"))
+        return
+    display(
+        show.key_values(
+            {
+                "lengths from": study.source,
+                "sequences": study.sequences,
+                "shortest / median / longest": f"{study.shortest} / {study.median} / "
+                f"{study.longest}",
+                "distinct lengths": study.distinct,
+                "waste limit": f"{study.waste_limit:.0%} of padded tokens",
+            },
+            caption="Observed sequence lengths",
+        )
+    )
+    rows = [
+        {
+            "buckets (compiled shapes)": len(plan.boundaries),
+            "boundaries": ", ".join(map(str, plan.boundaries)),
+            "sequences per bucket": ", ".join(map(str, plan.counts)),
+            "padding waste": _share(plan.waste),
+            "chosen": "yes" if plan is study.chosen else "",
+        }
+        for plan in study.plans
+    ]
+    display(show.table(rows, caption="Padding buckets: each bucket is one shape to compile"))
+    for note in study.notes:
+        display(show.banner(note, "info"))
+
+
+def cost(result: RetuneResult) -> None:
+    study = result.cost
+    if study is None:
+        display(show.banner(f"No cost table: {result.skipped.get('cost', '')}", "warn"))
+        return
+    items = f"{study.items:,} {study.unit}"
+    rows = [
+        {
+            "instance": row.instance,
+            "pricing": row.pricing,
+            "workers": row.workers,
+            "$/h": "unknown" if row.usd_per_hour is None else f"{row.usd_per_hour:g}",
+            "basis": row.basis,
+            f"{study.unit}/s": _rate(row.items_per_second),
+            f"{study.unit} per $": _rate(row.items_per_dollar),
+            f"hours for {items}": f"{row.hours_for_items:,.2f}",
+            f"$ for {items}": "n/a"
+            if row.dollars_for_items is None
+            else f"{row.dollars_for_items:,.2f}",
+            "how": row.how,
+        }
+        for row in study.rows
+    ]
+    display(
+        show.table(
+            rows,
+            caption=f"Cost per {study.unit[:-1]} ({study.prices.currency}); per-worker rate: "
+            f"{study.per_worker_basis}",
+        )
+    )
+    sources = [
+        {
+            "instance": row.instance,
+            "pricing": row.pricing,
+            "$/h": row.usd_per_hour,
+            "source": row.source,
+            "date": row.date,
+            "note": row.note,
+        }
+        for row in study.prices.rows
+    ]
+    display(
+        show.table(
+            sources,
+            caption=f"Prices ({study.prices.region}) from {study.prices.path}, compiled "
+            f"{study.prices.retrieved}: edit that file, or pass prices_file, for your own rates",
+        )
+    )
+    display(show.banner(f"Projections: {study.projection_assumption}.", "info"))
+    if not result.target.get("is_trainium"):
+        display(
+            show.banner(
+                f"The per-worker rate was measured on {result.target['name']}: for Trainium and "
+                "GPU instances the projections show the arithmetic, not what that hardware "
+                "delivers. Run this notebook on the instance and set instance_type for a "
+                "measured row.",
+                "warn",
+            )
+        )
+    if study.prices.not_found:
+        display(
+            show.banner(
+                "No sourced price (add one to the price file to include it): "
+                + ", ".join(study.prices.not_found),
+                "info",
+            )
+        )
+
+
+def recommendation(result: RetuneResult) -> None:
+    rec = result.recommendation
+    display(show.banner(result.headline(), "ok" if rec.per_core_batch else "warn"))
+    rows = [{"knob": i.knob, "use": i.value, "evidence": i.evidence} for i in rec.items]
+    display(show.table(rows, caption="Recommendation, with the evidence beside each setting"))
+
+
+def problems(result: RetuneResult) -> None:
+    """Failed trials and launches with the end of their output, and stages that did not run."""
+    shown = False
+    for trial in result.trials:
+        if trial.fits or trial.status == OVER_BUDGET:
+            continue
+        shown = True
+        text = f"{trial.stage} trial at batch {trial.batch_size}: {trial.status}"
+        detail = trial.oom_evidence or _first_line(trial.error)
+        if trial.location:
+            detail += f" at {trial.location}"
+        display(show.banner(f"{text}: {detail}", "warn"))
+    for run in result.scaling.runs if result.scaling else []:
+        if run.status in (FAILED, TIMEOUT):
+            shown = True
+            display(show.banner(f"world size {run.world_size}: {run.reason}", "warn"))
+    for stage, reason in result.skipped.items():
+        shown = True
+        display(show.banner(f"{stage}: not run ({reason})", "info"))
+    if not shown:
+        display(show.banner("Every trial and launch ran; no stage was skipped.", "ok"))
