@@ -16,6 +16,7 @@ import workbench
 from workbench import markup as show
 from workbench.params import coerce, notebook_parameters
 from workbench.results import save_result
+from workbench.scorecard import Verdict
 from workbench.targets import get_target, resolve_target_name
 from workbench.targets.base import Target
 from workbench.workload import Workload, load_workload
@@ -50,6 +51,9 @@ class RunContext:
     def save(self, data: dict[str, Any]) -> Path:
         """Write `<out_dir>/<notebook>.json` atomically; the path is shown for interactive users."""
         path = save_result(self.out_dir, self.notebook, data, **self.header())
+        verdict = data.get("verdict")
+        if isinstance(verdict, Verdict):
+            display(show.verdict_banner(verdict))
         print(f"result saved: {path}")
         return path
 

@@ -70,3 +70,12 @@ def banner(text: str, kind: str = "info") -> Rich:
     if kind not in BANNER_KINDS:
         raise ValueError(f"banner kind must be one of {BANNER_KINDS}")
     return Rich(f'<div class="wb-banner wb-{kind}">{html.escape(text)}</div>', f"[{kind}] {text}")
+
+
+_VERDICT_BANNER = {"pass": "ok", "attention": "warn", "blocker": "fail"}
+
+
+def verdict_banner(verdict: Any) -> Rich:
+    """The notebook's scorecard verdict (a workbench.scorecard.Verdict), with the rule it used."""
+    text = f"Verdict: {verdict.status.upper()}: {verdict.reason}. Rule: {verdict.rule}."
+    return banner(text, _VERDICT_BANNER[verdict.status])

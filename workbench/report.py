@@ -121,6 +121,20 @@ def export_html(notebook_path: Path, html_path: Path, *, show_code: bool = False
 _STATUS_CLASS = {"ok": "wb-ok", "failed": "wb-fail", "timeout": "wb-fail", "kernel-died": "wb-fail"}
 
 
+_VERDICT_SENTENCE = {
+    "pass": "no notebook found anything that needs attention.",
+    "attention": "nothing blocks the migration, but these need a look:",
+    "blocker": "something blocks the migration:",
+}
+
+
+def _verdict_cell(verdict: dict[str, Any] | None) -> str:
+    if not verdict:
+        return "<td>not judged</td>"
+    status = html.escape(verdict["status"])
+    return f'<td class="v-{status}" title="{html.escape(verdict.get("reason", ""))}">{status}</td>'
+
+
 def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
     """`index.html`: one line per notebook with its status, linking its report."""
     esc = html.escape
@@ -137,9 +151,11 @@ def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
             detail = f"{where}{nb.get('error') or nb['status']}"
         rows.append(
             f'<tr class="{_STATUS_CLASS.get(nb["status"], "")}"><td>{link}</td>'
-            f"<td>{esc(nb['status'])}</td><td>{nb['seconds']:.1f} s</td>"
-            f"<td>{esc(detail)}</td></tr>"
+            f"<td>{esc(nb['status'])}</td>{_verdict_cell(nb.get('verdict'))}"
+            f"<td>{nb['seconds']:.1f} s</td><td>{esc(detail)}</td></tr>"
         )
+    verdict = summary.get("verdict") or {"status": "attention", "reasons": []}
+    reasons = verdict.get("reasons") or []
     page = Template((TEMPLATES_DIR / "index.html").read_text(encoding="utf-8")).substitute(
         workload=esc(summary["workload"]),
         target=esc(summary["target"]),
@@ -148,6 +164,12 @@ def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
         seconds=f"{summary['seconds']:.1f}",
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         validation=esc(summary["validation"]),
+        verdict_status=esc(verdict["status"]),
+        verdict_word=esc(verdict["status"].upper()),
+        verdict_sentence=esc(_VERDICT_SENTENCE.get(verdict["status"], "")),
+        verdict_reasons=(
+            "<ul>" + "".join(f"<li>{esc(r)}</li>" for r in reasons) + "</ul>" if reasons else ""
+        ),
         rows="\n".join(rows),
     )
     path = out_dir / "index.html"

@@ -30,6 +30,7 @@ from workbench.kernel import private_kernelspec
 from workbench.params import notebook_parameters, validate
 from workbench.redact import scrub_text
 from workbench.report import export_html, write_index
+from workbench.scorecard import run_verdict, verdict_from_data
 from workbench.targets import TARGET_NAMES, get_target, resolve_target_name
 from workbench.workload import DEFAULT_WORKLOAD, load_workload
 
@@ -60,6 +61,7 @@ class NotebookOutcome:
     html: str | None = None
     result: str | None = None
     headline: str | None = None
+    verdict: dict[str, Any] | None = None  # the scorecard verdict from the result file
 
 
 def available_notebooks() -> dict[str, Path]:
@@ -196,9 +198,14 @@ def _finish_outputs(path: Path, out: Path, outcome: NotebookOutcome, show_code: 
     if result_path.exists():
         outcome.result = result_path.name
         try:
-            outcome.headline = results.load_result(result_path)["data"].get("headline")
+            data = results.load_result(result_path)["data"]
         except (ValueError, KeyError, OSError):
-            outcome.headline = None
+            data = {}
+        outcome.headline = data.get("headline")
+        verdict = verdict_from_data(data)
+        outcome.verdict = (
+            None if verdict is None else {"status": verdict.status, "reason": verdict.reason}
+        )
     elif outcome.status == "ok":
         outcome.status = "failed"
         outcome.error = f"the notebook finished without writing {result_path.name}"
@@ -299,6 +306,8 @@ def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
         "exit_code": exit_code,
         "notebooks": [asdict(o) for o in outcomes],
     }
+    overall = run_verdict(summary["notebooks"])
+    summary["verdict"] = {"status": overall.status, "reasons": overall.reasons}
     results.write_json_atomic(out / "summary.json", summary)
     write_index(out, summary)
     if exit_code == EXIT_OK and request.out is None:

@@ -11,6 +11,7 @@ from typing import Any
 from workbench.baseline.checklist import Checklist
 from workbench.baseline.reference import ReferenceSummary
 from workbench.errors import BadInput
+from workbench.scorecard import ATTENTION, BLOCKER, Finding, Verdict, judge
 from workbench.targets.base import CompileCounters
 from workbench.timing import (
     FLUCTUATION_SEVERE,
@@ -347,6 +348,52 @@ class BaselineResult:
         return text
 
 
+BASELINE_RULE = (
+    "blocker: a step raised (compiled or eager), a loss became NaN or Inf, or a graph recompiled "
+    f"during steady state; attention: a warm-up hit its cap, a steady state's IQR above "
+    f"{FLUCTUATION_SEVERE:.0%} of its median, or no reference artifact for notebook 03; "
+    "pass otherwise"
+)
+
+
+def baseline_verdict(result: BaselineResult) -> Verdict:
+    """Notebook 01's verdict, by BASELINE_RULE."""
+    findings = []
+    for config in result.configs:
+        name = f"{KIND_LABELS[config.kind]} ({config.mode})"
+        if config.failure is not None:
+            findings.append(Finding(BLOCKER, config.failure.summary()))
+        if config.nonfinite_step is not None:
+            findings.append(
+                Finding(BLOCKER, f"{name}: loss becomes NaN/Inf at step {config.nonfinite_step}")
+            )
+        if config.steady_recompiles:
+            findings.append(
+                Finding(
+                    BLOCKER, f"{name}: {config.steady_recompiles} recompile(s) during steady state"
+                )
+            )
+        if config.warmup_converged is False:
+            findings.append(Finding(ATTENTION, f"{name}: warm-up hit its cap without settling"))
+        if config.steady is not None and config.steady.relative_iqr > FLUCTUATION_SEVERE:
+            findings.append(
+                Finding(
+                    ATTENTION,
+                    f"{name}: noisy steady state "
+                    f"(IQR {config.steady.relative_iqr:.0%} of the median)",
+                )
+            )
+    if result.reference.error:
+        findings.append(
+            Finding(ATTENTION, f"reference artifact not written: {result.reference.error}")
+        )
+    return judge(
+        findings,
+        BASELINE_RULE,
+        "every step ran, no loss went NaN, nothing recompiled in steady state",
+    )
+
+
 def config_status(config: ConfigResult) -> str:
     if config.failure is None:
         return "ok"
@@ -372,6 +419,7 @@ def result_data(result: BaselineResult) -> dict[str, Any]:
     """Everything the result file keeps; raw samples sit under configs[].phases[].measurement."""
     return {
         "headline": result.headline(),
+        "verdict": baseline_verdict(result),
         "target": {
             **result.target,
             "eager_means": result.eager_means,

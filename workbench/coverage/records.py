@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench import scorecard
 from workbench.coverage.capture import (
     PHASES,
     CallSite,
@@ -15,7 +16,7 @@ from workbench.coverage.capture import (
     SiteCount,
 )
 from workbench.coverage.graphs import CompiledPath
-from workbench.coverage.risks import HIGH, RiskFlag
+from workbench.coverage.risks import CUSTOM_OP, HIGH, RiskFlag
 from workbench.coverage.shapes import (
     ShapeStability,
 )
@@ -30,6 +31,7 @@ from workbench.coverage.support import (
     Verdict,
 )
 from workbench.scan.report import ScanReport
+from workbench.scorecard import ATTENTION, BLOCKER, PASS, Finding, judge
 
 SEEN_REFERENCE = "cpu capture"
 
@@ -302,16 +304,61 @@ def report_data(report: CoverageReport) -> dict[str, Any]:
     }
 
 
-def headline_kind(report: CoverageReport, scan: ScanReport | None) -> str:
-    if report.reference.failure or any(s.distinct[FALLS_BACK] for s in report.summaries().values()):
-        return "fail"
+COVERAGE_RULE = (
+    "blocker: the step failed mid-capture, an op falls back or fails on a chosen Neuron flavour, "
+    "a custom op has no Neuron kernel, or the CUDA scan found blocking code; attention: ops with "
+    "unknown support, other high-severity risk flags, or shapes that change beyond the batch; "
+    "pass otherwise"
+)
+_BANNER_KIND = {BLOCKER: "fail", ATTENTION: "warn", PASS: "ok"}
+
+
+def coverage_verdict(report: CoverageReport, scan: ScanReport | None) -> scorecard.Verdict:
+    """Notebook 02's verdict, by COVERAGE_RULE."""
+    findings = []
+    if report.reference.failure:
+        findings.append(
+            Finding(BLOCKER, f"the step failed mid-capture ({report.reference.failure.phase})")
+        )
+    for summary in report.summaries().values():
+        if summary.distinct[FALLS_BACK]:
+            findings.append(
+                Finding(
+                    BLOCKER,
+                    f"{summary.distinct[FALLS_BACK]} op(s) fall back or fail on {summary.label}",
+                )
+            )
+    custom = {f.op for f in report.flags if f.kind == CUSTOM_OP}
+    if custom:
+        findings.append(
+            Finding(BLOCKER, f"custom op(s) with no Neuron kernel: {', '.join(sorted(custom))}")
+        )
     if scan is not None and scan.blocking:
-        return "fail"
-    if any(f.severity == HIGH for f in report.flags) or not report.shapes.stable:
-        return "warn"
-    if any(s.distinct[UNKNOWN] for s in report.summaries().values()):
-        return "warn"
-    return "ok"
+        findings.append(Finding(BLOCKER, f"scan: {len(scan.blocking)} blocking finding(s)"))
+    high = [f for f in report.flags if f.severity == HIGH and f.kind != CUSTOM_OP]
+    if high:
+        kinds = sorted({f.kind for f in high})
+        findings.append(
+            Finding(ATTENTION, f"{len(high)} high-severity risk flag(s): {', '.join(kinds)}")
+        )
+    if not report.shapes.stable:
+        findings.append(Finding(ATTENTION, report.shapes.status()))
+    for summary in report.summaries().values():
+        if summary.distinct[UNKNOWN]:
+            findings.append(
+                Finding(
+                    ATTENTION,
+                    f"{summary.distinct[UNKNOWN]} op(s) with unknown support on {summary.label}",
+                )
+            )
+    return judge(
+        findings, COVERAGE_RULE, "every op is supported on the chosen flavours; no blocking finding"
+    )
+
+
+def headline_kind(report: CoverageReport, scan: ScanReport | None) -> str:
+    """The headline's colour, from the verdict, so the two always agree."""
+    return _BANNER_KIND[coverage_verdict(report, scan).status]
 
 
 def headline_text(report: CoverageReport, scan: ScanReport | None) -> str:
@@ -324,6 +371,7 @@ def headline_text(report: CoverageReport, scan: ScanReport | None) -> str:
 def result_data(report: CoverageReport, scan: ScanReport | None) -> dict[str, Any]:
     data = report_data(report)
     data["headline"] = headline_text(report, scan)
+    data["verdict"] = coverage_verdict(report, scan)
     data["scan"] = (
         None
         if scan is None

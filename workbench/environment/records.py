@@ -5,8 +5,34 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from workbench.environment.drift import Drift, worst_severity
+from workbench.environment.drift import CRITICAL, Drift, worst_severity
 from workbench.environment.releases import ReleaseMatch
+from workbench.scorecard import ATTENTION, BLOCKER, Finding, Verdict, judge
+
+ENVIRONMENT_RULE = (
+    "blocker: critical drift from the pinned manifest; attention: other drift from it, or Neuron "
+    "packages that match no published release (partial or unknown combination); pass otherwise"
+)
+
+
+def environment_verdict(release: ReleaseMatch, drifts: Sequence[Drift] | None) -> Verdict:
+    """Notebook 00's verdict, by ENVIRONMENT_RULE."""
+    findings = []
+    for drift in drifts or []:
+        status = BLOCKER if drift.severity == CRITICAL else ATTENTION
+        findings.append(
+            Finding(status, f"{drift.severity} drift: {drift.key} {drift.old} -> {drift.new}")
+        )
+    if release.status in ("partial", "unknown-combination"):
+        findings.append(
+            Finding(ATTENTION, f"release check {release.status}: {release.explanation}")
+        )
+    if drifts is None:
+        settled = "no pinned manifest to compare with"
+    else:
+        settled = "no drift from the pinned manifest"
+    pass_reason = f"{settled}; release check: {release.status}"
+    return judge(findings, ENVIRONMENT_RULE, pass_reason)
 
 
 def result_data(
@@ -25,4 +51,5 @@ def result_data(
         "manifest": manifest,
         "release": release,
         "drift": None if drifts is None else list(drifts),
+        "verdict": environment_verdict(release, drifts),
     }

@@ -9,16 +9,22 @@ from typing import Any
 
 from workbench.baseline.records import EAGER, MODES
 from workbench.errors import BadInput
+from workbench.scorecard import ATTENTION, BLOCKER, Finding, Verdict, judge
 from workbench.tuning.buckets import BucketStudy
 from workbench.tuning.cost import MEASURED, CostStudy
 from workbench.tuning.dataloader import (
     LoaderStudy,
 )
+from workbench.tuning.parallel import FAILED as LAUNCH_FAILED
+from workbench.tuning.parallel import TIMEOUT as LAUNCH_TIMEOUT
 from workbench.tuning.parallel import ScalingRun, ScalingStudy
 from workbench.tuning.plan import (
     AccumulationCheck,
     GlobalBatchPlan,
 )
+from workbench.tuning.trials import CRASHED as TRIAL_CRASHED
+from workbench.tuning.trials import ERROR as TRIAL_ERROR
+from workbench.tuning.trials import TIMEOUT as TRIAL_TIMEOUT
 from workbench.tuning.trials import (
     BatchChoice,
     MemoryBudget,
@@ -178,6 +184,44 @@ class RetuneResult:
         return text + "."
 
 
+RETUNING_RULE = (
+    "blocker: no batch size of the range fits; attention: a trial or a data-parallel launch "
+    "broke for a reason other than memory (an error, a crash, a timeout), or accumulated "
+    "micro-batches do not reproduce one big batch's gradients; pass otherwise"
+)
+
+
+def retuning_verdict(result: RetuneResult) -> Verdict:
+    """Notebook 04's verdict, by RETUNING_RULE."""
+    findings = []
+    if result.search.largest_fit is None:
+        findings.append(Finding(BLOCKER, f"no batch size fits: {result.search.stopped}"))
+    broken = [t for t in result.trials if t.status in (TRIAL_ERROR, TRIAL_CRASHED, TRIAL_TIMEOUT)]
+    if broken:
+        first = broken[0]
+        findings.append(
+            Finding(
+                ATTENTION,
+                f"{len(broken)} trial(s) broke, first at batch {first.batch_size}: {first.status}",
+            )
+        )
+    launches = result.scaling.runs if result.scaling else []
+    failed = [r for r in launches if r.status in (LAUNCH_FAILED, LAUNCH_TIMEOUT)]
+    if failed:
+        findings.append(
+            Finding(
+                ATTENTION,
+                f"{len(failed)} data-parallel launch(es) failed, first at world size "
+                f"{failed[0].world_size}",
+            )
+        )
+    if result.accumulation is not None and not result.accumulation.passed:
+        findings.append(
+            Finding(ATTENTION, "accumulated micro-batches differ from one big batch's gradients")
+        )
+    return judge(findings, RETUNING_RULE, "a batch fits and every trial and launch ran")
+
+
 def _trial_data(trial: Trial) -> dict[str, Any]:
     return {**asdict(trial), "fits": trial.fits, "throughput": trial.throughput}
 
@@ -189,6 +233,7 @@ def result_data(result: RetuneResult) -> dict[str, Any]:
     loader = result.loader
     return {
         "headline": result.headline(),
+        "verdict": retuning_verdict(result),
         "measured_on": result.measured_label,
         "workload": result.workload,
         "target": result.target,

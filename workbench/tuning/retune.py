@@ -30,7 +30,6 @@ from workbench.tuning.dataloader import (
     calibrate_sample_work,
     default_worker_counts,
     loader_settings,
-    recommend,
     sweep_loader,
 )
 from workbench.tuning.parallel import ScalingStudy, choose_world_size, sweep_world_sizes
@@ -40,6 +39,7 @@ from workbench.tuning.plan import (
     plan_global_batch,
 )
 from workbench.tuning.process import WorkloadSource, usable_cores
+from workbench.tuning.recommend import recommend
 from workbench.tuning.records import Recommendation, RetuneResult, RetuneSettings
 from workbench.tuning.trials import (
     BatchChoice,

@@ -1,0 +1,96 @@
+"""The scorecard: one verdict per notebook and one per run, each with its reason and its rule.
+
+Every notebook judges its own findings by a rule stated in its records module and stores the
+verdict in its result file (`data.verdict`). A run's verdict is the worst of its notebooks'; a
+notebook that did not finish counts as a blocker, since nothing it should have checked is known.
+Whether a notebook executed stays a separate status in summary.json.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+PASS = "pass"
+ATTENTION = "attention"
+BLOCKER = "blocker"
+STATUSES = (PASS, ATTENTION, BLOCKER)  # best first
+_RANK = {status: rank for rank, status in enumerate(STATUSES)}
+TOP_REASONS = 3
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing a rule found: how bad it is and the sentence that says it."""
+
+    status: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str  # pass | attention | blocker
+    reason: str  # one line: the worst finding, or why the notebook passes
+    rule: str  # the stated rule the findings were judged by
+    findings: list[Finding] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"verdict status {self.status!r}: choose from {', '.join(STATUSES)}")
+
+
+def worst(statuses: Iterable[str]) -> str:
+    return max(statuses, key=_RANK.__getitem__, default=PASS)
+
+
+def judge(findings: Iterable[Finding], rule: str, pass_reason: str) -> Verdict:
+    """The verdict of a notebook: the worst finding leads; no finding above pass is a pass."""
+    ranked = sorted((f for f in findings if f.status != PASS), key=lambda f: -_RANK[f.status])
+    if not ranked:
+        return Verdict(PASS, pass_reason, rule, [])
+    lead = ranked[0]
+    more = len(ranked) - 1
+    reason = lead.reason + (f" (and {more} more finding{'s' if more > 1 else ''})" if more else "")
+    return Verdict(lead.status, reason, rule, ranked)
+
+
+def verdict_from_data(data: Mapping[str, Any] | None) -> Verdict | None:
+    """The verdict a result file stores, or None for a file that predates the scorecard."""
+    stored = (data or {}).get("verdict")
+    if not isinstance(stored, Mapping) or stored.get("status") not in STATUSES:
+        return None
+    findings = [
+        Finding(f["status"], f["reason"])
+        for f in stored.get("findings", [])
+        if isinstance(f, Mapping) and f.get("status") in STATUSES
+    ]
+    return Verdict(
+        stored["status"], str(stored.get("reason", "")), str(stored.get("rule", "")), findings
+    )
+
+
+@dataclass(frozen=True)
+class RunVerdict:
+    status: str
+    reasons: list[str]  # the top reasons, blockers first, each prefixed with its notebook
+
+
+def run_verdict(notebooks: Iterable[Mapping[str, Any]]) -> RunVerdict:
+    """The worst notebook verdict of a run, with its top reasons.
+
+    `notebooks` are summary.json's entries: `notebook`, `status` and `verdict` (or None). A
+    notebook that ran but judged nothing (a result file without a verdict) is left out.
+    """
+    scored: list[tuple[str, str]] = []
+    for entry in notebooks:
+        verdict = entry.get("verdict")
+        if isinstance(verdict, Mapping) and verdict.get("status") in STATUSES:
+            scored.append((verdict["status"], f"{entry['notebook']}: {verdict.get('reason', '')}"))
+        elif entry.get("status") != "ok":
+            scored.append(
+                (BLOCKER, f"{entry['notebook']}: did not finish ({entry.get('status', 'unknown')})")
+            )
+    status = worst(s for s, _ in scored)
+    flagged = sorted((item for item in scored if item[0] != PASS), key=lambda i: -_RANK[i[0]])
+    return RunVerdict(status, [reason for _, reason in flagged[:TOP_REASONS]])
