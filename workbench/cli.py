@@ -2,7 +2,7 @@
 
 Exit codes: 0 success; 1 a notebook failed (its report is still written); 2 bad input, rejected
 before anything ran; 3 critical environment drift (`env diff`); 4 blocking findings (`scan`);
-130 interrupted.
+5 a regression (`compare`); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from workbench.compare import command as compare_command
 from workbench.errors import EXIT_DRIFT, EXIT_OK, BadInput, WorkbenchError
 from workbench.scan import command as scan_command
 
@@ -113,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="workbench",
         description="Trainium migration workbook: run the notebooks headless, pin environments.",
         epilog="exit codes: 0 ok, 1 a notebook failed, 2 bad input, 3 critical drift, "
-        "4 blocking scan findings, 130 interrupted",
+        "4 blocking scan findings, 5 regression (compare), 130 interrupted",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -147,6 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     scan_command.configure_parser(scan_p)
     scan_p.set_defaults(func=scan_command.cmd_scan)
+
+    compare_p = sub.add_parser(
+        "compare",
+        help="judge the newest run against a baseline run or the history of runs",
+        epilog="exit codes: 0 no regression, 2 bad input, 5 a regression (listed on stderr)",
+    )
+    compare_command.configure_parser(compare_p)
+    compare_p.set_defaults(func=compare_command.cmd_compare)
 
     list_p = sub.add_parser("list", help="workloads, targets and notebook parameters")
     list_p.set_defaults(func=cmd_list)

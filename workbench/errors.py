@@ -8,6 +8,7 @@ EXIT_NOTEBOOK_FAILED = 1  # a notebook failed; its report and the others were st
 EXIT_BAD_INPUT = 2  # rejected before anything ran; nothing was written
 EXIT_DRIFT = 3  # `workbench env diff`: critical drift between two manifests
 EXIT_BLOCKING_FINDINGS = 4  # `workbench scan`: code that will not run on the chosen Neuron path
+EXIT_REGRESSION = 5  # `workbench compare`: the newest run regressed against its baseline
 EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM: the partial run is kept, `latest` untouched
 
 

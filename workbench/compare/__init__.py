@@ -1,0 +1,89 @@
+"""`workbench compare`: runs judged against runs, from their result files only.
+
+Two runs: the second against the first (a migration: today's stack against Trn1; an SDK upgrade:
+pinned against candidate). More runs, or a folder of runs: the newest against the history before
+it (a nightly schedule). A regression is a timing beyond its gate and beyond noise, an op that
+newly falls back, a numerics run that newly fails, or a notebook verdict that became a blocker.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from workbench.compare.coverage import coverage_changes
+from workbench.compare.environment import environment_changes, environment_note
+from workbench.compare.numerics import numerics_changes
+from workbench.compare.records import Change, Comparison, Gates, RunInfo
+from workbench.compare.retuning import cost_note, cost_row, ran_on_trainium, retuning_changes
+from workbench.compare.runs import Run, collect_runs
+from workbench.compare.timing import timing_changes
+from workbench.compare.verdicts import verdict_changes
+from workbench.errors import BadInput
+
+__all__ = ["Comparison", "Gates", "compare_runs"]
+VERSION_KEYS = ("torch", "torch-neuronx", "torch-xla", "neuronx-cc", "workbench")
+
+
+def _run_info(run: Run) -> RunInfo:
+    manifest = (run.data("00_environment") or {}).get("manifest") or {}
+    packages = manifest.get("packages") or {}
+    versions = {k: packages[k] for k in VERSION_KEYS if k in packages}
+    return RunInfo(
+        run.label,
+        str(run.path),
+        run.started_at,
+        run.workload,
+        run.target,
+        (run.summary.get("verdict") or {}).get("status"),
+        versions,
+    )
+
+
+def compare_runs(
+    paths: list[str | Path],
+    gates: Gates | None = None,
+    allow_different_workloads: bool = False,
+) -> Comparison:
+    """Read the runs and judge the newest against the ones before it; BadInput says what is
+    wrong with the input in one sentence."""
+    gates = gates or Gates()
+    runs, skipped = collect_runs(paths)
+    if len(runs) < 2:
+        found = f"{len(runs)} readable run" + ("" if len(runs) == 1 else "s")
+        raise BadInput(
+            f"compare needs at least two readable runs; found {found}"
+            + (f" ({len(skipped)} skipped: {skipped[0]})" if skipped else "")
+            + "."
+        )
+    workloads = sorted({run.workload for run in runs})
+    if len(workloads) > 1 and not allow_different_workloads:
+        raise BadInput(
+            f"the runs are of different workloads ({', '.join(workloads)}); compare runs of one "
+            "workload, or pass --allow-different-workloads to compare them anyway."
+        )
+    base, new = runs[-2], runs[-1]
+    environment = environment_changes(base, new)
+    changes: list[Change] = []
+    changes += verdict_changes(base, new)
+    changes += timing_changes(runs, gates, environment_note(environment))
+    changes += coverage_changes(base, new)
+    changes += numerics_changes(runs)
+    changes += retuning_changes(base, new)
+    if len(runs) == 2:
+        baseline = base.label
+        mode = "pair"
+    else:
+        baseline = f"the {len(runs) - 1} runs before it (timings: their median)"
+        mode = "history"
+    rows = [cost_row(run) for run in runs]
+    return Comparison(
+        mode,
+        [_run_info(run) for run in runs],
+        baseline,
+        gates,
+        changes,
+        environment,
+        rows,
+        cost_note(rows, [ran_on_trainium(run) for run in runs]),
+        skipped,
+    )

@@ -1,0 +1,83 @@
+"""`workbench compare BASE NEW [more runs...] [--out DIR]`: options, console lines, exit code."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from workbench.errors import EXIT_OK, EXIT_REGRESSION, BadInput
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN",
+        help="run folders, baseline first (or a folder of runs such as reports/: the newest is "
+        "judged against the history before it)",
+    )
+    parser.add_argument(
+        "--out",
+        help="folder for compare.html and compare.json "
+        "(default: a compare/ folder inside the newest run)",
+    )
+    parser.add_argument(
+        "--allow-different-workloads",
+        action="store_true",
+        help="compare runs of different workloads anyway",
+    )
+    parser.add_argument(
+        "--step-gate",
+        type=float,
+        default=0.05,
+        help="relative change in steady-state time or throughput that counts (0.05)",
+    )
+    parser.add_argument(
+        "--compile-gate",
+        type=float,
+        default=0.15,
+        help="relative change in first-call (compile) time that counts (0.15)",
+    )
+    parser.add_argument(
+        "--memory-gate",
+        type=float,
+        default=0.10,
+        help="relative change in peak memory that counts (0.10)",
+    )
+    parser.add_argument(
+        "--p-value", type=float, default=0.01, help="significance the rank test must reach (0.01)"
+    )
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from workbench.compare import Gates, compare_runs
+    from workbench.compare.records import CHANGED, IMPROVEMENT, REGRESSION
+    from workbench.compare.report import write_comparison
+
+    for name in ("step_gate", "compile_gate", "memory_gate"):
+        if not 0 <= getattr(args, name) < 1:
+            raise BadInput(
+                f"--{name.replace('_', '-')} {getattr(args, name)}: use a fraction in [0, 1)."
+            )
+    if not 0 < args.p_value < 1:
+        raise BadInput(f"--p-value {args.p_value}: use a probability between 0 and 1.")
+    gates = Gates(args.step_gate, args.compile_gate, args.memory_gate, args.p_value)
+    comparison = compare_runs(args.runs, gates, args.allow_different_workloads)
+    out = Path(args.out) if args.out else Path(comparison.runs[-1].path) / "compare"
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out {out} is a file; name a folder for compare.html.")
+    for skipped in comparison.skipped:
+        print(f"skipped: {skipped}", file=sys.stderr)
+    for change in comparison.changes:
+        if change.status in (IMPROVEMENT, CHANGED):
+            print(change.line())
+        elif change.status == REGRESSION:
+            print(change.line(), file=sys.stderr)
+    try:
+        page = write_comparison(comparison, out)
+    except OSError as exc:
+        raise BadInput(f"cannot write the comparison to {out}: {exc.strerror or exc}.") from None
+    print(comparison.headline())
+    print(f"report: {page}")
+    return EXIT_REGRESSION if comparison.regressions else EXIT_OK

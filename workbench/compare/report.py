@@ -1,0 +1,166 @@
+"""compare.html and compare.json: headline first, then the changes with their evidence.
+
+The page follows the reports' rules: one self-contained file, figures embedded as PNG data, no
+script, nothing fetched, every string escaped.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from datetime import datetime, timezone
+from pathlib import Path
+
+from workbench.compare.plots import timing_series
+from workbench.compare.records import (
+    IMPROVEMENT,
+    REGRESSION,
+    UNCHANGED,
+    WITHIN_GATE,
+    Change,
+    Comparison,
+    comparison_data,
+)
+from workbench.redact import scrub_text
+from workbench.results import write_json_atomic, write_text_atomic
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #1f2328; max-width: 80em; }
+table { border-collapse: collapse; margin: 0.6em 0 1.4em 0; }
+td, th { border: 1px solid #d0d7de; padding: 0.3em 0.7em; text-align: left; vertical-align: top; }
+.headline { padding: 0.7em 1em; border-left: 8px solid; font-size: 1.1em; }
+.bad { border-color: #c62828; background: #fdecea; }
+.good { border-color: #2e8b3a; background: #eaf6ec; }
+td.regression { color: #c62828; font-weight: 600; }
+td.improvement { color: #2e8b3a; font-weight: 600; }
+.note { color: #57606a; }
+"""
+_QUIET = (UNCHANGED, WITHIN_GATE)
+
+
+def _e(value: object) -> str:
+    return html.escape(scrub_text(str(value)))
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value)
+
+
+def _change_rows(changes: list[Change]) -> str:
+    rows = []
+    for c in changes:
+        ratio = "" if c.ratio is None else f"{c.ratio:.3f}"
+        p_value = "" if c.p_value is None else f"{c.p_value:.2g}"
+        gate = "" if c.gate is None else f"{c.gate:.0%}"
+        rows.append(
+            f"<tr><td>{_e(c.area)}</td><td>{_e(c.name)}</td><td>{_e(_fmt(c.base))}</td>"
+            f"<td>{_e(_fmt(c.new))}</td><td>{_e(c.unit)}</td><td>{ratio}</td><td>{p_value}</td>"
+            f'<td>{gate}</td><td class="{_e(c.status)}">{_e(c.status)}</td>'
+            f'<td class="note">{_e(c.note)}</td></tr>'
+        )
+    head = (
+        "<tr><th>area</th><th>what</th><th>baseline</th><th>newest</th><th>unit</th>"
+        "<th>ratio</th><th>p (rank test)</th><th>gate</th><th>judged</th><th>how</th></tr>"
+    )
+    return f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _figure_html(comparison: Comparison) -> str:
+    figure = timing_series(comparison)
+    if figure is None:
+        return "<p>Fewer than two runs measured timings: nothing to plot.</p>"
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90)
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    alt = "Steady-state median and first-call time of each step over the runs compared"
+    return f'<img alt="{alt}" src="data:image/png;base64,{data}">'
+
+
+def render(comparison: Comparison) -> str:
+    bad = bool(comparison.regressions)
+    runs = "".join(
+        f"<tr><td>{i + 1}</td><td>{_e(r.label)}</td><td>{_e(r.started_at)}</td>"
+        f"<td>{_e(r.workload)}</td><td>{_e(r.target)}</td><td>{_e(r.verdict or '')}</td>"
+        f"<td>{_e(', '.join(f'{k} {v}' for k, v in r.versions.items()))}</td></tr>"
+        for i, r in enumerate(comparison.runs)
+    )
+    flagged = [c for c in comparison.changes if c.status in (REGRESSION, IMPROVEMENT)]
+    others = [c for c in comparison.changes if c.status not in (REGRESSION, IMPROVEMENT)]
+    environment = "".join(
+        f"<tr><td>{_e(d['severity'])}</td><td>{_e(d['key'])}</td><td>{_e(d['old'])}</td>"
+        f"<td>{_e(d['new'])}</td></tr>"
+        for d in comparison.environment
+    )
+    skipped = "".join(f"<li>{_e(s)}</li>" for s in comparison.skipped)
+    cost = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{_e(_fmt(r[key]) or 'unknown')}</td>"
+            for key in ("run", "target", "instance", "usd_per_hour", "items_per_second")
+        )
+        + "".join(
+            f"<td>{_e(_fmt(r[key]) or 'unknown')}</td>"
+            for key in ("items_per_dollar", "hours_for_items", "infer_p99_s")
+        )
+        + "</tr>"
+        for r in comparison.cost
+    )
+    environment_table = (
+        "<table><thead><tr><th>severity</th><th>what</th><th>before</th><th>now</th></tr>"
+        f"</thead><tbody>{environment}</tbody></table>"
+        if environment
+        else "<p>None between the baseline and the newest run (or notebook 00 did not run).</p>"
+    )
+    flagged_table = (
+        _change_rows(flagged)
+        if flagged
+        else "<p>Nothing: no metric moved beyond its gate and noise.</p>"
+    )
+    skipped_section = f"<h2>Run folders skipped</h2><ul>{skipped}</ul>" if skipped else ""
+    gates = comparison.gates
+    rule = (
+        f"A timing is a regression when it is worse by more than its gate (steady state and "
+        f"throughput {gates.step_time:.0%}, first call {gates.compile_time:.0%}, memory "
+        f"{gates.memory:.0%}) and, where raw samples exist, a Mann-Whitney U test on them gives "
+        f"p < {gates.p_value}. An op that newly falls back, a numerics run that newly fails and a "
+        "notebook verdict that became a blocker are regressions too."
+    )
+    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>Workbench comparison</title>
+<style>{_STYLE}</style></head><body>
+<h1>Runs compared</h1>
+<p class="headline {"bad" if bad else "good"}">{_e(comparison.headline())}</p>
+<p>{_e(rule)}</p>
+<h2>What changed beyond noise</h2>
+{flagged_table}
+<h2>Timings over the runs</h2>
+{_figure_html(comparison)}
+<h2>Runs (oldest first; the last is judged)</h2>
+<table><thead><tr><th>#</th><th>run</th><th>started</th><th>workload</th><th>target</th>
+<th>verdict</th><th>versions</th></tr></thead><tbody>{runs}</tbody></table>
+<h2>Environment changes recorded by notebook 00</h2>
+{environment_table}
+<h2>What a sample costs, per run, on the hardware it ran on</h2>
+<p>{_e(comparison.cost_note)}</p>
+<table><thead><tr><th>run</th><th>target</th><th>instance</th><th>$/hour</th><th>items/s</th>
+<th>items per $</th><th>hours for the items priced</th><th>inference p99 (s)</th></tr></thead>
+<tbody>{cost}</tbody></table>
+<details><summary>Every other metric compared ({len(others)}: within gate, unchanged, not
+significant or not comparable)</summary>
+{_change_rows(others)}</details>
+{skipped_section}
+<p class="note">Machine-readable: <a href="compare.json">compare.json</a>.
+Generated {generated}.</p>
+</body></html>
+"""
+
+
+def write_comparison(comparison: Comparison, out_dir: Path) -> Path:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out_dir / "compare.json", comparison_data(comparison))
+    return write_text_atomic(out_dir / "compare.html", render(comparison))
