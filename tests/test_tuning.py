@@ -19,6 +19,7 @@ import psutil
 import pytest
 import torch
 
+from workbench.environment.instance import InstanceType
 from workbench.errors import BadInput
 from workbench.targets.cpu import CpuTarget
 from workbench.targets.cuda import CudaTarget
@@ -26,7 +27,7 @@ from workbench.targets.neuron import NeuronTarget
 from workbench.targets.xla import XlaTarget
 from workbench.timing import Measurement
 from workbench.tuning.buckets import evaluate, optimal_boundaries, plan_buckets, read_lengths
-from workbench.tuning.cost import MEASURED, PROJECTION, cost_study, load_prices
+from workbench.tuning.cost import MEASURED, cost_study, load_prices
 from workbench.tuning.dataloader import (
     LoaderResult,
     LoaderSetting,
@@ -362,7 +363,7 @@ def test_search_is_exact_within_ceil_log2_range_plus_two(low: int, high: int) ->
             assert result.smallest_failure == expected + 1
 
 
-def test_bad_input_is_rejected_before_any_trial_runs() -> None:
+def test_bad_input_is_rejected_before_any_trial_runs(tmp_path: Path) -> None:
     with pytest.raises(BadInput, match="min_batch"):
         search_largest_batch(FakeRunner(4), 8, 4)  # type: ignore[arg-type]
     with pytest.raises(BadInput, match="min_batch"):
@@ -370,12 +371,14 @@ def test_bad_input_is_rejected_before_any_trial_runs() -> None:
     with pytest.raises(BadInput, match="dataloader_workers"):
         RetuneSettings(dataloader_workers=(-1,))
     lines: list[str] = []
-    with pytest.raises(BadInput, match="instance_type 'm7.nothing'"):
+    broken = tmp_path / "prices.json"
+    broken.write_text("{not json")
+    with pytest.raises(BadInput, match="prices file"):
         run_retuning(
             WorkloadSource("seed-mlp"),
             load_workload("seed-mlp"),
             CpuTarget(),
-            RetuneSettings(instance_type="m7.nothing"),
+            RetuneSettings(prices_file=str(broken)),
             log=lines.append,
         )
     assert lines == []
@@ -628,55 +631,63 @@ def test_cpu_target_facts_for_retuning(monkeypatch: pytest.MonkeyPatch) -> None:
 # Prices and cost
 
 
-def test_every_price_row_carries_its_source_and_date() -> None:
+def test_the_packaged_price_table_holds_only_rows_with_an_aws_source() -> None:
     prices = load_prices()
-    assert prices.rows
     for row in prices.rows:
-        assert row.source.startswith("http") and row.date[:4].isdigit(), row
-        assert row.usd_per_hour > 0 and row.accelerators >= 1
+        assert row.source.startswith("https://aws.amazon.com") or "Price List" in row.source
+        assert row.date[:4].isdigit() and row.usd_per_hour > 0 and row.accelerators >= 1
+    # An instance without a trusted price is listed, never given a guessed one.
     priced = {row.instance for row in prices.rows}
-    assert {"trn1.2xlarge", "trn1.32xlarge", "trn2.48xlarge", "p5.48xlarge"} <= priced
-    # Unknown prices are absent, not invented.
-    assert "trn1n.32xlarge" in prices.not_found and "trn1n.32xlarge" not in priced
+    assert "trn1.32xlarge" in prices.not_found or "trn1.32xlarge" in priced
 
 
-def test_cost_rows_label_measured_and_projected_numbers(tmp_path: Path) -> None:
-    prices = load_prices()
+def _price_file(tmp_path: Path) -> str:
+    path = tmp_path / "my-prices.json"
+    row = {
+        "instance": "trn1.2xlarge",
+        "pricing": "negotiated",
+        "usd_per_hour": 2.0,
+        "accelerator": "NeuronCore-v2",
+        "accelerators": 2,
+        "source": "our contract",
+        "date": "2026-11",
+    }
+    path.write_text(json.dumps({"instances": [row]}))
+    return str(path)
+
+
+def test_cost_prices_only_the_instance_the_run_measured(tmp_path: Path) -> None:
+    prices = load_prices(_price_file(tmp_path))
     one = ScalingRun(1, RUN_OK, step=Measurement([0.01] * 3), items_per_step=100, efficiency=1.0)
     two = ScalingRun(2, RUN_OK, step=Measurement([0.0125] * 3), items_per_step=200)
     two.efficiency = 0.8
     scaling = ScalingStudy("gloo", 100, 1, 2, 1, 3, [one, two])
-    study = cost_study(
-        prices,
-        per_worker_rate=10_000.0,
-        per_worker_basis="test",
-        scaling=scaling,
-        this_instance="trn1.2xlarge",
-        target_name="cpu",
-        unit="samples",
-        items=1_000_000,
-    )
-    rows = {(r.instance, r.pricing): r for r in study.rows}
-    here = rows[("trn1.2xlarge", "on-demand")]
-    assert here.basis == MEASURED and here.items_per_second == pytest.approx(16_000)
-    big = rows[("trn1.32xlarge", "on-demand")]
-    assert big.basis == PROJECTION
-    assert big.items_per_second == pytest.approx(10_000 * 32 * 0.8)
-    assert "assumed at 32" in big.how
-    assert big.items_per_dollar == pytest.approx(big.items_per_second * 3600 / 21.5)
-    assert big.dollars_for_items == pytest.approx(1_000_000 / big.items_per_second / 3600 * 21.5)
-    assert rows[("this machine", "")].usd_per_hour is None
-    with pytest.raises(BadInput, match="instance_type"):
-        cost_study(
+
+    def study(instance: InstanceType):
+        return cost_study(
             prices,
-            per_worker_rate=1.0,
-            per_worker_basis="",
-            scaling=None,
-            this_instance="m7.nothing",
+            per_worker_rate=10_000.0,
+            per_worker_basis="test",
+            scaling=scaling,
+            instance=instance,
             target_name="cpu",
             unit="samples",
-            items=1,
+            items=1_000_000,
         )
+
+    priced = study(InstanceType("trn1.2xlarge", "instance_type parameter"))
+    assert len(priced.rows) == 1, "no row may price hardware this run did not run on"
+    row = priced.rows[0]
+    assert row.basis == MEASURED and row.items_per_second == pytest.approx(16_000)
+    assert row.usd_per_hour == 2.0
+    assert row.items_per_dollar == pytest.approx(16_000 * 3600 / 2.0)
+    assert row.dollars_for_items == pytest.approx(1_000_000 / 16_000 / 3600 * 2.0)
+    unpriced = study(InstanceType("m7i.large", "EC2 instance metadata (IMDSv2)"))
+    assert unpriced.rows[0].usd_per_hour is None and unpriced.rows[0].items_per_dollar is None
+    assert "no price for m7i.large" in unpriced.price_note
+    unknown = study(InstanceType(None, "not an EC2 instance (no EC2 DMI data)"))
+    assert unknown.rows[0].instance == "this machine"
+    assert "instance type unknown" in unknown.price_note
     broken = tmp_path / "prices.json"
     broken.write_text(json.dumps({"instances": [{"instance": "x", "usd_per_hour": 1}]}))
     with pytest.raises(BadInput, match="source"):

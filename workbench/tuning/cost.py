@@ -1,9 +1,10 @@
-"""What a sample costs: samples per dollar and time to a given number of samples, per instance.
+"""What a sample costs on the hardware this run measured: samples per dollar and time to a given
+number of samples.
 
-Prices come from a user-editable table (workbench/data/prices.json by default; every row with
-its source and date; prices that were not found are absent, not guessed). A row is "measured"
-only when it is the instance this notebook ran on and its worker count was a measured world
-size; every other row is a projection from the per-worker rate measured here, and says so.
+The instance type comes from the instance_type parameter or the EC2 instance metadata; its price
+from a user-editable table (workbench/data/prices.json by default, or prices_file: every row
+with its source and date). No row multiplies this machine's rate to price other hardware: a
+migration's cost is a comparison of runs, each on its own instance (`workbench compare`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from workbench.environment.instance import InstanceType
 from workbench.errors import BadInput
 from workbench.tuning.parallel import ScalingStudy
 
@@ -27,7 +29,6 @@ REQUIRED_FIELDS = (
     "date",
 )
 MEASURED = "measured"
-PROJECTION = "projection"
 
 
 @dataclass(frozen=True)
@@ -102,15 +103,6 @@ def _row(item: dict[str, Any]) -> PriceRow:
     )
 
 
-def check_instance(prices: PriceTable, instance: str) -> None:
-    """BadInput unless `instance` is empty or a row of the table."""
-    if instance and instance not in {row.instance for row in prices.rows}:
-        raise BadInput(
-            f"instance_type {instance!r} is not in {prices.path}; add a row for it or leave "
-            "instance_type empty."
-        )
-
-
 @dataclass
 class CostRow:
     instance: str
@@ -118,7 +110,7 @@ class CostRow:
     accelerator: str
     workers: int
     usd_per_hour: float | None
-    basis: str  # MEASURED or PROJECTION
+    basis: str  # MEASURED: every row is a measurement of this run's own hardware
     items_per_second: float
     how: str  # how the rate was obtained, in a few words
     source: str
@@ -149,8 +141,9 @@ class CostStudy:
     measured_label: str  # "measured on this machine (<target>)"
     per_worker_rate: float
     per_worker_basis: str
-    projection_assumption: str  # what every projected row takes for granted
+    instance: InstanceType  # the instance this run measured on, and where that came from
     rows: list[CostRow] = field(default_factory=list)
+    price_note: str = ""  # where the row's price came from, or why it has none
 
 
 def cost_study(
@@ -159,78 +152,48 @@ def cost_study(
     per_worker_rate: float,
     per_worker_basis: str,
     scaling: ScalingStudy | None,
-    this_instance: str,
+    instance: InstanceType,
     target_name: str,
     unit: str,
     items: int,
 ) -> CostStudy:
-    """This machine's measured row first, then one row per price entry."""
+    """One row: what this machine measured, priced only when its instance type and a price for
+    it are known. No row prices hardware this run did not run on."""
     if items < 1:
         raise BadInput(f"price_items {items} must be 1 or more.")
-    check_instance(prices, this_instance)
     label = f"measured on this machine ({target_name})"
-    assumption = (
-        f"a projection takes one accelerator of its row (a NeuronCore, a GPU) to run as fast as "
-        f"one worker measured on {target_name}, and the scaling efficiency measured here to hold "
-        "at the row's worker count"
-    )
-    study = CostStudy(prices, unit, items, label, per_worker_rate, per_worker_basis, assumption)
+    study = CostStudy(prices, unit, items, label, per_worker_rate, per_worker_basis, instance)
     measured = {r.world_size: r for r in scaling.measured()} if scaling else {}
     best = max(measured.values(), key=lambda r: r.throughput or 0.0, default=None)
-    here_rate = best.throughput if best and best.throughput else per_worker_rate
-    here_workers = best.world_size if best else 1
+    rate = best.throughput if best and best.throughput else per_worker_rate
+    workers = best.world_size if best else 1
+    price = next(
+        (row for row in prices.rows if instance.name and row.instance == instance.name), None
+    )
+    if price is not None:
+        study.price_note = f"{price.pricing} price of {price.instance} from {prices.path}"
+    elif instance.name:
+        study.price_note = (
+            f"no price for {instance.name} in {prices.path}: add one, or pass prices_file"
+        )
+    else:
+        study.price_note = (
+            f"instance type unknown ({instance.source}): set instance_type to price it"
+        )
     study.rows.append(
         CostRow(
-            "this machine",
-            "",
+            instance.name or "this machine",
+            price.pricing if price else "",
             target_name,
-            here_workers,
-            None,
+            workers,
+            price.usd_per_hour if price else None,
             MEASURED,
-            here_rate,
-            f"{label}, world size {here_workers}",
-            "",
-            "",
-            items=items,
+            rate,
+            f"{label}, world size {workers}",
+            price.source if price else "",
+            price.date if price else "",
+            price.note if price else "",
+            items,
         )
     )
-    for row in prices.rows:
-        run = measured.get(row.accelerators) if row.instance == this_instance else None
-        if run is not None and run.throughput:
-            rate, basis, how = run.throughput, MEASURED, f"{label}, world size {run.world_size}"
-        else:
-            rate, how = _projection(row, per_worker_rate, scaling)
-            basis = PROJECTION
-        study.rows.append(
-            CostRow(
-                row.instance,
-                row.pricing,
-                row.accelerator,
-                row.accelerators,
-                row.usd_per_hour,
-                basis,
-                rate,
-                how,
-                row.source,
-                row.date,
-                row.note,
-                items,
-            )
-        )
     return study
-
-
-def _projection(
-    row: PriceRow, per_worker_rate: float, scaling: ScalingStudy | None
-) -> tuple[float, str]:
-    """Rate and how it was projected: workers x per-worker rate x measured efficiency."""
-    measured = scaling.efficiency_at(row.accelerators) if scaling else None
-    if measured is None:
-        efficiency, source = 1.0, "no scaling measured: 100% assumed"
-    else:
-        efficiency, world = measured
-        source = f"measured at world size {world}"
-        if world < row.accelerators:
-            source += f", assumed at {row.accelerators}"
-    how = f"{row.accelerators} x per-worker rate x {efficiency:.0%} efficiency ({source})"
-    return per_worker_rate * row.accelerators * efficiency, how

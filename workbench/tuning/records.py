@@ -11,7 +11,7 @@ from workbench.baseline.records import EAGER, MODES
 from workbench.errors import BadInput
 from workbench.scorecard import ATTENTION, BLOCKER, Finding, Verdict, judge
 from workbench.tuning.buckets import BucketStudy
-from workbench.tuning.cost import MEASURED, CostStudy
+from workbench.tuning.cost import CostStudy
 from workbench.tuning.dataloader import (
     LoaderStudy,
 )
@@ -304,10 +304,12 @@ def result_data(result: RetuneResult) -> dict[str, Any]:
             "items": result.cost.items,
             "per_worker_rate": result.cost.per_worker_rate,
             "per_worker_basis": result.cost.per_worker_basis,
+            "instance": asdict(result.cost.instance),
+            "price_note": result.cost.price_note,
             "rows": [
                 {
                     **asdict(row),
-                    "label": result.measured_label if row.basis == MEASURED else "projection",
+                    "label": result.measured_label,
                     "items_per_dollar": row.items_per_dollar,
                     "hours_for_items": row.hours_for_items,
                     "dollars_for_items": row.dollars_for_items,

@@ -3,18 +3,18 @@ width, padding buckets, and what a sample costs.
 
 `run_retuning` runs the stages in the order their answers depend on one another:
 
-1. the largest batch that fits the memory budget (tuning_trials: subprocess trials, bisection);
+1. the largest batch that fits the memory budget (trials: subprocess trials, bisection);
 2. a batch-size sweep up to it, and the throughput-best per-core batch;
-3. data-parallel scaling at that batch under torchrun (tuning_parallel), and the widest world
+3. data-parallel scaling at that batch under torchrun (parallel), and the widest world
    size that keeps its efficiency;
-4. the global batch plan (tuning_plan): per-core batch x workers x accumulation = the global
+4. the global batch plan (plan): per-core batch x workers x accumulation = the global
    batch, the learning-rate change, and an accumulation-equivalence check on the workload;
-5. DataLoader workers at the planned per-core batch (tuning_dataloader);
-6. padding buckets for sequence workloads (tuning_buckets);
-7. the cost table (tuning_cost);
+5. DataLoader workers at the planned per-core batch (dataloader);
+6. padding buckets for sequence workloads (buckets);
+7. what a sample costs on this machine's own instance (cost);
 
 then a recommendation that carries its evidence. Every number measured here says it was
-measured on this machine and target; projections say they are projections.
+measured on this machine and target.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from time import perf_counter
 
+from workbench.environment.instance import resolve_instance_type
 from workbench.targets.base import Target
 from workbench.timing import format_seconds
 from workbench.tuning.buckets import BucketStudy, plan_buckets, read_lengths
-from workbench.tuning.cost import check_instance, cost_study, load_prices
+from workbench.tuning.cost import cost_study, load_prices
 from workbench.tuning.dataloader import (
     calibrate_sample_work,
     default_worker_counts,
@@ -62,7 +63,7 @@ MAX_CHECKED_ACCUMULATION_STEPS = 8
 
 def _validate_inputs(settings: RetuneSettings) -> tuple[list[int], str]:
     """Read the files that can be wrong before any trial runs, so bad input costs nothing."""
-    check_instance(load_prices(settings.prices_file), settings.instance_type)
+    load_prices(settings.prices_file)
     return read_lengths(settings.sequence_lengths, settings.sequence_lengths_file)
 
 
@@ -159,7 +160,7 @@ def run_retuning(
             per_worker_rate=rate,
             per_worker_basis=basis,
             scaling=scaling,
-            this_instance=settings.instance_type,
+            instance=resolve_instance_type(settings.instance_type),
             target_name=target.name,
             unit="tokens" if workload.is_sequence else "samples",
             items=settings.price_items,

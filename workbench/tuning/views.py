@@ -308,41 +308,14 @@ def cost(result: RetuneResult) -> None:
             f"{study.per_worker_basis}",
         )
     )
-    sources = [
-        {
-            "instance": row.instance,
-            "pricing": row.pricing,
-            "$/h": row.usd_per_hour,
-            "source": row.source,
-            "date": row.date,
-            "note": row.note,
-        }
-        for row in study.prices.rows
-    ]
-    display(
-        show.table(
-            sources,
-            caption=f"Prices ({study.prices.region}) from {study.prices.path}, compiled "
-            f"{study.prices.retrieved}: edit that file, or pass prices_file, for your own rates",
-        )
-    )
-    display(show.banner(f"Projections: {study.projection_assumption}.", "info"))
+    display(show.banner(f"Price: {study.price_note}.", "info"))
     if not result.target.get("is_trainium"):
         display(
             show.banner(
-                f"The per-worker rate was measured on {result.target['name']}: for Trainium and "
-                "GPU instances the projections show the arithmetic, not what that hardware "
-                "delivers. Run this notebook on the instance and set instance_type for a "
-                "measured row.",
+                f"Measured on {result.target['name']}: this says nothing about what a sample "
+                "costs on Trainium. Run this notebook on the Trainium instance, then compare the "
+                "two runs (`workbench compare`) for a migration's cost.",
                 "warn",
-            )
-        )
-    if study.prices.not_found:
-        display(
-            show.banner(
-                "No sourced price (add one to the price file to include it): "
-                + ", ".join(study.prices.not_found),
-                "info",
             )
         )
 
