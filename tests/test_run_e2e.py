@@ -67,6 +67,12 @@ def test_run_00_writes_report_json_index_and_latest(env_run):
     assert "not a Trainium validation" in record["validation"]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["exit_code"] == 0 and summary["notebooks"][0]["status"] == "ok"
+    # The scorecard: 00's verdict in its result, summary and index, the run's verdict on top.
+    assert record["data"]["verdict"]["status"] == "pass" and record["data"]["verdict"]["rule"]
+    assert summary["notebooks"][0]["verdict"]["status"] == "pass"
+    assert summary["verdict"] == {"status": "pass", "reasons": []}
+    index = (run_dir / "index.html").read_text()
+    assert index.index('class="verdict verdict-pass"') < index.index("<table>")
     # One progress line per notebook on the console, each line the notebook prints indented
     # under it, and every cell's output in the run log.
     assert "[1/1] 00_environment ok in" in result.stderr
@@ -201,5 +207,8 @@ def test_a_killed_kernel_is_reported_and_the_run_goes_on(tmp_path):
     assert statuses["01_baseline"]["status"] == "kernel-died"
     assert "kernel died" in statuses["01_baseline"]["error"]
     assert statuses["00_environment"]["status"] == "ok"
+    # A notebook that died judged nothing: the run's verdict says it blocks, and why.
+    assert summary["verdict"]["status"] == "blocker"
+    assert summary["verdict"]["reasons"][0] == "01_baseline: did not finish (kernel-died)"
     assert (tmp_path / "run" / "01_baseline.html").is_file(), "the partial report is kept"
     assert "kernel died" in (tmp_path / "run" / "index.html").read_text()

@@ -1,0 +1,208 @@
+"""Every verdict rule, on a case that must pass and cases that must not."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from workbench.baseline.records import (
+    COMPILED,
+    EAGER,
+    PHASE_FIRST_CALL,
+    PHASE_STEADY,
+    PHASE_WARMUP,
+    TRAIN,
+    ConfigResult,
+    CounterDelta,
+    MemoryUse,
+    PhaseResult,
+    StepFailure,
+    baseline_verdict,
+)
+from workbench.coverage import analyze_coverage
+from workbench.coverage.records import coverage_verdict
+from workbench.environment.drift import CRITICAL, WARNING, Drift
+from workbench.environment.records import environment_verdict
+from workbench.environment.releases import ReleaseMatch
+from workbench.scorecard import (
+    ATTENTION,
+    BLOCKER,
+    PASS,
+    Finding,
+    judge,
+    run_verdict,
+    verdict_from_data,
+)
+from workbench.targets.cpu import CpuTarget
+from workbench.timing import Measurement
+from workbench.tuning.records import retuning_verdict
+from workbench.workload import load_workload
+
+
+def test_judge_leads_with_the_worst_finding_and_counts_the_rest() -> None:
+    verdict = judge(
+        [Finding(ATTENTION, "a"), Finding(BLOCKER, "b"), Finding(PASS, "fine")], "rule", "ok"
+    )
+    assert (verdict.status, verdict.reason) == (BLOCKER, "b (and 1 more finding)")
+    assert judge([], "rule", "nothing found").status == PASS
+
+
+def test_run_verdict_is_the_worst_and_an_unfinished_notebook_blocks() -> None:
+    ok = {"notebook": "00", "status": "ok", "verdict": {"status": PASS, "reason": "fine"}}
+    warn = {"notebook": "01", "status": "ok", "verdict": {"status": ATTENTION, "reason": "noisy"}}
+    assert run_verdict([ok]).status == PASS and run_verdict([ok]).reasons == []
+    assert run_verdict([ok, warn]).reasons == ["01: noisy"]
+    died = {"notebook": "02", "status": "kernel-died", "verdict": None}
+    result = run_verdict([ok, warn, died])
+    assert result.status == BLOCKER and result.reasons[0] == "02: did not finish (kernel-died)"
+    unjudged = {"notebook": "03", "status": "ok", "verdict": None}
+    assert run_verdict([ok, unjudged]).status == PASS
+
+
+def test_a_stored_verdict_reads_back_and_a_malformed_one_is_none() -> None:
+    stored = {"verdict": {"status": BLOCKER, "reason": "r", "rule": "x", "findings": []}}
+    assert verdict_from_data(stored).status == BLOCKER
+    assert verdict_from_data({"verdict": {"status": "great"}}) is None
+    assert verdict_from_data({}) is None
+
+
+# --- 01 -------------------------------------------------------------------------------------
+
+
+def _config(mode: str, steady: list[float], recompiles: int = 0, **fields) -> ConfigResult:
+    def phase(name: str, start: int, times: list[float], graphs: int = 0) -> PhaseResult:
+        return PhaseResult(
+            name, start, Measurement(times), MemoryUse(None, None, None), CounterDelta(graphs, 0.0)
+        )
+
+    phases = [
+        phase(PHASE_FIRST_CALL, 1, [0.01]),
+        phase(PHASE_WARMUP, 2, [0.001] * 4),
+        phase(PHASE_STEADY, 6, steady, recompiles),
+    ]
+    phases[1].converged = True
+    return ConfigResult(TRAIN, mode, 8, 8, phases, **fields)
+
+
+def _baseline(*configs: ConfigResult) -> SimpleNamespace:
+    return SimpleNamespace(configs=list(configs), reference=SimpleNamespace(error=None))
+
+
+def test_baseline_passes_clean_steps() -> None:
+    verdict = baseline_verdict(_baseline(_config(EAGER, [0.001] * 10)))
+    assert verdict.status == PASS, verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        (_config(EAGER, [0.001] * 10, nonfinite_step=6), "NaN/Inf at step 6"),
+        (_config(COMPILED, [0.001] * 10, recompiles=2), "2 recompile(s) during steady state"),
+        (
+            _config(
+                EAGER,
+                [0.001] * 10,
+                failure=StepFailure(TRAIN, EAGER, PHASE_WARMUP, 3, "ValueError: boom", "x.py:1"),
+            ),
+            "boom",
+        ),
+    ],
+)
+def test_baseline_blocks_nan_recompiles_and_raised_steps(config, expected) -> None:
+    verdict = baseline_verdict(_baseline(_config(EAGER, [0.001] * 10), config))
+    assert verdict.status == BLOCKER and expected in verdict.reason
+
+
+def test_baseline_flags_noisy_steady_state_for_attention() -> None:
+    noisy = [0.001, 0.001, 0.003, 0.001, 0.004, 0.001, 0.005, 0.001, 0.006, 0.001]
+    verdict = baseline_verdict(_baseline(_config(EAGER, noisy)))
+    assert verdict.status == ATTENTION and "noisy" in verdict.reason
+
+
+# --- 00 -------------------------------------------------------------------------------------
+
+NO_NEURON = ReleaseMatch("no-neuron-stack", [], [], "no Neuron packages installed")
+
+
+def test_environment_passes_without_drift_and_blocks_on_critical_drift() -> None:
+    assert environment_verdict(NO_NEURON, None).status == PASS
+    assert environment_verdict(NO_NEURON, []).status == PASS
+    critical = Drift("packages.torch", "2.9.0", "2.13.0", CRITICAL, "framework")
+    verdict = environment_verdict(NO_NEURON, [critical])
+    assert verdict.status == BLOCKER and "packages.torch 2.9.0 -> 2.13.0" in verdict.reason
+    warning = Drift("packages.tqdm", "4.0", "4.1", WARNING, "dependency")
+    assert environment_verdict(NO_NEURON, [warning]).status == ATTENTION
+    partial = ReleaseMatch("partial", [], [], "torch-neuronx matches, neuronx-cc does not")
+    assert environment_verdict(partial, None).status == ATTENTION
+
+
+# --- 02 -------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("wbtest::triple", mutates_args=())
+def _triple(x: torch.Tensor) -> torch.Tensor:
+    return x * 3
+
+
+@_triple.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+class _CustomOpModel(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(128, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(torch.ops.wbtest.triple(x))
+
+
+def test_coverage_passes_a_supported_model_and_blocks_a_custom_op() -> None:
+    mlp = load_workload("seed-mlp")
+    report = analyze_coverage(mlp, CpuTarget(), flavours=["xla"], measure=False)
+    verdict = coverage_verdict(report, None)
+    assert verdict.status == PASS, verdict.reason
+    custom = load_workload("seed-mlp")
+    custom.model_factory = _CustomOpModel
+    report = analyze_coverage(custom, CpuTarget(), flavours=["xla"], measure=False)
+    verdict = coverage_verdict(report, None)
+    assert verdict.status == BLOCKER and "wbtest::triple" in verdict.reason
+
+
+def test_coverage_without_a_table_for_a_flavour_needs_attention() -> None:
+    report = analyze_coverage(
+        load_workload("seed-mlp"), CpuTarget(), flavours=["native"], measure=False
+    )
+    verdict = coverage_verdict(report, None)
+    assert verdict.status == ATTENTION and "unknown support" in verdict.reason
+
+
+# --- 04 -------------------------------------------------------------------------------------
+
+
+def _retune(largest_fit, statuses=(), launches=(), accumulation_passed=True) -> SimpleNamespace:
+    trials = [SimpleNamespace(status=s, batch_size=2**i) for i, s in enumerate(statuses)]
+    return SimpleNamespace(
+        search=SimpleNamespace(largest_fit=largest_fit, stopped="even batch 1 ran out of memory"),
+        trials=trials,
+        scaling=SimpleNamespace(
+            runs=[SimpleNamespace(status=s, world_size=2**i) for i, s in enumerate(launches)]
+        ),
+        accumulation=SimpleNamespace(passed=accumulation_passed),
+    )
+
+
+def test_retuning_passes_when_a_batch_fits_and_everything_ran() -> None:
+    assert retuning_verdict(_retune(64, ["ok", "out of memory"], ["ok", "ok"])).status == PASS
+
+
+def test_retuning_blocks_when_nothing_fits_and_flags_broken_trials() -> None:
+    assert retuning_verdict(_retune(None, ["out of memory"])).status == BLOCKER
+    broken = retuning_verdict(_retune(64, ["ok", "crashed"], ["ok", "failed"]))
+    assert broken.status == ATTENTION and "trial(s) broke" in broken.reason
+    mismatch = retuning_verdict(_retune(64, ["ok"], ["ok"], accumulation_passed=False))
+    assert mismatch.status == ATTENTION
