@@ -1,0 +1,125 @@
+"""How well `workbench compare` tells a real slowdown from noise on this machine, and what it costs.
+
+    .venv/bin/python benchmarks/bench_compare.py
+
+Detection power: a workload whose forward sleeps a fixed time (plus a small Linear) is measured by
+notebook 01's own measuring code (first call, adaptive warm-up, 30 steady steps, eager training
+step); each run is written as a run folder in the result-file format `workbench run` writes. For a
+planted slowdown of 0%, 5%, 10% and 25% of the step, PAIRS pairs of runs (baseline, slowed) are
+compared and the share flagged as a regression is printed. Runs are interleaved (base, slow,
+base, slow...) so that a change in machine load hits both sides alike. Aim: 0% flags no pair,
+25% flags every pair.
+
+Cost: `compare_runs` plus writing compare.html/compare.json, on two runs and on a history of 20.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from workbench.baseline.measure import run_baseline
+from workbench.baseline.records import EAGER, TRAIN, BaselineSettings, result_data
+from workbench.compare import compare_runs
+from workbench.compare.report import write_comparison
+from workbench.results import SCHEMA_VERSION, save_result, write_json_atomic
+from workbench.targets import get_target
+from workbench.timing import WarmupRule
+from workbench.workload import Workload
+
+PAIRS = 5
+LEVELS = (0.0, 0.05, 0.10, 0.25)
+BASE_SLEEP_S = 0.004
+HISTORY = 20
+SETTINGS = BaselineSettings(
+    steady_steps=30, warmup=WarmupRule(6, 0.1, 30), kinds=(TRAIN,), modes=(EAGER,)
+)
+
+
+class Sleeper(nn.Module):
+    """A step of known length: the planted slowdown scales the sleep."""
+
+    def __init__(self, sleep_s: float) -> None:
+        super().__init__()
+        self.linear = nn.Linear(32, 4)
+        self.sleep_s = sleep_s
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(self.sleep_s)
+        return self.linear(x)
+
+
+def workload(slowdown: float) -> Workload:
+    return Workload(
+        name="sleeper",
+        model_factory=lambda: Sleeper(BASE_SLEEP_S * (1 + slowdown)),
+        batch_maker=lambda n, gen: (
+            (torch.randn(n, 32, generator=gen),),
+            torch.randint(4, (n,), generator=gen),
+        ),
+        loss_fn=nn.functional.cross_entropy,
+        optimizer_factory=lambda params: torch.optim.SGD(params, lr=0.01),
+        batch_size=16,
+    )
+
+
+def measured_run(folder: Path, slowdown: float, index: int) -> Path:
+    result = run_baseline(workload(slowdown), get_target("cpu"), SETTINGS, log=lambda _: None)
+    folder.mkdir(parents=True)
+    save_result(folder, "01_baseline", result_data(result), target=result.target)
+    summary = {
+        "schema_version": SCHEMA_VERSION,
+        "workload": "sleeper",
+        "target": "cpu",
+        "started_at": f"2026-01-01T00:{index // 60:02d}:{index % 60:02d}",
+        "notebooks": [{"notebook": "01_baseline", "status": "ok", "result": "01_baseline.json"}],
+    }
+    write_json_atomic(folder / "summary.json", summary)
+    return folder
+
+
+def flagged(base: Path, new: Path) -> bool:
+    comparison = compare_runs([base, new])
+    return any(
+        c.area == "timing" and c.name.endswith("steady median") for c in comparison.regressions
+    )
+
+
+def main() -> None:
+    root = Path(tempfile.mkdtemp(prefix="bench-compare-"))
+    try:
+        count = 0
+        step_ms = BASE_SLEEP_S * 1e3
+        print(
+            f"planted slowdown of a {step_ms:.0f} ms step, {PAIRS} pairs each (5% gate, p < 0.01):"
+        )
+        history: list[Path] = []
+        for level in LEVELS:
+            hits = 0
+            for pair in range(PAIRS):
+                base = measured_run(root / f"l{level}-p{pair}-base", 0.0, count)
+                slow = measured_run(root / f"l{level}-p{pair}-new", level, count + 1)
+                count += 2
+                history.append(base)
+                hits += flagged(base, slow)
+            print(f"  slowdown {level:4.0%}: {hits}/{PAIRS} pairs flagged ({hits / PAIRS:.0%})")
+        while len(history) < HISTORY:
+            history.append(measured_run(root / f"extra{len(history)}", 0.0, count))
+            count += 1
+        for label, runs in (("2 runs", history[:2]), (f"{HISTORY} runs", history[:HISTORY])):
+            out = root / f"out-{len(runs)}"
+            start = time.perf_counter()
+            write_comparison(compare_runs(runs), out)
+            seconds = time.perf_counter() - start
+            print(f"  compare on {label}: {seconds:.2f} s (aim: under 2 s for {HISTORY} runs)")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
