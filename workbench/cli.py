@@ -16,6 +16,7 @@ import yaml
 
 from workbench.compare import command as compare_command
 from workbench.errors import EXIT_DRIFT, EXIT_OK, BadInput, WorkbenchError
+from workbench.fleet import command as fleet_command
 from workbench.scan import command as scan_command
 
 CONFIG_KEYS = ("workload", "target", "only", "out", "parameters", "show_code", "cell_timeout")
@@ -50,6 +51,8 @@ def _only(value: Any) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.matrix or args.index is not None:
+        return _run_matrix_item(args)
     from workbench.params import parse_assignments
     from workbench.runner import DEFAULT_CELL_TIMEOUT_S, RunRequest, run
 
@@ -66,6 +69,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         cell_timeout=int(args.cell_timeout or config.get("cell_timeout") or DEFAULT_CELL_TIMEOUT_S),
     )
     return run(request, progress=lambda line: print(line, file=sys.stderr, flush=True))
+
+
+def _run_matrix_item(args: argparse.Namespace) -> int:
+    if not args.matrix or args.index is None:
+        raise BadInput("--matrix and --index go together: the matrix file and the item to run.")
+    clashing = [
+        flag
+        for flag, value in (
+            ("--workload", args.workload),
+            ("--target", args.target),
+            ("--only", args.only),
+            ("--config", args.config),
+            ("-p", args.param),
+        )
+        if value
+    ]
+    if clashing:
+        raise BadInput(f"{clashing[0]} cannot be combined with --matrix: the item sets it.")
+    return fleet_command.run_matrix_item(
+        args.matrix, args.index, args.out, args.show_code, args.cell_timeout
+    )
 
 
 def cmd_env_pin(args: argparse.Namespace) -> int:
@@ -129,7 +153,28 @@ def build_parser() -> argparse.ArgumentParser:
     run_p.add_argument("--config", help="YAML file with the same settings and 'parameters:'")
     run_p.add_argument("--show-code", action="store_true", help="show code cells in the HTML")
     run_p.add_argument("--cell-timeout", type=int, help="seconds one cell may run (3600)")
+    run_p.add_argument("--matrix", help="matrix file: run one of its items (with --index)")
+    run_p.add_argument(
+        "--index",
+        help="the matrix item to run: a number, or auto for $SLURM_ARRAY_TASK_ID, "
+        "$JOB_COMPLETION_INDEX or $AWS_BATCH_JOB_ARRAY_INDEX (with --matrix, --out is ROOT)",
+    )
     run_p.set_defaults(func=cmd_run)
+
+    matrix_p = sub.add_parser(
+        "matrix", help="list a matrix file's items with their index, and check every one"
+    )
+    matrix_p.add_argument("file")
+    matrix_p.add_argument("--count", action="store_true", help="print only the number of items")
+    matrix_p.set_defaults(func=fleet_command.cmd_matrix)
+
+    collect_p = sub.add_parser(
+        "collect",
+        help="one dashboard over a matrix ROOT: each item's latest verdict and its change",
+        epilog="exit codes: 0 no item regressed, 2 bad input, 5 an item regressed",
+    )
+    collect_p.add_argument("root")
+    collect_p.set_defaults(func=fleet_command.cmd_collect)
 
     env_p = sub.add_parser("env", help="pin the environment or diff two manifests")
     env_sub = env_p.add_subparsers(dest="env_command", required=True)

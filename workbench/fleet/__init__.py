@@ -1,0 +1,1 @@
+"""Many models, many targets: a matrix file of items, one item per array task, one dashboard."""

@@ -1,0 +1,99 @@
+"""`workbench collect ROOT`: one row per matrix item with its latest verdict and its change
+against that item's earlier runs. Failed, half-written and missing items are shown, never dropped.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workbench.compare import compare_runs
+from workbench.compare.report import write_comparison
+from workbench.compare.runs import UnreadableRun, load_run
+from workbench.errors import BadInput
+from workbench.fleet.root import read_claim
+
+COMPLETE = "complete"
+INCOMPLETE = "incomplete"  # folders without summary.json: still running, or killed
+MISSING = "missing"  # in the matrix, but no run folder yet
+
+
+@dataclass
+class ItemRow:
+    name: str
+    workload: str
+    target: str
+    state: str  # COMPLETE, INCOMPLETE or MISSING
+    index: int | None = None
+    run: str | None = None  # the newest complete run folder, relative to ROOT
+    started_at: str | None = None
+    exit_code: int | None = None
+    verdict: str | None = None
+    reasons: list[str] = field(default_factory=list)
+    runs: int = 0
+    regressions: int = 0
+    change: str = ""  # the comparison headline, or why there is none
+    comparison: str | None = None  # compare.html, relative to ROOT
+    incomplete: list[str] = field(default_factory=list)
+
+
+def _item_row(root: Path, folder: Path, name: str, workload: str, target: str) -> ItemRow:
+    row = ItemRow(name, workload, target, MISSING)
+    if not folder.is_dir():
+        return row
+    runs, broken = [], []
+    for child in sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()):
+        try:
+            runs.append(load_run(child))
+        except UnreadableRun:
+            broken.append(child.name)
+    row.incomplete = broken
+    if not runs:
+        row.state = INCOMPLETE if broken else MISSING
+        return row
+    runs.sort(key=lambda r: (r.started_at, r.label))
+    newest = runs[-1]
+    verdict = newest.summary.get("verdict") or {}
+    row.state = COMPLETE
+    row.workload = newest.workload or workload
+    row.target = newest.target or target
+    row.run = os.path.relpath(newest.path, root)
+    row.started_at = newest.started_at
+    row.exit_code = newest.summary.get("exit_code")
+    row.verdict = verdict.get("status")
+    row.reasons = list(verdict.get("reasons", []))
+    row.runs = len(runs)
+    if len(runs) < 2:
+        row.change = "first run: nothing to compare with yet"
+        return row
+    try:
+        comparison = compare_runs([r.path for r in runs])
+    except BadInput as exc:
+        row.change = f"not compared: {exc}"
+        return row
+    out = write_comparison(comparison, newest.path / "compare").parent
+    row.regressions = len(comparison.regressions)
+    row.change = comparison.headline()
+    row.comparison = os.path.relpath(out / "compare.html", root)
+    return row
+
+
+def collect(root: str | Path) -> list[ItemRow]:
+    """Every item of the matrix that claimed ROOT, and any other item folder found there."""
+    root = Path(root)
+    if not root.is_dir():
+        raise BadInput(f"{root} is not a folder of matrix runs (no such folder).")
+    claim = read_claim(root)
+    rows: list[ItemRow] = []
+    seen = set()
+    for item in claim.get("items", []):
+        row = _item_row(root, root / item["name"], item["name"], item["workload"], item["target"])
+        row.index = item.get("index")
+        rows.append(row)
+        seen.add(item["name"])
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and p.name not in seen):
+        rows.append(_item_row(root, folder, folder.name, "", ""))
+    if not rows:
+        raise BadInput(f"{root} holds no matrix items: run `workbench run --matrix` into it first.")
+    return rows

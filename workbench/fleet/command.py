@@ -1,0 +1,95 @@
+"""`workbench matrix FILE`, `workbench run --matrix FILE --index I` and `workbench collect ROOT`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from workbench.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, BadInput
+
+# Where array engines put the task's index, in the order they are looked up.
+INDEX_VARIABLES = ("SLURM_ARRAY_TASK_ID", "JOB_COMPLETION_INDEX", "AWS_BATCH_JOB_ARRAY_INDEX")
+
+
+def resolve_index(given: str) -> int:
+    """An item index: a number, or `auto` for the array engine's own variable."""
+    if given == "auto":
+        for name in INDEX_VARIABLES:
+            if os.environ.get(name, "").strip():
+                given = os.environ[name].strip()
+                break
+        else:
+            raise BadInput(
+                f"--index auto found none of {', '.join(INDEX_VARIABLES)}; pass the item's "
+                "number instead."
+            )
+    try:
+        return int(given)
+    except ValueError:
+        raise BadInput(f"--index {given!r} is not a number (or auto).") from None
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    from workbench.fleet.matrix import check_matrix, load_matrix
+
+    matrix = load_matrix(args.file)
+    problems = check_matrix(matrix)
+    if args.count and not problems:
+        print(len(matrix.items))
+        return EXIT_OK
+    for item in matrix.items:
+        only = ",".join(item.only) or "all"
+        params = " ".join(f"{k}={v}" for k, v in item.parameters.items())
+        print(
+            f"{item.index:3}  {item.name}: {item.workload} on {item.target}, notebooks {only}"
+            + (f", {params}" if params else "")
+        )
+    for problem in problems:
+        print(f"workbench: error: {problem}", file=sys.stderr)
+    return EXIT_BAD_INPUT if problems else EXIT_OK
+
+
+def run_matrix_item(
+    matrix_file: str, index: str, out: str | None, show_code: bool, cell_timeout: int | None
+) -> int:
+    from workbench.fleet.matrix import check_item, load_matrix
+    from workbench.fleet.root import claim
+    from workbench.runner import DEFAULT_CELL_TIMEOUT_S, RunRequest, run
+
+    matrix = load_matrix(matrix_file)
+    item = matrix.item(resolve_index(index))
+    check_item(item, str(matrix.path))
+    root = Path(out or "reports")
+    claim(root, matrix)
+    request = RunRequest(
+        workload=item.workload,
+        target=item.target,
+        only=item.only,
+        parameters=item.parameters,
+        show_code=show_code,
+        cell_timeout=cell_timeout or DEFAULT_CELL_TIMEOUT_S,
+        reports_root=root / item.name,
+    )
+    print(
+        f"workbench: matrix item {item.index} ({item.name}) -> {root / item.name}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return run(request, progress=lambda line: print(line, file=sys.stderr, flush=True))
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from workbench.fleet.collect import collect
+    from workbench.fleet.dashboard import dashboard_data, write_dashboard
+
+    root = Path(args.root)
+    rows = collect(root)
+    page = write_dashboard(rows, root)
+    for row in rows:
+        state = row.verdict if row.verdict else row.state
+        print(f"{row.name}: {state}; {row.change or row.state}")
+    print(dashboard_data(rows)["headline"])
+    print(f"dashboard: {page}")
+    return EXIT_REGRESSION if any(r.regressions for r in rows) else EXIT_OK

@@ -1,0 +1,184 @@
+"""The matrix file: which workloads run on which targets, checked in by the team that runs them.
+
+    defaults:                 # optional: every item starts from these
+      target: xla
+      only: [00, 01, 02, 03]
+      parameters: {steady_steps: 20}
+    items:
+      - workload: seed-mlp
+      - {workload: my_models.bert:make_workload, name: bert-base, parameters: {batch_size: 16}}
+      - {workload: seed-mlp, target: neuron}
+
+An array job passes only an item's index; everything else comes from this file. Every item is
+checked (workload spec, target, notebooks, parameters) before any item runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from workbench.errors import BadInput
+from workbench.params import notebook_parameters, validate
+from workbench.targets import TARGET_NAMES
+
+ITEM_KEYS = ("name", "workload", "target", "only", "parameters")
+DEFAULT_KEYS = ("workload", "target", "only", "parameters")
+RUNNER_SET = ("workload", "target", "out_dir")
+
+
+@dataclass(frozen=True)
+class MatrixItem:
+    index: int
+    name: str
+    workload: str
+    target: str = "auto"
+    only: list[str] = field(default_factory=list)
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Matrix:
+    path: Path
+    items: list[MatrixItem]
+
+    def item(self, index: int) -> MatrixItem:
+        if not 0 <= index < len(self.items):
+            raise BadInput(
+                f"--index {index} is out of range: {self.path} has items 0 to "
+                f"{len(self.items) - 1}."
+            )
+        return self.items[index]
+
+    def fingerprint(self) -> str:
+        """Identifies the items (names and settings), so two matrices never share a ROOT."""
+        text = json.dumps([asdict(i) for i in self.items], sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")[:80] or "item"
+
+
+def _only(value: Any, where: str) -> list[str]:
+    if value in (None, "", []):
+        return []
+    items = value if isinstance(value, list) else str(value).split(",")
+    found = [str(item).strip().zfill(2) for item in items if str(item).strip()]
+    if not all(item.isdigit() for item in found):
+        raise BadInput(f"{where}: 'only' must list notebook numbers such as 00, 01.")
+    return found
+
+
+def _mapping(value: Any, where: str, allowed: tuple[str, ...]) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise BadInput(f"{where} must be a mapping with keys {', '.join(allowed)}.")
+    unknown = sorted(set(value) - set(allowed))
+    if unknown:
+        raise BadInput(f"{where}: unknown key {unknown[0]!r}; allowed: {', '.join(allowed)}.")
+    return value
+
+
+def load_matrix(path: str | Path) -> Matrix:
+    """Read and check the file's shape; `check_items` then checks what each item names."""
+    path = Path(path)
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BadInput(f"Matrix {path} cannot be read: {exc.strerror or exc}.") from None
+    except yaml.YAMLError as exc:
+        raise BadInput(f"Matrix {path} is not valid YAML: {' '.join(str(exc).split())}") from None
+    top = _mapping(document, f"Matrix {path}", ("defaults", "items"))
+    defaults = _mapping(top.get("defaults"), f"Matrix {path}: defaults", DEFAULT_KEYS)
+    raw_items = top.get("items")
+    if not isinstance(raw_items, list) or not raw_items:
+        raise BadInput(f"Matrix {path} needs a non-empty list under 'items'.")
+    items = []
+    for index, raw in enumerate(raw_items):
+        where = f"Matrix {path}: item {index}"
+        entry = _mapping(raw, where, ITEM_KEYS)
+        workload = entry.get("workload", defaults.get("workload"))
+        if not isinstance(workload, str) or not workload:
+            raise BadInput(f"{where} names no workload.")
+        target = entry.get("target", defaults.get("target", "auto"))
+        parameters = {}
+        for scope, given in (("defaults", defaults), (where, entry)):
+            values = given.get("parameters") or {}
+            if not isinstance(values, dict):
+                raise BadInput(
+                    f"Matrix {path}: {scope}: parameters must be a mapping of name: value."
+                )
+            parameters.update(values)
+        name = _slug(str(entry.get("name") or f"{workload.rsplit(':', 1)[-1]}-{target}"))
+        items.append(
+            MatrixItem(
+                index,
+                name,
+                workload,
+                str(target),
+                _only(entry.get("only", defaults.get("only")), where),
+                parameters,
+            )
+        )
+    names = [item.name for item in items]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise BadInput(
+            f"Matrix {path}: item name {twice[0]!r} is used twice; give the items distinct "
+            "'name:' values (each gets its own folder)."
+        )
+    return Matrix(path, items)
+
+
+def check_item(item: MatrixItem, where: str) -> None:
+    """BadInput, in one sentence naming the item, for anything the run would reject."""
+    from workbench.runner import select_notebooks
+    from workbench.workload import load_workload
+
+    try:
+        if item.target not in TARGET_NAMES:
+            raise BadInput(
+                f"unknown target {item.target!r}; choose one of {', '.join(TARGET_NAMES)}"
+            )
+        reserved = sorted(set(item.parameters) & set(RUNNER_SET))
+        if reserved:
+            raise BadInput(
+                f"parameter {reserved[0]!r} is set by the item's own key, not parameters"
+            )
+        notebooks = select_notebooks(item.only)
+        declared = {p.stem: notebook_parameters(p) for p in notebooks}
+        given = {
+            k: v
+            for params in validate(item.parameters, declared).values()
+            for k, v in params.items()
+        }
+        load_workload(
+            item.workload,
+            input_shape=given.get("input_shape", ""),
+            input_dtype=given.get("input_dtype", "float32"),
+            num_classes=given.get("num_classes") or None,
+            batch_size=given.get("batch_size") or None,
+        )
+    except BadInput as exc:
+        raise BadInput(
+            f"{where}: item {item.index} ({item.name}): {str(exc).rstrip('.')}."
+        ) from None
+
+
+def check_matrix(matrix: Matrix) -> list[str]:
+    """One sentence per bad item (empty when every item would run)."""
+    problems = []
+    for item in matrix.items:
+        try:
+            check_item(item, str(matrix.path))
+        except BadInput as exc:
+            problems.append(str(exc))
+    return problems
