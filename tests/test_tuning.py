@@ -31,8 +31,8 @@ from workbench.tuning.dataloader import (
     LoaderResult,
     LoaderSetting,
     calibrate_sample_work,
+    cheapest_sufficient_setting,
     loader_settings,
-    recommend,
     sweep_loader,
 )
 from workbench.tuning.parallel import OK as RUN_OK
@@ -56,7 +56,7 @@ from workbench.tuning.plan import (
     plan_global_batch,
     split_global_batch,
 )
-from workbench.tuning.process import FINISHED, TERMINATE_GRACE_S, WorkloadSource, run_in_child
+from workbench.tuning.process import FINISHED, TERMINATE_GRACE_S, run_in_child
 from workbench.tuning.records import RetuneSettings
 from workbench.tuning.retune import run_retuning
 from workbench.tuning.trials import (
@@ -78,7 +78,7 @@ from workbench.tuning.trials import (
     sweep_batch_sizes,
     trial_bound,
 )
-from workbench.workload import load_workload
+from workbench.workload import WorkloadSpec, load_workload
 
 MiB = 2**20
 OOM_ABOVE = 48
@@ -237,7 +237,7 @@ def fixtures(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def runner(spec: str, budget: MemoryBudget | None = None, timeout_s: float = 60.0) -> TrialRunner:
     budget = budget or MemoryBudget(64 * 2**30, "test", 0.0)
-    return TrialRunner(WorkloadSource(spec), CpuTarget(), budget, "eager", timeout_s, log=print)
+    return TrialRunner(WorkloadSpec(spec), CpuTarget(), budget, "eager", timeout_s, log=print)
 
 
 def quick_trial(trials: TrialRunner, batch_size: int) -> Trial:
@@ -313,7 +313,7 @@ def test_a_trial_killed_by_sigkill_counts_as_out_of_memory(fixtures: str) -> Non
 
 def test_a_trial_in_a_fresh_interpreter_reports_like_a_forked_one() -> None:
     """Neuron and XLA trials start with "spawn" (their runtimes may start at import)."""
-    job = BatchTrialJob(WorkloadSource("seed-mlp"), "cpu", 4, "eager", 3, SEARCH_WARMUP)
+    job = BatchTrialJob(WorkloadSpec("seed-mlp"), "cpu", 4, "eager", 3, SEARCH_WARMUP)
     outcome = run_in_child(job, "spawn", timeout_s=120)
     assert outcome.status == FINISHED, outcome.output_tail
     assert outcome.result["error"] is None and len(outcome.result["steady_times"]) == 3
@@ -372,13 +372,29 @@ def test_bad_input_is_rejected_before_any_trial_runs() -> None:
     lines: list[str] = []
     with pytest.raises(BadInput, match="instance_type 'm7.nothing'"):
         run_retuning(
-            WorkloadSource("seed-mlp"),
+            WorkloadSpec("seed-mlp"),
             load_workload("seed-mlp"),
             CpuTarget(),
             RetuneSettings(instance_type="m7.nothing"),
             log=lines.append,
         )
     assert lines == []
+
+
+def test_a_whole_small_retuning_runs_every_stage_and_recommends_from_them() -> None:
+    settings = RetuneSettings(
+        max_batch=8, batch_sizes=(4, 8), steady_steps=3, dataloader_workers=(0,),
+        loader_steps=3, world_sizes=(1,), scaling_steps=3, per_sample_cost_ms=0.0,
+    )  # fmt: skip
+    result = run_retuning(
+        WorkloadSpec("seed-mlp"), load_workload("seed-mlp"), CpuTarget(), settings, log=print
+    )
+    assert result.choice is not None and result.choice.batch_size in (4, 8)
+    recommendation = result.recommendation
+    assert recommendation.per_core_batch == result.choice.batch_size
+    assert recommendation.world_size == 1 and recommendation.dataloader_workers == 0
+    assert {item.knob for item in recommendation.items} >= {"per-core batch", "world size"}
+    assert result.wall_seconds > 0
 
 
 def test_batch_choice_prefers_the_smallest_batch_near_the_best() -> None:
@@ -497,7 +513,7 @@ def test_dataloader_sweep_finds_the_worker_count_that_hides_the_data_cost(fixtur
     work = calibrate_sample_work(2.0)
     assert work.rounds > 0
     study = sweep_loader(
-        WorkloadSource(f"{fixtures}:slow_step"),
+        WorkloadSpec(f"{fixtures}:slow_step"),
         CpuTarget(),
         8,
         loader_settings([0, 1], [2], pin_memory_helps=False),
@@ -519,8 +535,8 @@ def test_recommendation_is_the_cheapest_setting_under_the_limit() -> None:
         return LoaderResult(setting, "ok", Measurement([wait] * 3), Measurement([1.0] * 3), 8)
 
     results = [result(0, 0.5), result(1, 0.04, pin=True), result(1, 0.04), result(2, 0.0)]
-    assert recommend(results, 0.05) is results[2]
-    assert recommend([result(0, 0.5)], 0.05) is None
+    assert cheapest_sufficient_setting(results, 0.05) is results[2]
+    assert cheapest_sufficient_setting([result(0, 0.5)], 0.05) is None
     assert [s.label() for s in loader_settings([1, 0], [2, 4], pin_memory_helps=True)] == [
         "0 worker(s)",
         "0 worker(s), pinned",
@@ -536,7 +552,7 @@ def test_recommendation_is_the_cheapest_setting_under_the_limit() -> None:
 
 
 def rank_job(spec: str, timeout_s: float) -> RankJob:
-    return RankJob(WorkloadSource(spec), "cpu", 16, 2, 5, timeout_s, 1, "")
+    return RankJob(WorkloadSpec(spec), "cpu", 16, 2, 5, timeout_s, 1, "")
 
 
 def test_torchrun_gloo_launch_at_world_size_two_finishes() -> None:
@@ -563,7 +579,7 @@ def test_world_sizes_beyond_the_machine_are_skipped_with_a_reason() -> None:
     target = CpuTarget()
     too_many = target.max_data_parallel_workers() + 1
     study = sweep_world_sizes(
-        WorkloadSource("seed-mlp"),
+        WorkloadSpec("seed-mlp"),
         target,
         16,
         [too_many],
@@ -594,7 +610,7 @@ class XlaOnCpu(XlaTarget):
 
 def test_scaling_is_skipped_with_the_reason_where_collectives_cannot_run() -> None:
     study = sweep_world_sizes(
-        WorkloadSource("seed-mlp"),
+        WorkloadSpec("seed-mlp"),
         XlaOnCpu(),
         16,
         [1, 2],

@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
-from workbench.errors import EXIT_DRIFT, EXIT_OK, BadInput, WorkbenchError
+from workbench.errors import EXIT_BAD_INPUT, EXIT_DRIFT, EXIT_OK, BadInput, WorkbenchError
 from workbench.scan import command as scan_command
 
 CONFIG_KEYS = ("workload", "target", "only", "out", "parameters", "show_code", "cell_timeout")
@@ -51,12 +51,13 @@ def _only(value: Any) -> list[str]:
 def cmd_run(args: argparse.Namespace) -> int:
     from workbench.params import parse_assignments
     from workbench.runner import DEFAULT_CELL_TIMEOUT_S, RunRequest, run
+    from workbench.workload import DEFAULT_WORKLOAD
 
     config = _load_config(Path(args.config)) if args.config else {}
     parameters = {**config.get("parameters", {}), **parse_assignments(args.param or [])}
     out = args.out or config.get("out")
     request = RunRequest(
-        workload=args.workload or config.get("workload") or "seed-mlp",
+        workload=args.workload or config.get("workload") or DEFAULT_WORKLOAD,
         target=args.target or config.get("target") or "auto",
         only=_only(args.only if args.only is not None else config.get("only")),
         out=Path(out) if out else None,
@@ -108,8 +109,15 @@ def cmd_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+class _Parser(argparse.ArgumentParser):
+    """Argument errors read like every other bad input: one sentence on stderr, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"workbench: error: {message} (see `{self.prog} --help`).\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="workbench",
         description="Trainium migration workbook: run the notebooks headless, pin environments.",
         epilog="exit codes: 0 ok, 1 a notebook failed, 2 bad input, 3 critical drift, "

@@ -3,15 +3,15 @@ width, padding buckets, and what a sample costs.
 
 `run_retuning` runs the stages in the order their answers depend on one another:
 
-1. the largest batch that fits the memory budget (tuning_trials: subprocess trials, bisection);
+1. the largest batch that fits the memory budget (trials.py: subprocess trials, bisection);
 2. a batch-size sweep up to it, and the throughput-best per-core batch;
-3. data-parallel scaling at that batch under torchrun (tuning_parallel), and the widest world
+3. data-parallel scaling at that batch under torchrun (parallel.py), and the widest world
    size that keeps its efficiency;
-4. the global batch plan (tuning_plan): per-core batch x workers x accumulation = the global
+4. the global batch plan (plan.py): per-core batch x workers x accumulation = the global
    batch, the learning-rate change, and an accumulation-equivalence check on the workload;
-5. DataLoader workers at the planned per-core batch (tuning_dataloader);
-6. padding buckets for sequence workloads (tuning_buckets);
-7. the cost table (tuning_cost);
+5. DataLoader workers at the planned per-core batch (dataloader.py);
+6. padding buckets for sequence workloads (buckets.py);
+7. the cost table (cost.py);
 
 then a recommendation that carries its evidence. Every number measured here says it was
 measured on this machine and target; projections say they are projections.
@@ -30,7 +30,6 @@ from workbench.tuning.dataloader import (
     calibrate_sample_work,
     default_worker_counts,
     loader_settings,
-    recommend,
     sweep_loader,
 )
 from workbench.tuning.parallel import ScalingStudy, choose_world_size, sweep_world_sizes
@@ -39,7 +38,8 @@ from workbench.tuning.plan import (
     check_accumulation,
     plan_global_batch,
 )
-from workbench.tuning.process import WorkloadSource, usable_cores
+from workbench.tuning.process import usable_cores
+from workbench.tuning.recommend import recommend
 from workbench.tuning.records import Recommendation, RetuneResult, RetuneSettings
 from workbench.tuning.trials import (
     BatchChoice,
@@ -50,7 +50,7 @@ from workbench.tuning.trials import (
     search_largest_batch,
     sweep_batch_sizes,
 )
-from workbench.workload import Workload
+from workbench.workload import Workload, WorkloadSpec
 
 # The first steps of a data-parallel run build DDP's buckets and the optimizer state.
 SCALING_WARMUP_STEPS = 5
@@ -67,7 +67,7 @@ def _validate_inputs(settings: RetuneSettings) -> tuple[list[int], str]:
 
 
 def run_retuning(
-    source: WorkloadSource,
+    spec: WorkloadSpec,
     workload: Workload,
     target: Target,
     settings: RetuneSettings | None = None,
@@ -76,7 +76,7 @@ def run_retuning(
     progress_bars: bool = False,
 ) -> RetuneResult:
     """Every stage (see the module docstring); a stage that cannot run says why and the rest
-    go on. `workload` is `source` loaded here (for its metadata, optimizer and the CPU checks);
+    go on. `workload` is `spec` loaded here (for its metadata, optimizer and the CPU checks);
     trials load their own copy in their child processes."""
     settings = settings or RetuneSettings()
     lengths, lengths_source = _validate_inputs(settings)
@@ -89,7 +89,7 @@ def run_retuning(
         f"memory budget {budget.total_bytes / 2**30:,.2f} GiB ({budget.source}), "
         f"{budget.margin:.0%} kept free"
     )
-    runner = TrialRunner(source, target, budget, settings.mode, settings.trial_timeout_s, log)
+    runner = TrialRunner(spec, target, budget, settings.mode, settings.trial_timeout_s, log)
     search = search_largest_batch(
         runner, settings.min_batch, settings.max_batch, progress_bars=progress_bars
     )
@@ -111,7 +111,7 @@ def run_retuning(
             skipped[stage] = reason
     else:
         scaling = sweep_world_sizes(
-            source,
+            spec,
             target,
             choice.batch_size,
             settings.world_sizes,
@@ -135,7 +135,7 @@ def run_retuning(
         log(f"accumulation check: {accumulation.explanation()}")
         counts = list(settings.dataloader_workers) or default_worker_counts(usable_cores())
         loader = sweep_loader(
-            source,
+            spec,
             target,
             primary.per_core_batch,
             loader_settings(counts, settings.prefetch_factors, target.pin_memory_helps),
