@@ -7,7 +7,7 @@ import workbench.runner
 from workbench.cli import main
 from workbench.errors import EXIT_BAD_INPUT, EXIT_OK
 from workbench.runner import DEFAULT_CELL_TIMEOUT_S, RunRequest
-from workbench.workload import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
+from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
 
 
 def _one_error_line(capsys) -> str:

@@ -38,7 +38,7 @@ def test_notebook_defaults_build_the_code_defaults(notebook: str, settings_class
     "notebook", ["01_baseline", "02_op_coverage", "03_numerics", "04_retuning"]
 )
 def test_notebook_workload_defaults_build_the_default_workload_spec(notebook: str) -> None:
-    # WorkloadSpec() names workload.DEFAULT_WORKLOAD: the notebooks' literal must be that one.
+    # WorkloadSpec() names workloads.DEFAULT_WORKLOAD: the notebooks' literal must be that one.
     assert WorkloadSpec.from_params(_defaults(notebook)) == WorkloadSpec()
 
 

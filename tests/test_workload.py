@@ -11,13 +11,8 @@ from torch.overrides import TorchFunctionMode
 
 from workbench.errors import EXIT_BAD_INPUT, BadInput
 from workbench.tuning.parallel import RankJob
-from workbench.workload import (
-    BUILTIN_WORKLOADS,
-    DEFAULT_WORKLOAD,
-    WorkloadSpec,
-    load_workload,
-    parse_shapes,
-)
+from workbench.workload import WorkloadSpec, load_workload, parse_shapes
+from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
 
 
 def test_seed_mlp_is_the_reference_baseline():

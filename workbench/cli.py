@@ -16,6 +16,7 @@ import yaml
 
 from workbench.errors import EXIT_BAD_INPUT, EXIT_DRIFT, EXIT_OK, BadInput, WorkbenchError
 from workbench.scan import command as scan_command
+from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
 
 CONFIG_KEYS = ("workload", "target", "only", "out", "parameters", "show_code", "cell_timeout")
 
@@ -51,7 +52,6 @@ def _only(value: Any) -> list[str]:
 def cmd_run(args: argparse.Namespace) -> int:
     from workbench.params import parse_assignments
     from workbench.runner import DEFAULT_CELL_TIMEOUT_S, RunRequest, run
-    from workbench.workload import DEFAULT_WORKLOAD
 
     config = _load_config(Path(args.config)) if args.config else {}
     parameters = {**config.get("parameters", {}), **parse_assignments(args.param or [])}
@@ -92,7 +92,6 @@ def cmd_list(args: argparse.Namespace) -> int:
     from workbench.params import notebook_parameters
     from workbench.runner import RUNNER_PARAMETERS, available_notebooks
     from workbench.targets import TARGET_MODULES, target_class
-    from workbench.workload import BUILTIN_WORKLOADS
 
     print("workloads: " + ", ".join(BUILTIN_WORKLOADS) + ", or package.module:factory")
     print("targets:")
@@ -126,7 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run_p = sub.add_parser("run", help="execute the notebooks and write HTML reports")
-    run_p.add_argument("--workload", help="built-in name or package.module:factory (seed-mlp)")
+    run_p.add_argument(
+        "--workload", help=f"built-in name or package.module:factory ({DEFAULT_WORKLOAD})"
+    )
     run_p.add_argument("--target", help="auto, cpu, cuda, xla or neuron (auto)")
     run_p.add_argument("--only", help="comma-separated notebook numbers, e.g. 00,01")
     run_p.add_argument("--out", help="run folder (default reports/<time>-<workload>-<target>)")

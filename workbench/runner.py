@@ -38,7 +38,8 @@ from workbench.params import notebook_parameters, validate
 from workbench.redact import scrub_text
 from workbench.report import export_html, write_index
 from workbench.targets import TARGET_NAMES, get_target, resolve_target_name
-from workbench.workload import DEFAULT_WORKLOAD, WorkloadSpec
+from workbench.workload import WorkloadSpec
+from workbench.workloads import DEFAULT_WORKLOAD
 
 # Set by the runner itself; users choose them with --workload / --target / --out.
 RUNNER_PARAMETERS = ("workload", "target", "out_dir")

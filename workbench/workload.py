@@ -20,15 +20,10 @@ import torch
 from torch import nn
 
 from workbench.errors import BadInput, describe_error
+from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
 
 Batch = tuple[tuple[torch.Tensor, ...], torch.Tensor]  # (model inputs, targets)
 
-BUILTIN_WORKLOADS: dict[str, str] = {
-    "seed-mlp": "workbench.workloads.seed_mlp:make_workload",
-    "tiny-transformer": "workbench.workloads.tiny_transformer:make_workload",
-    "tiny-cnn": "workbench.workloads.tiny_cnn:make_workload",
-}
-DEFAULT_WORKLOAD = "seed-mlp"
 
 TASK_CLASSIFICATION = "classification"
 TASK_LANGUAGE_MODEL = "language-model"
