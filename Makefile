@@ -21,12 +21,13 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/workbench run $(ARGS)
 
-# Both lanes: the CPU environment (torch 2.13), then Trn1's software path (torch-xla 2.9 on CPU).
+# Both lanes: the CPU environment (torch 2.13: format, lint, type check, tests), then Trn1's software path (torch-xla 2.9 on CPU).
 test: test-main test-xla
 
 test-main: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

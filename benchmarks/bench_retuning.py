@@ -23,9 +23,9 @@ from pathlib import Path
 from notebook_wall_time import notebook_wall_seconds
 
 from workbench.targets.cpu import CpuTarget
-from workbench.tuning.process import WorkloadSource
 from workbench.tuning.records import RetuneSettings
 from workbench.tuning.trials import MemoryBudget, TrialRunner, search_largest_batch
+from workbench.workload import WorkloadSpec
 
 LIMITS = (48, 100, 646)
 OOM_WORKLOAD = """
@@ -113,7 +113,7 @@ def main() -> None:
                 textwrap.dedent(OOM_WORKLOAD.format(limit=limit))
             )
             runner = TrialRunner(
-                WorkloadSource(f"{module}:make"),
+                WorkloadSpec(f"{module}:make"),
                 CpuTarget(),
                 MemoryBudget(64 * 2**30, "benchmark: no budget, only the MemoryError", 0.0),
                 "eager",

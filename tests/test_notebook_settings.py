@@ -12,6 +12,7 @@ from workbench.baseline import BaselineSettings
 from workbench.numerics import NumericsSettings
 from workbench.params import notebook_parameters
 from workbench.tuning import RetuneSettings
+from workbench.workload import WorkloadSpec
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
@@ -31,6 +32,14 @@ def _defaults(notebook: str) -> dict:
 )
 def test_notebook_defaults_build_the_code_defaults(notebook: str, settings_class: type) -> None:
     assert settings_class.from_params(_defaults(notebook)) == settings_class()
+
+
+@pytest.mark.parametrize(
+    "notebook", ["01_baseline", "02_op_coverage", "03_numerics", "04_retuning"]
+)
+def test_notebook_workload_defaults_build_the_default_workload_spec(notebook: str) -> None:
+    # WorkloadSpec() names workloads.DEFAULT_WORKLOAD: the notebooks' literal must be that one.
+    assert WorkloadSpec.from_params(_defaults(notebook)) == WorkloadSpec()
 
 
 def test_every_retuning_setting_is_a_notebook_04_parameter() -> None:

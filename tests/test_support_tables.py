@@ -23,7 +23,7 @@ from workbench.coverage.support import (
     NO_NATIVE_TABLE,
     SUPPORTED,
     UNKNOWN,
-    Measurement,
+    TargetReading,
     load_tables,
     verdict,
 )
@@ -114,8 +114,8 @@ def test_table_verdicts_and_their_evidence() -> None:
     )
 
 
-def _measurement(flavour: str, **kwargs) -> Measurement:
-    return Measurement(
+def _measurement(flavour: str, **kwargs) -> TargetReading:
+    return TargetReading(
         target="xla" if flavour == FLAVOUR_XLA else "neuron",
         flavour=flavour,
         statement="measured here",

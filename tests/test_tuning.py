@@ -32,8 +32,8 @@ from workbench.tuning.dataloader import (
     LoaderResult,
     LoaderSetting,
     calibrate_sample_work,
+    cheapest_sufficient_setting,
     loader_settings,
-    recommend,
     sweep_loader,
 )
 from workbench.tuning.parallel import OK as RUN_OK
@@ -57,7 +57,7 @@ from workbench.tuning.plan import (
     plan_global_batch,
     split_global_batch,
 )
-from workbench.tuning.process import FINISHED, TERMINATE_GRACE_S, WorkloadSource, run_in_child
+from workbench.tuning.process import FINISHED, TERMINATE_GRACE_S, run_in_child
 from workbench.tuning.records import RetuneSettings
 from workbench.tuning.retune import run_retuning
 from workbench.tuning.trials import (
@@ -79,7 +79,7 @@ from workbench.tuning.trials import (
     sweep_batch_sizes,
     trial_bound,
 )
-from workbench.workload import load_workload
+from workbench.workload import WorkloadSpec, load_workload
 
 MiB = 2**20
 OOM_ABOVE = 48
@@ -238,7 +238,7 @@ def fixtures(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def runner(spec: str, budget: MemoryBudget | None = None, timeout_s: float = 60.0) -> TrialRunner:
     budget = budget or MemoryBudget(64 * 2**30, "test", 0.0)
-    return TrialRunner(WorkloadSource(spec), CpuTarget(), budget, "eager", timeout_s, log=print)
+    return TrialRunner(WorkloadSpec(spec), CpuTarget(), budget, "eager", timeout_s, log=print)
 
 
 def quick_trial(trials: TrialRunner, batch_size: int) -> Trial:
@@ -314,7 +314,7 @@ def test_a_trial_killed_by_sigkill_counts_as_out_of_memory(fixtures: str) -> Non
 
 def test_a_trial_in_a_fresh_interpreter_reports_like_a_forked_one() -> None:
     """Neuron and XLA trials start with "spawn" (their runtimes may start at import)."""
-    job = BatchTrialJob(WorkloadSource("seed-mlp"), "cpu", 4, "eager", 3, SEARCH_WARMUP)
+    job = BatchTrialJob(WorkloadSpec("seed-mlp"), "cpu", 4, "eager", 3, SEARCH_WARMUP)
     outcome = run_in_child(job, "spawn", timeout_s=120)
     assert outcome.status == FINISHED, outcome.output_tail
     assert outcome.result["error"] is None and len(outcome.result["steady_times"]) == 3
@@ -375,13 +375,29 @@ def test_bad_input_is_rejected_before_any_trial_runs(tmp_path: Path) -> None:
     broken.write_text("{not json")
     with pytest.raises(BadInput, match="prices file"):
         run_retuning(
-            WorkloadSource("seed-mlp"),
+            WorkloadSpec("seed-mlp"),
             load_workload("seed-mlp"),
             CpuTarget(),
             RetuneSettings(prices_file=str(broken)),
             log=lines.append,
         )
     assert lines == []
+
+
+def test_a_whole_small_retuning_runs_every_stage_and_recommends_from_them() -> None:
+    settings = RetuneSettings(
+        max_batch=8, batch_sizes=(4, 8), steady_steps=3, dataloader_workers=(0,),
+        loader_steps=3, world_sizes=(1,), scaling_steps=3, per_sample_cost_ms=0.0,
+    )  # fmt: skip
+    result = run_retuning(
+        WorkloadSpec("seed-mlp"), load_workload("seed-mlp"), CpuTarget(), settings, log=print
+    )
+    assert result.choice is not None and result.choice.batch_size in (4, 8)
+    recommendation = result.recommendation
+    assert recommendation.per_core_batch == result.choice.batch_size
+    assert recommendation.world_size == 1 and recommendation.dataloader_workers == 0
+    assert {item.knob for item in recommendation.items} >= {"per-core batch", "world size"}
+    assert result.wall_seconds > 0
 
 
 def test_batch_choice_prefers_the_smallest_batch_near_the_best() -> None:
@@ -500,7 +516,7 @@ def test_dataloader_sweep_finds_the_worker_count_that_hides_the_data_cost(fixtur
     work = calibrate_sample_work(2.0)
     assert work.rounds > 0
     study = sweep_loader(
-        WorkloadSource(f"{fixtures}:slow_step"),
+        WorkloadSpec(f"{fixtures}:slow_step"),
         CpuTarget(),
         8,
         loader_settings([0, 1], [2], pin_memory_helps=False),
@@ -522,8 +538,8 @@ def test_recommendation_is_the_cheapest_setting_under_the_limit() -> None:
         return LoaderResult(setting, "ok", Measurement([wait] * 3), Measurement([1.0] * 3), 8)
 
     results = [result(0, 0.5), result(1, 0.04, pin=True), result(1, 0.04), result(2, 0.0)]
-    assert recommend(results, 0.05) is results[2]
-    assert recommend([result(0, 0.5)], 0.05) is None
+    assert cheapest_sufficient_setting(results, 0.05) is results[2]
+    assert cheapest_sufficient_setting([result(0, 0.5)], 0.05) is None
     assert [s.label() for s in loader_settings([1, 0], [2, 4], pin_memory_helps=True)] == [
         "0 worker(s)",
         "0 worker(s), pinned",
@@ -539,7 +555,7 @@ def test_recommendation_is_the_cheapest_setting_under_the_limit() -> None:
 
 
 def rank_job(spec: str, timeout_s: float) -> RankJob:
-    return RankJob(WorkloadSource(spec), "cpu", 16, 2, 5, timeout_s, 1, "")
+    return RankJob(WorkloadSpec(spec), "cpu", 16, 2, 5, timeout_s, 1, "")
 
 
 def test_torchrun_gloo_launch_at_world_size_two_finishes() -> None:
@@ -566,7 +582,7 @@ def test_world_sizes_beyond_the_machine_are_skipped_with_a_reason() -> None:
     target = CpuTarget()
     too_many = target.max_data_parallel_workers() + 1
     study = sweep_world_sizes(
-        WorkloadSource("seed-mlp"),
+        WorkloadSpec("seed-mlp"),
         target,
         16,
         [too_many],
@@ -597,7 +613,7 @@ class XlaOnCpu(XlaTarget):
 
 def test_scaling_is_skipped_with_the_reason_where_collectives_cannot_run() -> None:
     study = sweep_world_sizes(
-        WorkloadSource("seed-mlp"),
+        WorkloadSpec("seed-mlp"),
         XlaOnCpu(),
         16,
         [1, 2],

@@ -1,12 +1,18 @@
 """Workloads: built-ins are what they claim to be; user specs load or fail with one sentence."""
 
+import json
+import pickle
+from dataclasses import asdict
+
 import pytest
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from workbench.errors import EXIT_BAD_INPUT, BadInput
-from workbench.workload import BUILTIN_WORKLOADS, load_workload, parse_shapes
+from workbench.tuning.parallel import RankJob
+from workbench.workload import WorkloadSpec, load_workload, parse_shapes
+from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
 
 
 def test_seed_mlp_is_the_reference_baseline():
@@ -136,3 +142,40 @@ def test_parse_shapes():
     for bad in ("", "0x3", "-1", "a"):
         with pytest.raises(ValueError):
             parse_shapes(bad)
+
+
+def test_spec_from_notebook_parameters_reads_zero_as_not_set():
+    params = {
+        "workload": "tests.fixtures.user_workloads:plain_module",
+        "input_shape": "3x4x4",
+        "input_dtype": "float32",
+        "num_classes": 5,
+        "batch_size": 0,
+        "steady_steps": 30,  # not the workload's: ignored
+    }
+    spec = WorkloadSpec.from_params(params)
+    assert spec == WorkloadSpec(
+        "tests.fixtures.user_workloads:plain_module", "3x4x4", "float32", 5, None
+    )
+    # A notebook that declares none of them (04 has no batch_size) gets the defaults.
+    assert WorkloadSpec.from_params({}) == WorkloadSpec(DEFAULT_WORKLOAD)
+    assert WorkloadSpec.from_params({"batch_size": 16}).batch_size == 16
+
+
+def test_spec_loads_the_workload_it_names_with_its_batch_size():
+    plain = "tests.fixtures.user_workloads:plain_module"
+    workload = WorkloadSpec(plain, "3x4x4", num_classes=5, batch_size=6).load()
+    (inputs,), _ = workload.batch()
+    assert inputs.shape == (6, 3, 4, 4)
+    assert WorkloadSpec("seed-mlp", batch_size=8).load().batch_size == 8
+    assert WorkloadSpec().load().batch_size == load_workload(DEFAULT_WORKLOAD).batch_size
+    with pytest.raises(BadInput, match="plain nn.Module"):
+        WorkloadSpec(plain).load()
+
+
+def test_spec_survives_json_and_pickle_on_its_way_to_a_child_process():
+    spec = WorkloadSpec("tests.fixtures.user_workloads:token_module", "12", "int64", 50, 4)
+    assert WorkloadSpec(**json.loads(json.dumps(asdict(spec)))) == spec
+    assert pickle.loads(pickle.dumps(spec)) == spec
+    job = RankJob(spec, "cpu", 16, 2, 5, 30.0, 1, "")
+    assert RankJob.from_json(job.to_json()) == job

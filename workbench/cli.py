@@ -10,14 +10,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
 from workbench.compare import command as compare_command
-from workbench.errors import EXIT_DRIFT, EXIT_OK, BadInput, WorkbenchError
+from workbench.errors import EXIT_BAD_INPUT, EXIT_DRIFT, EXIT_OK, BadInput, WorkbenchError
 from workbench.fleet import command as fleet_command
 from workbench.scan import command as scan_command
+from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
 
 CONFIG_KEYS = ("workload", "target", "only", "out", "parameters", "show_code", "cell_timeout")
 
@@ -60,7 +61,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     parameters = {**config.get("parameters", {}), **parse_assignments(args.param or [])}
     out = args.out or config.get("out")
     request = RunRequest(
-        workload=args.workload or config.get("workload") or "seed-mlp",
+        workload=args.workload or config.get("workload") or DEFAULT_WORKLOAD,
         target=args.target or config.get("target") or "auto",
         only=_only(args.only if args.only is not None else config.get("only")),
         out=Path(out) if out else None,
@@ -116,7 +117,6 @@ def cmd_list(args: argparse.Namespace) -> int:
     from workbench.params import notebook_parameters
     from workbench.runner import RUNNER_PARAMETERS, available_notebooks
     from workbench.targets import TARGET_MODULES, target_class
-    from workbench.workload import BUILTIN_WORKLOADS
 
     print("workloads: " + ", ".join(BUILTIN_WORKLOADS) + ", or package.module:factory")
     print("targets:")
@@ -133,8 +133,15 @@ def cmd_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+class _Parser(argparse.ArgumentParser):
+    """Argument errors read like every other bad input: one sentence on stderr, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"workbench: error: {message} (see `{self.prog} --help`).\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="workbench",
         description="Trainium migration workbook: run the notebooks headless, pin environments.",
         epilog="exit codes: 0 ok, 1 a notebook failed, 2 bad input, 3 critical drift, "
@@ -143,7 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run_p = sub.add_parser("run", help="execute the notebooks and write HTML reports")
-    run_p.add_argument("--workload", help="built-in name or package.module:factory (seed-mlp)")
+    run_p.add_argument(
+        "--workload", help=f"built-in name or package.module:factory ({DEFAULT_WORKLOAD})"
+    )
     run_p.add_argument("--target", help="auto, cpu, cuda, xla or neuron (auto)")
     run_p.add_argument("--only", help="comma-separated notebook numbers, e.g. 00,01")
     run_p.add_argument("--out", help="run folder (default reports/<time>-<workload>-<target>)")

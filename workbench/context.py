@@ -19,7 +19,7 @@ from workbench.results import save_result
 from workbench.scorecard import Verdict
 from workbench.targets import get_target, resolve_target_name
 from workbench.targets.base import Target
-from workbench.workload import Workload, load_workload
+from workbench.workload import Workload, WorkloadSpec
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 
@@ -30,6 +30,7 @@ class RunContext:
     params: dict[str, Any]
     target: Target
     target_reason: str
+    workload_spec: WorkloadSpec | None  # what child processes load the workload from
     workload: Workload | None
     out_dir: Path
     facts: dict[str, Any] = field(default_factory=dict)
@@ -73,18 +74,11 @@ def start(notebook: str, namespace: dict[str, Any], *, with_workload: bool = Tru
 
     target_name, reason = resolve_target_name(params.get("target", "auto"))
     target = get_target(target_name)
-    workload = None
-    if with_workload:
-        workload = load_workload(
-            params.get("workload", "seed-mlp"),
-            input_shape=params.get("input_shape", ""),
-            input_dtype=params.get("input_dtype", "float32"),
-            num_classes=params.get("num_classes") or None,
-            batch_size=params.get("batch_size") or None,
-        )
+    spec = WorkloadSpec.from_params(params) if with_workload else None
+    workload = spec.load() if spec else None
     out_dir = Path(params.get("out_dir") or ".").resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    ctx = RunContext(notebook, params, target, reason, workload, out_dir)
+    ctx = RunContext(notebook, params, target, reason, spec, workload, out_dir)
 
     facts = {"target": f"{target.name} ({reason})", "device": str(target.device)}
     if workload is not None:

@@ -1,6 +1,15 @@
-"""Errors that reach the user as one sentence and a documented exit code."""
+"""Errors that reach the user as one sentence and a documented exit code, and the one way any
+exception is put on one line with the place in the user's code it points at."""
 
 from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import sysconfig
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 # Exit codes of `workbench` commands (README "Exit codes" lists the same table).
 EXIT_OK = 0
@@ -22,3 +31,117 @@ class BadInput(WorkbenchError):
     """Wrong workload spec, unknown parameter, bad config, unwritable output..."""
 
     exit_code = EXIT_BAD_INPUT
+
+
+# An error shown in a table cell, a console line or a result file stays readable at this length;
+# the full traceback is kept where one exists (the notebook, the trial's log).
+ERROR_MESSAGE_CHARS = 500
+
+
+@dataclass(frozen=True)
+class FrameRef:
+    """One frame of a traceback or stack: where, and whether that is the user's own code."""
+
+    path: str
+    line: int
+    function: str
+    in_user_code: bool
+
+    def describe(self) -> str:
+        return f"{_short_path(self.path)}:{self.line} in {self.function}"
+
+
+@dataclass(frozen=True)
+class ErrorLine:
+    """An exception on one line: its type, its message (whitespace collapsed, cut to
+    ERROR_MESSAGE_CHARS) and the frame a user should open first."""
+
+    error_type: str
+    message: str
+    frame: FrameRef | None
+
+    @property
+    def text(self) -> str:
+        return f"{self.error_type}: {self.message}" if self.message else self.error_type
+
+    @property
+    def location(self) -> str:
+        return self.frame.describe() if self.frame else ""
+
+    def __str__(self) -> str:
+        return f"{self.text} (at {self.location})" if self.frame else self.text
+
+
+def describe_error(exc: BaseException) -> ErrorLine:
+    """`exc` on one line, located at the innermost frame of its traceback in the user's code
+    (else its innermost frame): the line a user opens, not torch's or workbench's."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return ErrorLine(type(exc).__name__, one_line(str(exc)), pick_user_frame(frames))
+
+
+def one_line(text: str) -> str:
+    """`text` with every run of whitespace (newlines too) as one space, cut to
+    ERROR_MESSAGE_CHARS with a closing ellipsis when it was longer."""
+    flat = " ".join(text.split())
+    if len(flat) <= ERROR_MESSAGE_CHARS:
+        return flat
+    return flat[: ERROR_MESSAGE_CHARS - 1] + "…"
+
+
+def pick_user_frame(frames: Sequence[traceback.FrameSummary]) -> FrameRef | None:
+    """The innermost of `frames` (listed outermost first, as tracebacks and Dynamo's user stacks
+    are) that is the user's code; the innermost of all when none is; None for no frames."""
+    for frame in reversed(frames):
+        if is_user_code(frame.filename):
+            return FrameRef(frame.filename, frame.lineno or 0, frame.name, True)
+    if not frames:
+        return None
+    frame = frames[-1]
+    return FrameRef(frame.filename, frame.lineno or 0, frame.name, False)
+
+
+def is_user_code(filename: str) -> bool:
+    """True for the user's (or a built-in workload's) source: not torch or its torch* sibling
+    packages, not the workbench machinery, not the standard library, not generated code."""
+    if filename.startswith("<"):
+        # <frozen ...> and <string> are generated; IPython names notebook cells <ipython-input-...>.
+        return filename.startswith("<ipython-input")
+    path = os.path.realpath(filename)
+    dirs = _library_dirs()
+    if path.startswith(dirs.torch_family):
+        return False
+    if path.startswith(dirs.workbench) and not path.startswith(dirs.workload_code):
+        return False
+    return not (path.startswith(dirs.stdlib) and "site-packages" not in path)
+
+
+@dataclass(frozen=True)
+class _LibraryDirs:
+    torch_family: str  # ".../site-packages/torch": no separator, so torch_xla, torchvision match
+    workbench: str
+    workload_code: tuple[str, ...]  # inside workbench, but the user's kind of code
+    stdlib: str
+
+
+@functools.cache
+def _library_dirs() -> _LibraryDirs:
+    # find_spec, not import: the command line reports bad input without paying for torch.
+    torch_spec = importlib.util.find_spec("torch")
+    torch_dir = (
+        os.path.dirname(os.path.realpath(torch_spec.origin))
+        if torch_spec and torch_spec.origin
+        else os.path.join(sysconfig.get_paths()["purelib"], "torch")
+    )
+    workbench_dir = os.path.dirname(os.path.realpath(__file__)) + os.sep
+    return _LibraryDirs(
+        torch_family=torch_dir,
+        workbench=workbench_dir,
+        # Built-in workloads and the plain-module wrapper are workload code like any user's.
+        workload_code=(workbench_dir + "workloads" + os.sep, workbench_dir + "workload.py"),
+        stdlib=os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep,
+    )
+
+
+def _short_path(path: str) -> str:
+    cwd = os.getcwd() + os.sep
+    return path[len(cwd) :] if path.startswith(cwd) else path

@@ -1,6 +1,6 @@
 """Result records: one schema-versioned JSON file per notebook, written atomically.
 
-A later run, `workbench compare` and the index page read these files, never the HTML.
+The runner reads each headline for the index page from these files, never from the HTML.
 """
 
 from __future__ import annotations

@@ -25,14 +25,22 @@ from papermill.exceptions import PapermillExecutionError
 
 from workbench import results
 from workbench.context import NOTEBOOKS_DIR
-from workbench.errors import EXIT_INTERRUPTED, EXIT_NOTEBOOK_FAILED, EXIT_OK, BadInput
+from workbench.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_NOTEBOOK_FAILED,
+    EXIT_OK,
+    BadInput,
+    describe_error,
+    one_line,
+)
 from workbench.kernel import private_kernelspec
 from workbench.params import notebook_parameters, validate
 from workbench.redact import scrub_text
 from workbench.report import export_html, write_index
 from workbench.scorecard import run_verdict, verdict_from_data
 from workbench.targets import TARGET_NAMES, get_target, resolve_target_name
-from workbench.workload import DEFAULT_WORKLOAD, load_workload
+from workbench.workload import WorkloadSpec
+from workbench.workloads import DEFAULT_WORKLOAD
 
 # Set by the runner itself; users choose them with --workload / --target / --out.
 RUNNER_PARAMETERS = ("workload", "target", "out_dir")
@@ -114,10 +122,6 @@ def prepare_out_dir(request: RunRequest, workload_name: str, target: str) -> Pat
     return out
 
 
-def _error_line(exc: BaseException) -> str:
-    return scrub_text(" ".join(str(exc).split()))[:500]
-
-
 class _PrintedLines:
     """File-like target for a notebook's stdout: each printed line (a phase, a trial, a launch)
     goes to the console as progress, indented under its notebook. Tables and figures are display
@@ -161,7 +165,8 @@ def _execute(
         )
     except PapermillExecutionError as exc:
         outcome.status = "failed"
-        outcome.error = _error_line(f"{exc.ename}: {exc.evalue}")
+        # The kernel's exception arrives as text: its traceback is in the notebook itself.
+        outcome.error = scrub_text(one_line(f"{exc.ename}: {exc.evalue}"))
         outcome.failed_cell = exc.cell_index
     except CellTimeoutError:
         outcome.status = "timeout"
@@ -193,7 +198,8 @@ def _finish_outputs(path: Path, out: Path, outcome: NotebookOutcome, show_code: 
             export_html(executed, html_path, show_code=show_code)
             outcome.html = html_path.name
         except Exception as exc:  # the run must go on; the index says the report is missing
-            outcome.error = (outcome.error or "") + f" (report export failed: {_error_line(exc)})"
+            failure = scrub_text(describe_error(exc).text)
+            outcome.error = (outcome.error or "") + f" (report export failed: {failure})"
     result_path = out / f"{path.stem}.json"
     if result_path.exists():
         outcome.result = result_path.name
@@ -236,13 +242,8 @@ def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
     declared = {path.stem: notebook_parameters(path) for path in notebooks}
     per_notebook = validate(request.parameters, declared)
     given = {k: v for params in per_notebook.values() for k, v in params.items()}
-    workload = load_workload(
-        request.workload,
-        input_shape=given.get("input_shape", ""),
-        input_dtype=given.get("input_dtype", "float32"),
-        num_classes=given.get("num_classes") or None,
-        batch_size=given.get("batch_size") or None,
-    )
+    # Loaded once here so that a bad workload is rejected before any notebook starts.
+    workload = WorkloadSpec.from_params({**given, "workload": request.workload}).load()
     target, reason = resolve_target_name(request.target)
     validation = get_target(target).validation_statement()
     out = prepare_out_dir(request, workload.name, target)

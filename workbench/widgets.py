@@ -17,7 +17,7 @@ from workbench import context
 from workbench.errors import BadInput
 from workbench.params import Parameter, coerce, notebook_parameters
 from workbench.targets import TARGET_NAMES
-from workbench.workload import BUILTIN_WORKLOADS
+from workbench.workloads import BUILTIN_WORKLOADS
 
 
 def _control(param: Parameter, value: Any) -> w.Widget:

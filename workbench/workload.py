@@ -12,23 +12,18 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from workbench.errors import BadInput
+from workbench.errors import BadInput, describe_error
+from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
 
 Batch = tuple[tuple[torch.Tensor, ...], torch.Tensor]  # (model inputs, targets)
 
-BUILTIN_WORKLOADS: dict[str, str] = {
-    "seed-mlp": "workbench.workloads.seed_mlp:make_workload",
-    "tiny-transformer": "workbench.workloads.tiny_transformer:make_workload",
-    "tiny-cnn": "workbench.workloads.tiny_cnn:make_workload",
-}
-DEFAULT_WORKLOAD = "seed-mlp"
 
 TASK_CLASSIFICATION = "classification"
 TASK_LANGUAGE_MODEL = "language-model"
@@ -68,7 +63,6 @@ class Workload:
     seed: int = 42
     description: str = ""
     spec: str = ""  # what the user typed to get this workload
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def is_sequence(self) -> bool:
@@ -231,7 +225,7 @@ def _import_factory(spec: str) -> Callable[[], Any]:
         ) from None
     except Exception as exc:  # a user module that fails at import time
         raise BadInput(
-            f"Workload {spec!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}"
+            f"Workload {spec!r}: importing {module_name!r} raised {describe_error(exc)}."
         ) from None
     factory = getattr(module, attribute, None)
     if factory is None:
@@ -239,6 +233,41 @@ def _import_factory(spec: str) -> Callable[[], Any]:
     if not callable(factory):
         raise BadInput(f"Workload {spec!r}: {attribute!r} is not callable.")
     return factory
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """What the user named, and how to feed it if it is a plain nn.Module: everything needed to
+    load the same workload again. Plain values only, so it travels to child processes (tuning
+    trials by pickle, torchrun ranks as JSON) where the workload's closures cannot."""
+
+    spec: str = DEFAULT_WORKLOAD  # built-in name or package.module:factory
+    input_shape: str = ""  # per-sample input shape(s) of a plain nn.Module, e.g. 3x32x32
+    input_dtype: str = "float32"
+    num_classes: int | None = None  # class count, or vocabulary size, of a plain nn.Module
+    batch_size: int | None = None  # None keeps the workload's own
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> WorkloadSpec:
+        """From notebook parameters; one a notebook does not declare takes its default here,
+        and 0 (the parameters cells' "not set") means None."""
+        return cls(
+            spec=params.get("workload") or DEFAULT_WORKLOAD,
+            input_shape=params.get("input_shape") or "",
+            input_dtype=params.get("input_dtype") or "float32",
+            num_classes=params.get("num_classes") or None,
+            batch_size=params.get("batch_size") or None,
+        )
+
+    def load(self) -> Workload:
+        """The workload; every problem is a BadInput naming the spec and what is wrong."""
+        return load_workload(
+            self.spec,
+            input_shape=self.input_shape,
+            input_dtype=self.input_dtype,
+            num_classes=self.num_classes,
+            batch_size=self.batch_size,
+        )
 
 
 def load_workload(
@@ -255,9 +284,7 @@ def load_workload(
     try:
         made = factory()
     except Exception as exc:
-        raise BadInput(
-            f"Workload {spec!r}: the factory raised {type(exc).__name__}: {exc}"
-        ) from None
+        raise BadInput(f"Workload {spec!r}: the factory raised {describe_error(exc)}.") from None
 
     if isinstance(made, Workload):
         workload = made
@@ -289,7 +316,3 @@ def load_workload(
 def _fresh_copy(module: nn.Module) -> nn.Module:
     """Each build gets its own weights object, so runs never share optimizer-mutated state."""
     return copy.deepcopy(module)
-
-
-def builtin_names() -> Sequence[str]:
-    return tuple(BUILTIN_WORKLOADS)

@@ -16,6 +16,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import workbench
+from workbench.errors import describe_error
 from workbench.targets.base import Target
 from workbench.targets.detect import detect_neuron_stack
 from workbench.workload import Workload
@@ -127,7 +128,7 @@ def collect_checklist(workload: Workload, target: Target) -> Checklist:
     try:
         checklist.graphs = [_capture_graph(workload, size) for size in sizes]
     except Exception as exc:  # the model cannot be traced: that is the finding
-        checklist.graph_note = f"graph capture failed: {type(exc).__name__}: {exc}"[:1000]
+        checklist.graph_note = f"graph capture failed: {describe_error(exc)}"
     else:
         first, second = checklist.graphs
         checklist.graph_changes_with_shape = (first.graph_count, first.ops) != (
@@ -144,5 +145,5 @@ def collect_checklist(workload: Workload, target: Target) -> Checklist:
             "bypass the dispatcher (plain pybind functions) are not visible here"
         )
     except Exception as exc:
-        checklist.custom_ops_note = f"op capture on cpu failed: {type(exc).__name__}: {exc}"[:1000]
+        checklist.custom_ops_note = f"op capture on cpu failed: {describe_error(exc)}"
     return checklist

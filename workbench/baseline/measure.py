@@ -10,7 +10,6 @@ later comparison can re-derive each number.
 from __future__ import annotations
 
 import math
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +39,8 @@ from workbench.baseline.records import (
     StepFailure,
 )
 from workbench.baseline.reference import write_reference
-from workbench.targets.base import Target
+from workbench.errors import describe_error
+from workbench.targets.base import CompileFailed, Target
 from workbench.timing import (
     HostPeakRss,
     Measurement,
@@ -101,23 +101,6 @@ def prepare_step(workload: Workload, target: Target, kind: str, mode: str) -> Pr
 
     items = batch_size * workload.items_per_sample()
     return PreparedStep(kind, mode, step, batch_size, items, targets, workload.loss_fn)
-
-
-class CompileFailed(Exception):
-    """target.compile() raised; the original exception is the cause."""
-
-
-# Frames in these folders are never where a user looks for the bug.
-_LIBRARY_DIRS = (str(Path(torch.__file__).parent), str(Path(__file__).parent))
-
-
-def _error_text(exc: BaseException) -> tuple[str, str]:
-    """ "Type: message" and the innermost frame in the user's code (else the innermost frame)."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    user_frames = [f for f in frames if not f.filename.startswith(_LIBRARY_DIRS)]
-    frame = (user_frames or frames or [None])[-1]
-    location = f"{frame.filename}:{frame.lineno} in {frame.name}" if frame else ""
-    return f"{type(exc).__name__}: {str(exc).strip()}"[:2000], location
 
 
 class _ConfigRunner:
@@ -210,9 +193,14 @@ class _ConfigRunner:
         # Read back after the phase, so host transfers never land inside a timed step.
         self.result.losses.extend(float(loss) for loss in losses)
         if failure is not None:
-            error, location = _error_text(failure)
+            error = describe_error(failure)
             self.result.failure = StepFailure(
-                self.prepared.kind, self.prepared.mode, phase, self.next_step, error, location
+                self.prepared.kind,
+                self.prepared.mode,
+                phase,
+                self.next_step,
+                error.text,
+                error.location,
             )
             self.log(self.result.failure.summary())
             return False
@@ -277,11 +265,14 @@ def run_config(
         prepared = prepare_step(workload, target, kind, mode)
     except Exception as exc:
         compile_failed = isinstance(exc, CompileFailed)
-        error, location = _error_text(exc.__cause__ if compile_failed else exc)
+        # A compile failure is told by what the compiler raised, not by the wrapper.
+        error = describe_error((exc.__cause__ or exc) if compile_failed else exc)
         batch_size = workload.batch_size
         result = ConfigResult(kind, mode, batch_size, batch_size * workload.items_per_sample())
         phase = PHASE_COMPILE if compile_failed else PHASE_SETUP
-        result.failure = StepFailure(kind, mode, phase, 0, error, location, compile_failed)
+        result.failure = StepFailure(
+            kind, mode, phase, 0, error.text, error.location, compile_failed
+        )
         log(result.failure.summary())
         return result
     return measure(prepared, target, settings, host=host, log=log, progress_bars=progress_bars)
@@ -304,12 +295,12 @@ def measure(
 def _step_failure_is_compile_failure(eager: ConfigResult | None, compiled: ConfigResult) -> bool:
     """A compiled run that fails before its first call completes, where eager ran that call."""
     failure = compiled.failure
+    eager_first_call = eager.phase(PHASE_FIRST_CALL) if eager is not None else None
     return (
         failure is not None
         and failure.phase == PHASE_FIRST_CALL
-        and eager is not None
-        and eager.phase(PHASE_FIRST_CALL) is not None
-        and eager.phase(PHASE_FIRST_CALL).measurement is not None
+        and eager_first_call is not None
+        and eager_first_call.measurement is not None
     )
 
 

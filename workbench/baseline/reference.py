@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from workbench.errors import describe_error
 from workbench.targets.base import Target
 from workbench.workload import Workload
 
@@ -80,7 +81,7 @@ def write_reference(workload: Workload, target: Target, path: Path | None) -> Re
     try:
         reference = make_reference(workload, target)
     except Exception as exc:  # the baseline's configurations report the same problem in full
-        error = f"{type(exc).__name__}: {exc}"[:1000]
+        error = str(describe_error(exc))
         return ReferenceSummary(None, None, None, str(target.device), error)
     saved = str(save_reference(reference, path)) if path is not None else None
     return ReferenceSummary(

@@ -36,11 +36,11 @@ from workbench.coverage.shapes import (
 )
 from workbench.coverage.support import (
     FLAVOURS,
-    Measurement,
+    TargetReading,
     load_tables,
     verdict,
 )
-from workbench.errors import BadInput
+from workbench.errors import BadInput, describe_error
 from workbench.targets.base import Target
 from workbench.workload import Workload
 
@@ -68,7 +68,7 @@ def _shape_variants(workload: Workload, reference: Capture) -> tuple[list[Captur
     return variants, ShapeStability(reference.label, comparisons)
 
 
-def measure_on_target(workload: Workload, target: Target) -> tuple[Measurement, Capture] | None:
+def measure_on_target(workload: Workload, target: Target) -> tuple[TargetReading, Capture] | None:
     """One training step on the target inside the capture, between the target's fallback
     readings; and the target's inference analyzer, where it has one. None where the target's
     readings say nothing about a Neuron flavour (cpu, cuda)."""
@@ -78,7 +78,7 @@ def measure_on_target(workload: Workload, target: Target) -> tuple[Measurement, 
     target.start_fallback_tracking()
     capture = capture_training_step(workload, device=target.device, synchronize=target.synchronize)
     fallbacks = target.fallback_ops() or Counter()
-    measurement = Measurement(
+    measurement = TargetReading(
         target=target.name,
         flavour=flavour,
         statement=target.validation_statement(),
@@ -94,13 +94,13 @@ def measure_on_target(workload: Workload, target: Target) -> tuple[Measurement, 
     except Exception as exc:
         measurement.failure = (
             f"{measurement.failure + '; ' if measurement.failure else ''}inference analysis "
-            f"raised {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+            f"raised {describe_error(exc)}"
         )
     return measurement, capture
 
 
 def _rows(
-    reference: Capture, target_capture: Capture | None, measurement: Measurement | None
+    reference: Capture, target_capture: Capture | None, measurement: TargetReading | None
 ) -> list[OpRow]:
     rows = {op: op_row(record, SEEN_REFERENCE) for op, record in reference.ops.items()}
     if target_capture is not None:

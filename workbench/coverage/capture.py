@@ -17,19 +17,19 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
-import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from time import perf_counter
-from types import CodeType, FrameType, TracebackType
+from types import CodeType, FrameType
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import workbench
+from workbench.errors import FrameRef, describe_error, is_user_code
 from workbench.workload import Batch, Workload
 
 PHASE_SETUP = "setup"  # building the model, the optimizer and the batch (failures only)
@@ -44,11 +44,6 @@ INT32_MAX = 2**31 - 1
 
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent) + os.sep
 _WORKBENCH_DIR = str(Path(workbench.__file__).resolve().parent) + os.sep
-# Built-in workloads are workload code like any user's, not workbench machinery.
-_WORKLOAD_CODE = (
-    _WORKBENCH_DIR + "workloads" + os.sep,
-    _WORKBENCH_DIR + "workload.py",
-)
 _STDLIB_DIR = str(Path(sysconfig.get_paths()["stdlib"]).resolve()) + os.sep
 
 # Torch's own dispatch plumbing between an API call and the mode: never the site of a call.
@@ -75,23 +70,18 @@ _USER, _TORCH, _PLUMBING, _MACHINERY, _PASS_THROUGH = (
 
 
 def _frame_kind(filename: str) -> str:
-    if filename.startswith("<") and not filename.startswith("<ipython-input"):
+    if is_user_code(filename):
+        return _USER
+    if filename.startswith("<"):
         return _PASS_THROUGH  # <frozen ...>, <string>: generated, not anyone's source
     path = os.path.realpath(filename)
     if path.startswith(_TORCH_PLUMBING):
         return _PLUMBING
-    if path.startswith(_TORCH_DIR):
-        return _TORCH
-    if path.startswith(_WORKBENCH_DIR) and not path.startswith(_WORKLOAD_CODE):
+    if path.startswith(_WORKBENCH_DIR):
         return _MACHINERY
     if path.startswith(_STDLIB_DIR) and "site-packages" not in path:
         return _PASS_THROUGH  # contextlib, functools: between the op and its caller
-    return _USER
-
-
-def is_workload_code(filename: str) -> bool:
-    """True for the workload's own source: outside torch, the workbench machinery and stdlib."""
-    return _frame_kind(filename) == _USER
+    return _TORCH  # torch, or a torch* sibling package such as torch_xla
 
 
 _KIND_BY_CODE: dict[CodeType, str] = {}
@@ -115,6 +105,10 @@ class CallSite:
     in_user_code: bool  # False: no workload frame on the stack; path is torch's
     module: str = ""  # innermost running module, e.g. "blocks.0.attn.qkv (Linear)"
     via: str = ""  # how a backward op maps to its forward call, e.g. "backward of AddmmBackward0"
+
+    @classmethod
+    def at(cls, frame: FrameRef) -> CallSite:
+        return cls(frame.path, frame.line, frame.function, frame.in_user_code)
 
     def short(self) -> str:
         where = f"{_short_path(self.path)}:{self.line} in {self.function}"
@@ -151,19 +145,6 @@ def site_from_frame(frame: FrameType | None, module: str = "") -> CallSite | Non
         return None
     code = innermost_torch.f_code
     return CallSite(code.co_filename, innermost_torch.f_lineno, code.co_name, False, module)
-
-
-def site_from_traceback(tb: TracebackType | None) -> CallSite | None:
-    """Where a failure happened: the innermost workload frame of the traceback, else its
-    innermost frame."""
-    frames = [(f, line) for f, line in traceback.walk_tb(tb)]
-    for frame, line in reversed(frames):
-        if _code_kind(frame.f_code) == _USER:
-            return CallSite(frame.f_code.co_filename, line, frame.f_code.co_name, True)
-    if not frames:
-        return None
-    frame, line = frames[-1]
-    return CallSite(frame.f_code.co_filename, line, frame.f_code.co_name, False)
 
 
 @dataclass
@@ -515,11 +496,12 @@ def capture_training_step(
             if synchronize is not None:
                 synchronize()
     except Exception as exc:
+        error = describe_error(exc)
         failure = CaptureFailure(
             phase=phase,
-            error_type=type(exc).__name__,
-            message=" ".join(str(exc).split())[:500],
-            site=site_from_traceback(exc.__traceback__),
+            error_type=error.error_type,
+            message=error.message,
+            site=CallSite.at(error.frame) if error.frame else None,
             op=mode.current_op,
         )
     return Capture(

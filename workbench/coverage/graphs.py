@@ -15,7 +15,8 @@ from time import perf_counter
 
 import torch
 
-from workbench.coverage.capture import CallSite, is_workload_code
+from workbench.coverage.capture import CallSite
+from workbench.errors import describe_error, pick_user_frame
 from workbench.workload import Workload
 
 _GB_PAGE = re.compile(r"(https://\S+/gb/(gb\d+)\.html)")
@@ -60,13 +61,8 @@ class CompiledPath:
 
 def _break_site(user_stack: list) -> CallSite | None:
     """The innermost workload frame of a break's user stack (Dynamo lists outermost first)."""
-    for frame in reversed(user_stack or []):
-        if is_workload_code(frame.filename):
-            return CallSite(frame.filename, frame.lineno or 0, frame.name, True)
-    if user_stack:
-        frame = user_stack[-1]
-        return CallSite(frame.filename, frame.lineno or 0, frame.name, False)
-    return None
+    frame = pick_user_frame(user_stack or [])
+    return CallSite.at(frame) if frame else None
 
 
 def _graph_break(reason: object) -> GraphBreak:
@@ -96,7 +92,7 @@ def explain_forward(workload: Workload) -> CompiledPath:
         inputs, _ = workload.batch("cpu")
         output = torch._dynamo.explain(model)(*inputs)
     except Exception as exc:
-        result.error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"
+        result.error = str(describe_error(exc))
     else:
         result.graph_count = output.graph_count
         result.graph_break_count = output.graph_break_count

@@ -26,9 +26,9 @@ from workbench.coverage.support import (
     SUPPORTED,
     UNKNOWN,
     VERDICTS,
-    Measurement,
+    OpVerdict,
     SupportTable,
-    Verdict,
+    TargetReading,
 )
 from workbench.scan.report import ScanReport
 from workbench.scorecard import ATTENTION, BLOCKER, PASS, Finding, judge
@@ -59,7 +59,7 @@ class OpRow:
     seen_in: list[str]
     forward_ops: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
-    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    verdicts: dict[str, OpVerdict] = field(default_factory=dict)
 
     @property
     def total_calls(self) -> int:
@@ -108,7 +108,7 @@ class CoverageReport:
     compiled: CompiledPath
     flags: list[RiskFlag]
     tables: dict[str, list[SupportTable]]
-    measurement: Measurement | None
+    measurement: TargetReading | None
     measurement_note: str  # what was measured on the target, or why nothing was
     target_capture: Capture | None
     rows: list[OpRow]
@@ -168,11 +168,9 @@ class CoverageReport:
             counts = ", ".join(
                 f"{summary.distinct[v]} {v}" for v in VERDICTS if summary.distinct[v]
             )
-            measured = self.measurement is not None and self.measurement.flavour == (
-                summary.flavour
-            )
-            if measured:
-                source = f"measured on {self.measurement.target}"
+            reading = self.measurement
+            if reading is not None and reading.flavour == summary.flavour:
+                source = f"measured on {reading.target}"
             else:
                 source = "tables" if self.tables.get(summary.flavour) else "no table"
             parts.append(f"{summary.label}: {counts} ({source})")

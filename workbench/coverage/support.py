@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -153,7 +154,7 @@ def load_tables() -> dict[str, list[SupportTable]]:
 
 
 @dataclass
-class Measurement:
+class TargetReading:
     """What running the workload on one target measured: the ops it ran there and which of
     them fell back to the host; plus the target's inference analyzer, where it has one."""
 
@@ -173,7 +174,9 @@ class Measurement:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class OpVerdict:
+    """One op's support on one Neuron flavour, with the evidence for it."""
+
     status: str
     evidence: list[str]  # strongest first
     measured: bool
@@ -198,7 +201,7 @@ def _table_verdict(
             "the device the composite takes its own path, so this name's table entry does not "
             "apply; measure on the target"
         ]
-    named = [(t, t.status(op)) for t in tables if t.status(op)]
+    named = [(t, status) for t in tables if (status := t.status(op))]
     if not named:
         return None
     table, status = named[0]
@@ -228,7 +231,7 @@ def _inference_verdict(op: str, analysis: InferenceAnalysis) -> tuple[str, str] 
     return None
 
 
-def _measured_verdict(op: str, measurement: Measurement) -> tuple[str, str] | None:
+def _measured_verdict(op: str, measurement: TargetReading) -> tuple[str, str] | None:
     fell_back = measurement.fallback_calls(op)
     if fell_back:
         return FALLS_BACK, (
@@ -247,11 +250,11 @@ def verdict(
     op: str,
     flavour: str,
     tables: list[SupportTable],
-    measurement: Measurement | None,
+    measurement: TargetReading | None,
     *,
-    tags: list[str] = (),
-    forward_ops: list[str] = (),
-) -> Verdict:
+    tags: Sequence[str] = (),
+    forward_ops: Sequence[str] = (),
+) -> OpVerdict:
     """The verdict for one op on one flavour, with its evidence, strongest first. `tags` are
     the op's torch.Tag names; `forward_ops`, for a backward op, the ops whose nodes ran it."""
     table = _table_verdict(op, list(tags), list(forward_ops), tables) if tables else None
@@ -264,12 +267,12 @@ def verdict(
             status, text = measured
             if table is not None and table[0] != status:
                 text += f"; this overrides the table's verdict ({table[0]})"
-            return Verdict(status, [text, *evidence], True)
+            return OpVerdict(status, [text, *evidence], True)
         evidence = [
             *evidence,
             f"not run as such on {measurement.target}: the device path replaced it "
             "(functionalization, or a device-specific kernel choice)",
         ]
     if table is None:
-        return Verdict(UNKNOWN, evidence or ["no table names this op"], False)
-    return Verdict(table[0], evidence, False)
+        return OpVerdict(UNKNOWN, evidence or ["no table names this op"], False)
+    return OpVerdict(table[0], evidence, False)

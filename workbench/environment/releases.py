@@ -99,21 +99,21 @@ def _checks(release: NeuronRelease, build: str, packages: dict[str, str]) -> lis
         torch_series = ".".join(build.split(".")[:3])
         checks = [
             PackageCheck(
-                "torch", torch_series, torch, bool(torch) and _public(torch) == torch_series
+                "torch", torch_series, torch, bool(torch and _public(torch) == torch_series)
             )
         ]
         xla = packages.get("torch-xla")
         xla_series = _minor(torch_series)
         checks.append(
             PackageCheck(
-                "torch-xla", f"{xla_series}.*", xla, bool(xla) and _minor(xla) == xla_series
+                "torch-xla", f"{xla_series}.*", xla, bool(xla and _minor(xla) == xla_series)
             )
         )
     else:
         # Native install rule: the torch-neuronx family matches the PyTorch minor (neuron.md 1.2).
         series = _minor(build)
         checks = [
-            PackageCheck("torch", f"{series}.*", torch, bool(torch) and _minor(torch) == series)
+            PackageCheck("torch", f"{series}.*", torch, bool(torch and _minor(torch) == series))
         ]
     compiler = packages.get("neuronx-cc")
     checks.append(
@@ -121,7 +121,7 @@ def _checks(release: NeuronRelease, build: str, packages: dict[str, str]) -> lis
             "neuronx-cc",
             " or ".join(release.neuronx_cc),
             compiler,
-            bool(compiler) and _public(compiler) in release.neuronx_cc,
+            bool(compiler and _public(compiler) in release.neuronx_cc),
         )
     )
     return [PackageCheck("torch-neuronx", build, packages.get("torch-neuronx"), True), *checks]

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_leaves, tree_map
 
-from workbench.targets.base import Target
+from workbench.targets.base import CompileFailed, Target
 
 AS_BUILT = "as built"  # the model's own dtype, no autocast
 CAST = "cast"  # weights and float inputs converted with .to(dtype)
@@ -66,10 +66,6 @@ PRECISIONS: dict[str, Precision] = {
 
 class AutocastUnavailable(RuntimeError):
     """torch.autocast cannot use the requested dtype on this device."""
-
-
-class CompileFailed(RuntimeError):
-    """The target's compile() raised; the original exception is the cause."""
 
 
 @dataclass(frozen=True)

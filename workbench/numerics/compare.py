@@ -5,7 +5,7 @@ error yardstick. Every run starts from the same initial weights (the state dict 
 the same fixed batch (notebook 01's reference artifact when it matches, else the workload's
 seeded batch). Per run this compares every leaf module's output in execution order, the final
 outputs, the loss, every parameter's gradient after one backward, the loss trajectory over N
-optimizer steps and the workload's task metric. Metrics come first (numerics_metrics), then the
+optimizer steps and the workload's task metric. Metrics come first (metrics.py), then the
 verdict rule judges them; the first failing layer is re-run on the reference's inputs to tell
 its own error from the error it inherited.
 """
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,12 +24,11 @@ import torch
 
 from workbench.baseline.reference import BASELINE_REFERENCE_FILE, load_reference, state_sha256
 from workbench.environment.manifest import legacy_setting
-from workbench.errors import BadInput, WorkbenchError
+from workbench.errors import BadInput, WorkbenchError, describe_error
 from workbench.numerics.capture import (
     FP32,
     FP64,
     PRECISIONS,
-    CompileFailed,
     LayerCapture,
     LayerRecorder,
     ModelBuilder,
@@ -63,7 +61,7 @@ from workbench.numerics.records import (
 )
 from workbench.redact import redact_environment
 from workbench.targets import get_target
-from workbench.targets.base import Target
+from workbench.targets.base import CompileFailed, Target
 from workbench.workload import Batch, Workload
 
 # Environment variables that change numerics (neuron.md 2.3, 2.8), read through the redaction.
@@ -94,12 +92,6 @@ class ReferenceRuns:
         if self._fp64_model is None:
             self._fp64_model, _ = prepared_model(self.build, self.fp64_spec)
         return self._fp64_model
-
-
-def error_text(exc: BaseException) -> str:
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
-    return f"{type(exc).__name__}: {str(exc).strip()}"[:1500] + where
 
 
 def prepared_model(build: ModelBuilder, spec: RunSpec) -> tuple[torch.nn.Module, list[str]]:
@@ -160,7 +152,7 @@ def run_references(
     except Exception as exc:
         raise WorkbenchError(
             f"The reference run ({spec.label}) of workload {workload.name!r} failed, so there "
-            f"is nothing to compare against: {error_text(exc)}"
+            f"is nothing to compare against: {describe_error(exc)}"
         ) from exc
     fp64_layers = fp64_training = fp64_error = None
     try:
@@ -168,7 +160,7 @@ def run_references(
             build, batch, fp64_spec, workload, steps, keep_inputs=False
         )
     except Exception as exc:  # some ops have no float64 kernel: closeness still judges
-        fp64_error = error_text(exc)
+        fp64_error = str(describe_error(exc))
     return ReferenceRuns(
         spec, layers, training, fp64_spec, fp64_layers, fp64_training, fp64_error, dropout, build
     )
@@ -251,7 +243,7 @@ def attribute(
             ]
     except Exception as exc:  # the layer could not be run alone: say so, keep the run
         return Attribution(
-            layer, UNKNOWN, None, f"re-running {layer} alone failed: {error_text(exc)}"
+            layer, UNKNOWN, None, f"re-running {layer} alone failed: {describe_error(exc)}"
         )
     comparison = _compare(
         layer, "layer re-run on reference inputs", isolated, reference_tensor.value, fp64, rule
@@ -432,7 +424,7 @@ def compare_run(
     except Exception as exc:  # recorded; the other runs are still compared
         result.status = "failed"
         result.failed_phase = _phase_of(exc, phase, spec)
-        result.error = error_text(exc)
+        result.error = str(describe_error(exc))
     result.seconds = perf_counter() - started
     return result
 

@@ -282,21 +282,21 @@ def headline(result: NumericsResult) -> str:
     """One sentence that reads the result."""
     runs = result.target_runs
     ok = [r for r in runs if r.status == "ok" and r.verdict is not None]
-    passed = [r for r in ok if r.verdict.passed]
+    passed = [r for r in ok if r.verdict and r.verdict.passed]
     text = (
         f"On {result.target['name']}, {len(passed)} of {len(runs)} runs match "
         f"{result.reference_label} under the fp64 RMSE rule"
     )
     if passed:
         text += f" ({', '.join(_short(r) for r in passed)})"
-    failing = [r for r in ok if not r.verdict.passed]
+    failing = [r for r in ok if r.verdict and not r.verdict.passed]
     if failing:
         first = failing[0]
         divergence = first.first_divergence
         if divergence:
             cause = divergence.attribution.cause
             text += f"; {_short(first)} first diverges at {divergence.layer} ({cause} error)"
-        else:
+        elif first.verdict:
             text += f"; {_short(first)} fails at {first.verdict.failed[0]}"
     broken = [r for r in runs if r.status != "ok"]
     if broken:
@@ -385,12 +385,12 @@ def _failing_reading(run: RunResult, steps: int) -> tuple[str, str]:
 
 
 def reading(result: NumericsResult) -> list[tuple[str, str]]:
-    """What to do, as (kind, sentence) pairs: kind is one of display.BANNER_KINDS."""
+    """What to do, as (kind, sentence) pairs: kind is one of markup.BANNER_KINDS."""
     steps = result.settings.steps
     items: list[tuple[str, str]] = []
     runs = result.target_runs
     ok = [r for r in runs if r.status == "ok" and r.verdict is not None]
-    if ok and all(r.verdict.passed for r in ok) and len(ok) == len(runs):
+    if ok and all(r.verdict and r.verdict.passed for r in ok) and len(ok) == len(runs):
         items.append(
             (
                 "ok",

@@ -145,7 +145,7 @@ def sweep_rows(result: NumericsResult) -> list[dict[str, Any]]:
             row["fp32 reference vs fp64"] = reference.metrics.reference_relative_l2_vs_fp64
         for run, layers in zip(runs, by_run, strict=True):
             comparison = layers.get(name)
-            cell = comparison.metrics.relative_l2 if comparison else None
+            cell: float | str | None = comparison.metrics.relative_l2 if comparison else None
             if comparison and not comparison.verdict.passed:
                 cell = f"{cell:.3g} (fails)"
             row[run.run["precision"]] = cell

@@ -24,8 +24,7 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from workbench.coverage.capture import is_workload_code
-from workbench.errors import BadInput
+from workbench.errors import BadInput, is_user_code
 from workbench.scan.python import python_hits
 from workbench.scan.report import Finding, ScanReport
 from workbench.scan.rules import FLAVOURS, RULES, SEVERITIES, severity_for
@@ -211,7 +210,7 @@ def workload_sources(workload: Workload) -> list[Path]:
             source = inspect.getsourcefile(obj)  # type: ignore[arg-type]
         except TypeError:  # builtins, C extensions, partials
             continue
-        if not source or not is_workload_code(source):
+        if not source or not is_user_code(source):
             continue
         path = Path(source).resolve()
         if path != loader and path not in files:

@@ -17,6 +17,10 @@ from typing import Any, ClassVar
 import torch
 
 
+class CompileFailed(RuntimeError):
+    """A target's compile() raised; the original exception is the cause."""
+
+
 @dataclass(frozen=True)
 class Availability:
     available: bool

@@ -28,10 +28,6 @@ class CpuTarget(Target):
         # CPU kernels run synchronously in the calling thread: nothing is queued.
         pass
 
-    @property
-    def autocast_device_type(self) -> str:
-        return "cpu"
-
     def compile(self, fn: Callable) -> Callable:
         return torch.compile(fn, backend="inductor")
 

@@ -97,10 +97,6 @@ class CudaTarget(Target):
             source="torch.cuda.max_memory_allocated / max_memory_reserved",
         )
 
-    @property
-    def autocast_device_type(self) -> str:
-        return "cuda"
-
     def compile(self, fn: Callable) -> Callable:
         return torch.compile(fn, backend="inductor")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from workbench.targets.base import CompileCounters
 
 
@@ -9,7 +11,7 @@ def dynamo_compile_counters() -> CompileCounters:
     """Graphs Dynamo compiled in this process and the seconds it spent, from its counters."""
     from torch._dynamo.utils import counters
 
-    stats = counters.get("stats", {})
+    stats = counters.get("stats", Counter())
     graphs = int(stats.get("unique_graphs", 0))
     seconds = _dynamo_compile_seconds()
     return CompileCounters(
@@ -18,11 +20,11 @@ def dynamo_compile_counters() -> CompileCounters:
         source="torch._dynamo.utils.counters['stats'] and compilation_time_metrics",
         extra={
             "calls_captured": int(stats.get("calls_captured", 0)),
-            "frames_ok": int(counters.get("frames", {}).get("ok", 0)),
+            "frames_ok": int(counters.get("frames", Counter()).get("ok", 0)),
             "recompiles": int(sum(counters.get("recompiles", {}).values()))
             if counters.get("recompiles")
             else 0,
-            "graph_breaks": int(sum(counters.get("graph_break", {}).values())),
+            "graph_breaks": int(sum(counters.get("graph_break", Counter()).values())),
         },
     )
 

@@ -46,6 +46,12 @@ _COMPILE_PHASES_US = (
 )
 
 
+def _torch_neuron() -> Any:
+    """The `torch.neuron` module, which exists only once TorchNeuron has registered it (torch
+    imports it through its backend entry point), so no type stub can describe it."""
+    return torch.neuron  # type: ignore[attr-defined]
+
+
 def _graph_compile_seconds(record: Any) -> float:
     return sum(getattr(record, phase) for phase in _COMPILE_PHASES_US) / _US_PER_SECOND
 
@@ -57,6 +63,9 @@ class NeuronTarget(Target):
     # fork from one that has imported torch: each starts as a fresh interpreter.
     trial_start_method = "spawn"
     distributed_backend = "neuron"
+    # Mixed precision keeps the base autocast_device_type, the device's own "neuron": TorchNeuron
+    # registers it as an autocast backend, torch.autocast(device_type="neuron", dtype=...),
+    # with float16 and bfloat16 supported (neuron.md 2.6).
     out_of_memory_patterns = (*Target.out_of_memory_patterns, *NEURON_OUT_OF_MEMORY_PATTERNS)
     compile_description = (
         "torch.compile(backend='neuron'): Dynamo -> AOT Autograd -> StableHLO -> neuronx-cc -> "
@@ -77,7 +86,7 @@ class NeuronTarget(Target):
                 f"installed ({stack.summary()}) or TORCH_DEVICE_BACKEND_AUTOLOAD=0 kept torch "
                 "from loading it",
             )
-        if not torch.neuron.is_available():
+        if not _torch_neuron().is_available():
             return Availability(
                 False,
                 "torch.neuron.is_available() is False: no NeuronCore is visible to this process "
@@ -85,8 +94,8 @@ class NeuronTarget(Target):
             )
         return Availability(
             True,
-            f"{torch.neuron.device_count()} Neuron device(s), "
-            f"{torch.neuron.get_device_name()}, torch-neuronx {stack.torch_neuronx}",
+            f"{_torch_neuron().device_count()} Neuron device(s), "
+            f"{_torch_neuron().get_device_name()}, torch-neuronx {stack.torch_neuronx}",
         )
 
     @property
@@ -94,15 +103,15 @@ class NeuronTarget(Target):
         return torch.device("neuron")
 
     def synchronize(self) -> None:
-        torch.neuron.synchronize()
+        _torch_neuron().synchronize()
 
     def reset_peak_memory(self) -> None:
         # Ops queued before the window would otherwise allocate inside it.
-        torch.neuron.synchronize()
-        torch.neuron.reset_peak_memory_stats()
+        _torch_neuron().synchronize()
+        _torch_neuron().reset_peak_memory_stats()
 
     def device_memory(self) -> DeviceMemory | None:
-        total = torch.neuron.get_device_properties().total_memory
+        total = _torch_neuron().get_device_properties().total_memory
         return DeviceMemory(
             int(total),
             "torch.neuron.get_device_properties().total_memory of the current device "
@@ -111,7 +120,7 @@ class NeuronTarget(Target):
 
     def max_data_parallel_workers(self) -> int:
         # One rank per logical NeuronCore (neuron.md 2.6: one process per device).
-        return torch.neuron.device_count()
+        return _torch_neuron().device_count()
 
     @classmethod
     def rank_environment(cls, local_rank: int) -> dict[str, str]:
@@ -125,18 +134,12 @@ class NeuronTarget(Target):
 
     def peak_memory(self) -> MemoryReading:
         # The allocator is asynchronous: its statistics are only complete after a synchronize.
-        torch.neuron.synchronize()
+        _torch_neuron().synchronize()
         return MemoryReading(
-            peak_allocated=torch.neuron.max_memory_allocated(),
-            peak_reserved=torch.neuron.max_memory_reserved(),
+            peak_allocated=_torch_neuron().max_memory_allocated(),
+            peak_reserved=_torch_neuron().max_memory_reserved(),
             source="torch.neuron.max_memory_allocated / max_memory_reserved after synchronize",
         )
-
-    @property
-    def autocast_device_type(self) -> str:
-        # TorchNeuron registers "neuron" as an autocast backend: torch.autocast(device_type=
-        # "neuron", dtype=torch.bfloat16), with float16 and bfloat16 supported (neuron.md 2.6).
-        return "neuron"
 
     def compile(self, fn: Callable) -> Callable:
         # No mode (ignored with a warning) and no dynamic=True (rejected): shapes are static.
@@ -144,9 +147,9 @@ class NeuronTarget(Target):
 
     def compile_counters(self) -> CompileCounters:
         dynamo = dynamo_compile_counters()
-        if not hasattr(torch.neuron, "get_dynamo_metrics"):
+        if not hasattr(_torch_neuron(), "get_dynamo_metrics"):
             return dynamo
-        records = list(torch.neuron.get_dynamo_metrics())
+        records = list(_torch_neuron().get_dynamo_metrics())
         return CompileCounters(
             graphs=len(records),
             compile_seconds=sum(_graph_compile_seconds(record) for record in records),
@@ -171,14 +174,14 @@ class NeuronTarget(Target):
         import torch_neuronx
 
         # Queued ops from before the window would otherwise be recorded inside it.
-        torch.neuron.synchronize()
+        _torch_neuron().synchronize()
         torch_neuronx.clear_op_tracking()
 
     def fallback_ops(self) -> Counter[str] | None:
         import torch_neuronx
 
         # Ops run asynchronously; a fallback is only recorded once its op has executed.
-        torch.neuron.synchronize()
+        _torch_neuron().synchronize()
         # One entry per invocation, so the Counter gives calls per op.
         return Counter(torch_neuronx.get_fallback_ops())
 
@@ -187,11 +190,11 @@ class NeuronTarget(Target):
         return True
 
     def describe(self) -> dict[str, Any]:
-        properties = torch.neuron.get_device_properties()
+        properties = _torch_neuron().get_device_properties()
         return super().describe() | {
             # TorchNeuron reports the instance type (e.g. trn2.48xlarge) as the device name.
             "device_name": properties.name,
             "total_memory_bytes": int(properties.total_memory),
-            "device_count": torch.neuron.device_count(),
+            "device_count": _torch_neuron().device_count(),
             "torch_neuronx": detect.installed_version("torch-neuronx"),
         }

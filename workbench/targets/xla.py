@@ -64,6 +64,10 @@ class XlaTarget(Target):
     # trial process starts as a fresh interpreter.
     trial_start_method = "spawn"
     distributed_backend = "xla"
+    # Mixed precision keeps the base autocast_device_type, the device's own "xla":
+    # torch.autocast("xla") is the entry point that works everywhere (torch_xla.amp.autocast
+    # crashes on XLA:CPU, xla_cpu.md), and Neuron's legacy bf16 recipe (c) is this autocast
+    # around the forward with NEURON_CC_FLAGS="--auto-cast=none" (neuron.md 2.3).
     # XLA reports device allocation failures as RESOURCE_EXHAUSTED; on a Trn1 the Neuron runtime
     # and compiler report theirs as on the native path.
     out_of_memory_patterns = (
@@ -179,13 +183,6 @@ class XlaTarget(Target):
                 "memory_used (neuron_runtime_used_bytes.neuron_device) while the workload runs"
             ),
         )
-
-    @property
-    def autocast_device_type(self) -> str:
-        # torch.autocast("xla") is the entry point that works everywhere: torch_xla.amp.autocast
-        # crashes on XLA:CPU (xla_cpu.md), and Neuron's legacy bf16 recipe (c) is this autocast
-        # around the forward with NEURON_CC_FLAGS="--auto-cast=none" (neuron.md 2.3).
-        return "xla"
 
     def compile(self, fn: Callable) -> Callable:
         return torch.compile(fn, backend="openxla")

@@ -89,9 +89,9 @@ def optimal_boundaries(lengths: Sequence[int], buckets: int) -> list[int]:
             for i in range(j):
                 if cost[i] == inf:
                     continue
-                value = cost[i] + top * (prefix[j] - prefix[i])
-                if value < new_cost[j]:
-                    new_cost[j], back[j] = value, i
+                padded = cost[i] + top * (prefix[j] - prefix[i])
+                if padded < new_cost[j]:
+                    new_cost[j], back[j] = padded, i
         choice.append(back)
         cost = new_cost
     boundaries, j = [], n

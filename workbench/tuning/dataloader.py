@@ -23,7 +23,8 @@ from workbench.errors import BadInput
 from workbench.targets import get_target
 from workbench.targets.base import Target
 from workbench.timing import Measurement, format_seconds
-from workbench.tuning.process import FINISHED, WorkloadSource, run_in_child, usable_cores
+from workbench.tuning.process import FINISHED, run_in_child, usable_cores
+from workbench.workload import WorkloadSpec
 
 # PyTorch's TensorBoard profiler plugin advises more workers once DataLoader time passes 5% of
 # the step (methods.md e4).
@@ -116,7 +117,7 @@ class LoaderSetting:
 class LoaderJob:
     """Training steps fed by a DataLoader with one setting, run in a child process."""
 
-    source: WorkloadSource
+    spec: WorkloadSpec
     target: str
     batch_size: int
     setting: LoaderSetting
@@ -128,7 +129,7 @@ class LoaderJob:
         # Workers and intra-op threads share the cores: the training process keeps the rest.
         torch.set_num_threads(training_threads(self.setting.num_workers))
         target = get_target(self.target)
-        workload = self.source.load()
+        workload = self.spec.load()
         model = workload.build_model(target.device)
         model.train()
         optimizer = workload.make_optimizer(model)
@@ -233,7 +234,9 @@ def loader_settings(
     return settings
 
 
-def recommend(results: Sequence[LoaderResult], limit: float) -> LoaderResult | None:
+def cheapest_sufficient_setting(
+    results: Sequence[LoaderResult], limit: float
+) -> LoaderResult | None:
     """The setting with the fewest workers that keeps the wait share under `limit` (then no
     pinning, then the smallest prefetch: the cheapest setting that does the job)."""
     good = [r for r in results if r.wait_share is not None and r.wait_share < limit]
@@ -245,7 +248,7 @@ def recommend(results: Sequence[LoaderResult], limit: float) -> LoaderResult | N
 
 
 def sweep_loader(
-    source: WorkloadSource,
+    spec: WorkloadSpec,
     target: Target,
     batch_size: int,
     settings: Sequence[LoaderSetting],
@@ -275,7 +278,7 @@ def sweep_loader(
             "this, and the workers then compete with the training step for CPU"
         )
     for setting in tqdm(settings, desc="DataLoader sweep", disable=not progress_bars):
-        job = LoaderJob(source, target.name, batch_size, setting, work, warmup, steps)
+        job = LoaderJob(spec, target.name, batch_size, setting, work, warmup, steps)
         outcome = run_in_child(job, target.trial_start_method, timeout_s)
         result = LoaderResult(setting, "ok", items_per_step=batch_size * items_per_sample)
         data = outcome.result or {}
@@ -287,7 +290,7 @@ def sweep_loader(
             result.steps = Measurement(data["step_times"])
         study.results.append(result)
         log(_line(result))
-    study.recommended = recommend(study.results, study.limit)
+    study.recommended = cheapest_sufficient_setting(study.results, study.limit)
     return study
 
 

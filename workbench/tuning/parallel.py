@@ -31,11 +31,11 @@ from workbench.targets.base import Target
 from workbench.timing import Measurement, format_seconds
 from workbench.tuning.process import (
     TERMINATE_GRACE_S,
-    WorkloadSource,
     kill_group,
     read_tail,
     usable_cores,
 )
+from workbench.workload import WorkloadSpec
 
 OK = "ok"
 SKIPPED = "skipped"
@@ -45,7 +45,7 @@ TIMEOUT = "timeout"
 
 @dataclass(frozen=True)
 class RankJob:
-    source: WorkloadSource
+    spec: WorkloadSpec
     target: str
     batch_size: int  # per rank
     warmup_steps: int
@@ -60,7 +60,7 @@ class RankJob:
     @classmethod
     def from_json(cls, text: str) -> RankJob:
         data = json.loads(text)
-        return cls(**{**data, "source": WorkloadSource(**data["source"])})
+        return cls(**{**data, "spec": WorkloadSpec(**data["spec"])})
 
 
 def rank_main(job: RankJob) -> None:
@@ -74,7 +74,7 @@ def rank_main(job: RankJob) -> None:
     import torch.distributed as dist
 
     try:
-        workload = job.source.load()
+        workload = job.spec.load()
         model = target.data_parallel(workload.build_model(target.device))
         model.train()
         optimizer = workload.make_optimizer(model)
@@ -218,7 +218,7 @@ def launch(job: RankJob, world_size: int, timeout_s: float) -> ScalingRun:
 
 
 def sweep_world_sizes(
-    source: WorkloadSource,
+    spec: WorkloadSpec,
     target: Target,
     batch_size: int,
     world_sizes: Sequence[int],
@@ -248,7 +248,7 @@ def sweep_world_sizes(
         study.runs = [ScalingRun(w, SKIPPED, collectives.reason) for w in sizes]
         log(f"data-parallel sweep skipped: {collectives.reason}")
         return study
-    job = RankJob(source, target.name, batch_size, warmup_steps, steps, timeout_s, threads, "")
+    job = RankJob(spec, target.name, batch_size, warmup_steps, steps, timeout_s, threads, "")
     for world_size in tqdm(sizes, desc="data-parallel sweep", disable=not progress_bars):
         if world_size > max_workers:
             run = ScalingRun(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from workbench.errors import BadInput
+from workbench.errors import BadInput, describe_error
 from workbench.workload import Workload
 
 LINEAR = "linear"
@@ -244,7 +244,7 @@ def check_accumulation(
         ]
         accumulated = _gradients(workload, chunks, steps)
     except Exception as exc:  # the verdict says the check could not run, and why
-        check.error = f"{type(exc).__name__}: {exc}"
+        check.error = str(describe_error(exc))
         return check
     worst, worst_name = 0.0, ""
     for name, g_big in big.items():

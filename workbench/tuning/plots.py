@@ -38,9 +38,9 @@ def throughput_and_memory(result: RetuneResult) -> Figure:
     trial's peak memory with the budget and the margin-reduced limit drawn; failed trials sit
     on the limit line, marked by why they failed."""
     figure, (left, right) = _row(2)
-    ok = [t for t in result.sweep if t.throughput]
+    ok = [(t.batch_size, t.throughput) for t in result.sweep if t.throughput]
     if ok:
-        left.plot([t.batch_size for t in ok], [t.throughput for t in ok], marker="o")
+        left.plot([size for size, _ in ok], [rate for _, rate in ok], marker="o")
         if result.choice:
             left.scatter(
                 [result.choice.batch_size],
@@ -134,13 +134,14 @@ def scaling(result: RetuneResult) -> Figure:
     figure, (left, right) = _row(2)
     study = result.scaling
     runs = study.measured() if study else []
-    if not runs:
+    if study is None or not runs:
         reason = (study.skipped_reason if study else None) or result.skipped.get("scaling", "")
         _empty(left, f"no data-parallel run: {reason}" if reason else "no run finished")
         _empty(right, "")
         return figure
+    # measured() holds only runs with a throughput.
     sizes = [r.world_size for r in runs]
-    left.plot(sizes, [r.throughput for r in runs], marker="o", label="measured")
+    left.plot(sizes, [r.throughput or 0.0 for r in runs], marker="o", label="measured")
     base = next((r for r in runs if r.world_size == 1), None)
     if base and base.throughput:
         left.plot(
@@ -154,8 +155,8 @@ def scaling(result: RetuneResult) -> Figure:
     left.set_ylabel(result.throughput_unit)
     left.set_title(f"Throughput, {study.backend} ({result.measured_label})", fontsize=10)
     left.legend(loc="upper left", fontsize=8)
-    effective = [r for r in runs if r.efficiency is not None]
-    right.plot([r.world_size for r in effective], [r.efficiency for r in effective], marker="o")
+    effective = [(r.world_size, r.efficiency) for r in runs if r.efficiency is not None]
+    right.plot([size for size, _ in effective], [e for _, e in effective], marker="o")
     floor = result.settings.min_scaling_efficiency
     right.axhline(floor, color="tab:red", ls=":", label=f"floor {floor:.0%}")
     right.axhline(1.0, color="gray", lw=0.8)
@@ -173,13 +174,15 @@ def dataloader_wait(result: RetuneResult) -> Figure:
     """Share of each step spent waiting for data, per setting, with the 5% limit."""
     figure, (ax,) = _row(1, height=3.4)
     study = result.loader
-    measured = [r for r in study.results if r.wait_share is not None] if study else []
-    if not measured:
+    measured = (
+        [(r, r.wait_share) for r in study.results if r.wait_share is not None] if study else []
+    )
+    if study is None or not measured:
         _empty(ax, "no DataLoader setting ran")
         return figure
-    labels = [r.setting.label() for r in measured]
-    colors = ["tab:green" if r is study.recommended else "tab:blue" for r in measured]
-    ax.bar(range(len(measured)), [r.wait_share * 100 for r in measured], color=colors)
+    labels = [r.setting.label() for r, _ in measured]
+    colors = ["tab:green" if r is study.recommended else "tab:blue" for r, _ in measured]
+    ax.bar(range(len(measured)), [share * 100 for _, share in measured], color=colors)
     ax.axhline(study.limit * 100, color="tab:red", ls=":", label=f"limit {study.limit:.0%}")
     ax.set_xticks(range(len(measured)), labels, rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("waiting for data (% of step)")

@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from workbench.baseline.measure import _error_text
+from workbench.errors import describe_error
 from workbench.redact import scrub_text
 from workbench.results import write_json_atomic
-from workbench.workload import Workload, load_workload
 
 # What a forkserver imports once, so that each trial forked from it starts warm. Creating the
 # first optimizer imports torch._dynamo (seconds), so it is preloaded too.
@@ -44,25 +43,6 @@ FINISHED = "finished"  # the job returned (its result may still record a failure
 TIMED_OUT = "timeout"  # still running at the deadline: killed with its process group
 SIGNALLED = "signal"  # killed by a signal before it could report
 EXITED = "exit"  # exited without a result (an error outside the job, or os._exit)
-
-
-@dataclass(frozen=True)
-class WorkloadSource:
-    """What a child process needs to load the notebook's workload again (workloads hold
-    closures, so they cannot travel to another process themselves)."""
-
-    spec: str
-    input_shape: str = ""
-    input_dtype: str = "float32"
-    num_classes: int = 0
-
-    def load(self) -> Workload:
-        return load_workload(
-            self.spec,
-            input_shape=self.input_shape,
-            input_dtype=self.input_dtype,
-            num_classes=self.num_classes or None,
-        )
 
 
 class Job(Protocol):
@@ -116,9 +96,9 @@ def _child_main(
     try:
         result = job.run()
     except BaseException as exc:  # reported as the job's error; the parent classifies it
-        error, location = _error_text(exc)
+        error = describe_error(exc)
         traceback.print_exc()
-        result = {"error": error, "location": location}
+        result = {"error": error.text, "location": error.location}
     sys.stdout.flush()
     sys.stderr.flush()
     write_json_atomic(Path(result_path), result)
@@ -166,7 +146,8 @@ def run_in_child(job: Job, start_method: str, timeout_s: float) -> ChildOutcome:
     with tempfile.TemporaryDirectory(prefix="workbench-trial-") as folder:
         result_path = Path(folder) / "result.json"
         log_path = Path(folder) / "output.log"
-        process = context.Process(
+        # Every concrete context has Process; typeshed gives get_context(str) only BaseContext.
+        process = context.Process(  # type: ignore[attr-defined]
             target=_child_main,
             args=(job, str(result_path), str(log_path), dict(os.environ), backstop),
             daemon=False,

@@ -64,15 +64,12 @@ class RetuneSettings:
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> RetuneSettings:
         """The settings named like notebook 04's parameters, taken from them (lists as tuples)."""
-        return cls(
-            **{
-                f.name: tuple(params[f.name])
-                if isinstance(params[f.name], list)
-                else params[f.name]
-                for f in fields(cls)
-                if f.name in params
-            }
-        )
+        values: dict[str, Any] = {
+            f.name: tuple(params[f.name]) if isinstance(params[f.name], list) else params[f.name]
+            for f in fields(cls)
+            if f.name in params
+        }
+        return cls(**values)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

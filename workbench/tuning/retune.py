@@ -3,15 +3,15 @@ width, padding buckets, and what a sample costs.
 
 `run_retuning` runs the stages in the order their answers depend on one another:
 
-1. the largest batch that fits the memory budget (trials: subprocess trials, bisection);
+1. the largest batch that fits the memory budget (trials.py: subprocess trials, bisection);
 2. a batch-size sweep up to it, and the throughput-best per-core batch;
-3. data-parallel scaling at that batch under torchrun (parallel), and the widest world
+3. data-parallel scaling at that batch under torchrun (parallel.py), and the widest world
    size that keeps its efficiency;
-4. the global batch plan (plan): per-core batch x workers x accumulation = the global
+4. the global batch plan (plan.py): per-core batch x workers x accumulation = the global
    batch, the learning-rate change, and an accumulation-equivalence check on the workload;
-5. DataLoader workers at the planned per-core batch (dataloader);
-6. padding buckets for sequence workloads (buckets);
-7. what a sample costs on this machine's own instance (cost);
+5. DataLoader workers at the planned per-core batch (dataloader.py);
+6. padding buckets for sequence workloads (buckets.py);
+7. what a sample costs on this machine's own instance (cost.py);
 
 then a recommendation that carries its evidence. Every number measured here says it was
 measured on this machine and target.
@@ -39,7 +39,7 @@ from workbench.tuning.plan import (
     check_accumulation,
     plan_global_batch,
 )
-from workbench.tuning.process import WorkloadSource, usable_cores
+from workbench.tuning.process import usable_cores
 from workbench.tuning.recommend import recommend
 from workbench.tuning.records import Recommendation, RetuneResult, RetuneSettings
 from workbench.tuning.trials import (
@@ -51,7 +51,7 @@ from workbench.tuning.trials import (
     search_largest_batch,
     sweep_batch_sizes,
 )
-from workbench.workload import Workload
+from workbench.workload import Workload, WorkloadSpec
 
 # The first steps of a data-parallel run build DDP's buckets and the optimizer state.
 SCALING_WARMUP_STEPS = 5
@@ -68,7 +68,7 @@ def _validate_inputs(settings: RetuneSettings) -> tuple[list[int], str]:
 
 
 def run_retuning(
-    source: WorkloadSource,
+    spec: WorkloadSpec,
     workload: Workload,
     target: Target,
     settings: RetuneSettings | None = None,
@@ -77,7 +77,7 @@ def run_retuning(
     progress_bars: bool = False,
 ) -> RetuneResult:
     """Every stage (see the module docstring); a stage that cannot run says why and the rest
-    go on. `workload` is `source` loaded here (for its metadata, optimizer and the CPU checks);
+    go on. `workload` is `spec` loaded here (for its metadata, optimizer and the CPU checks);
     trials load their own copy in their child processes."""
     settings = settings or RetuneSettings()
     lengths, lengths_source = _validate_inputs(settings)
@@ -90,7 +90,7 @@ def run_retuning(
         f"memory budget {budget.total_bytes / 2**30:,.2f} GiB ({budget.source}), "
         f"{budget.margin:.0%} kept free"
     )
-    runner = TrialRunner(source, target, budget, settings.mode, settings.trial_timeout_s, log)
+    runner = TrialRunner(spec, target, budget, settings.mode, settings.trial_timeout_s, log)
     search = search_largest_batch(
         runner, settings.min_batch, settings.max_batch, progress_bars=progress_bars
     )
@@ -112,7 +112,7 @@ def run_retuning(
             skipped[stage] = reason
     else:
         scaling = sweep_world_sizes(
-            source,
+            spec,
             target,
             choice.batch_size,
             settings.world_sizes,
@@ -136,7 +136,7 @@ def run_retuning(
         log(f"accumulation check: {accumulation.explanation()}")
         counts = list(settings.dataloader_workers) or default_worker_counts(usable_cores())
         loader = sweep_loader(
-            source,
+            spec,
             target,
             primary.per_core_batch,
             loader_settings(counts, settings.prefetch_factors, target.pin_memory_helps),

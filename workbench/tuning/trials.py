@@ -28,9 +28,9 @@ from workbench.tuning.process import (
     SIGNALLED,
     TIMED_OUT,
     ChildOutcome,
-    WorkloadSource,
     run_in_child,
 )
+from workbench.workload import WorkloadSpec
 
 OK = "ok"
 OVER_BUDGET = "over budget"  # ran, but its peak memory left less than the safety margin
@@ -91,7 +91,7 @@ def resolve_budget(target: Target, budget_gib: float, margin: float) -> MemoryBu
 class BatchTrialJob:
     """One training configuration at one batch size, run in a child process."""
 
-    source: WorkloadSource
+    spec: WorkloadSpec
     target: str
     batch_size: int
     mode: str
@@ -100,7 +100,7 @@ class BatchTrialJob:
 
     def run(self) -> dict[str, Any]:
         target = get_target(self.target)
-        workload = self.source.load()
+        workload = self.spec.load()
         workload.batch_size = self.batch_size
         settings = BaselineSettings(self.steady_steps, self.warmup, (TRAIN,), (self.mode,))
         host = HostPeakRss()
@@ -115,6 +115,7 @@ def _payload(config: ConfigResult, target: Target, host: HostPeakRss) -> dict[st
         p.memory.device_peak_reserved or p.memory.device_peak_allocated for p in config.phases
     )
     device = [value for value in readings if value is not None]
+    peak: int | None
     if device:
         peak, source = max(device), f"device: {target.peak_memory().source}"
     else:
@@ -221,7 +222,7 @@ def classify(
 class TrialRunner:
     """Runs batch trials of one workload on one target, each in a fresh child process."""
 
-    source: WorkloadSource
+    spec: WorkloadSpec
     target: Target
     budget: MemoryBudget
     mode: str
@@ -230,7 +231,7 @@ class TrialRunner:
 
     def run(self, stage: str, batch_size: int, steady_steps: int, warmup: WarmupRule) -> Trial:
         job = BatchTrialJob(
-            self.source, self.target.name, batch_size, self.mode, steady_steps, warmup
+            self.spec, self.target.name, batch_size, self.mode, steady_steps, warmup
         )
         outcome = run_in_child(job, self.target.trial_start_method, self.timeout_s)
         trial = classify(stage, batch_size, outcome, self.target, self.budget)

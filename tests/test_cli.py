@@ -1,0 +1,108 @@
+"""The command line on its own: argument errors, config precedence and `list`, without kernels
+(`workbench run` itself is covered by test_runner.py and test_run_e2e.py)."""
+
+import pytest
+
+import workbench.runner
+from workbench.cli import main
+from workbench.errors import EXIT_BAD_INPUT, EXIT_OK
+from workbench.runner import DEFAULT_CELL_TIMEOUT_S, RunRequest
+from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
+
+
+def _one_error_line(capsys) -> str:
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("workbench: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        ([], "required: command"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (["run", "--cell-timeout", "soon"], "invalid int value: 'soon'"),
+        (["run", "--workload"], "--workload: expected one argument"),
+        (["env"], "required: env_command"),
+        (["env", "diff", "only-one.json"], "required: new"),
+    ],
+)
+def test_argument_errors_are_one_sentence_and_exit_2(capsys, tmp_path, monkeypatch, argv, fragment):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == EXIT_BAD_INPUT
+    line = _one_error_line(capsys)
+    assert fragment in line and "--help" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["run", "--target", "tpu"], "Unknown target 'tpu'"),
+        (["run", "-p", "steady_steps"], "Parameter 'steady_steps' is not of the form key=value."),
+        (["run", "--config", "missing.yaml"], "Config missing.yaml cannot be read"),
+    ],
+)
+def test_bad_input_from_a_command_is_one_sentence_and_exit_2(
+    capsys, tmp_path, monkeypatch, argv, fragment
+):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == EXIT_BAD_INPUT
+    assert fragment in _one_error_line(capsys)
+    assert list(tmp_path.iterdir()) == [], "bad input writes nothing"
+
+
+@pytest.fixture
+def requests(monkeypatch) -> list[RunRequest]:
+    """`workbench run` with the runner replaced by a recorder of the request it gets."""
+    seen: list[RunRequest] = []
+
+    def record(request: RunRequest, progress) -> int:
+        seen.append(request)
+        return EXIT_OK
+
+    monkeypatch.setattr(workbench.runner, "run", record)
+    return seen
+
+
+def test_run_defaults(requests):
+    assert main(["run"]) == EXIT_OK
+    (request,) = requests
+    assert request.workload == DEFAULT_WORKLOAD and request.target == "auto"
+    assert request.only == [] and request.out is None and request.parameters == {}
+    assert request.cell_timeout == DEFAULT_CELL_TIMEOUT_S and not request.show_code
+
+
+def test_command_line_values_win_over_the_config_file(requests, tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        "workload: tiny-cnn\ntarget: cpu\nonly: [1, 3]\nout: from-config\ncell_timeout: 60\n"
+        "show_code: true\nparameters: {steady_steps: 5, modes: eager}\n"
+    )
+    assert main(["run", "--config", str(config)]) == EXIT_OK
+    overrides = ["--workload", "tiny-transformer", "--only", "00", "-p", "steady_steps=7"]
+    assert main(["run", "--config", str(config), *overrides, "--cell-timeout", "9"]) == EXIT_OK
+    from_config, overridden = requests
+    assert from_config.workload == "tiny-cnn" and from_config.target == "cpu"
+    assert from_config.only == ["1", "3"] and str(from_config.out) == "from-config"
+    assert from_config.cell_timeout == 60 and from_config.show_code
+    assert from_config.parameters == {"steady_steps": 5, "modes": "eager"}
+    assert overridden.workload == "tiny-transformer" and overridden.only == ["00"]
+    assert overridden.parameters == {"steady_steps": "7", "modes": "eager"}
+    assert overridden.cell_timeout == 9 and overridden.target == "cpu"
+
+
+def test_list_names_every_workload_target_and_parameter(capsys):
+    assert main(["list"]) == EXIT_OK
+    out = capsys.readouterr().out
+    for name in BUILTIN_WORKLOADS:
+        assert name in out
+    for target in ("cpu", "cuda", "xla", "neuron"):
+        assert f"  {target} " in out
+    assert "steady_steps (int, default 30)" in out
+    # The runner sets these from --workload/--target/--out; they are not -p parameters.
+    assert "out_dir (" not in out and "workload (" not in out

@@ -1,0 +1,204 @@
+"""The runner on its own: output-folder rules, `latest`, exit codes and outcomes.
+
+Kernel-backed tests run a tiny notebook of a few lines in real papermill kernels (no torch in the
+kernel), so they take seconds; test_run_e2e.py runs the real notebooks through the CLI.
+"""
+
+import json
+import os
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import workbench.runner as runner
+from workbench.errors import EXIT_INTERRUPTED, EXIT_NOTEBOOK_FAILED, EXIT_OK, BadInput
+from workbench.runner import (
+    NotebookOutcome,
+    RunRequest,
+    prepare_out_dir,
+    run,
+    select_notebooks,
+    update_latest,
+)
+
+TINY_PARAMETERS = """\
+workload: str = "seed-mlp"  # the runner passes --workload here
+target: str = "auto"  # the runner passes --target here
+out_dir: str = "."  # the run folder
+fail: bool = False  # raise in the next cell
+write_result: bool = True  # save 00_tiny.json
+"""
+TINY_BODY = """\
+print("tiny: working")
+if fail:
+    raise ValueError("tiny failed\\n   on purpose")
+if write_result:
+    from workbench.results import save_result
+
+    save_result(out_dir, "00_tiny", {"headline": f"tiny headline on {target}"})
+"""
+# Saved on a Neuron DLAMI: the runner must use its own kernelspec, not this missing one.
+DLAMI_KERNEL = {"name": "aws_neuron_venv_pytorch", "language": "python", "display_name": "Neuron"}
+
+
+@pytest.fixture
+def notebooks(tmp_path, monkeypatch) -> Path:
+    """A notebooks folder holding 00_tiny and an (unrunnable here) 01_other, used by the runner."""
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    parameters = nbformat.v4.new_code_cell(TINY_PARAMETERS)
+    parameters.metadata["tags"] = ["parameters"]
+    tiny = nbformat.v4.new_notebook(cells=[parameters, nbformat.v4.new_code_cell(TINY_BODY)])
+    tiny.metadata["kernelspec"] = DLAMI_KERNEL
+    nbformat.write(tiny, folder / "00_tiny.ipynb")
+    other = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('target: str = "auto"')])
+    other.cells[0].metadata["tags"] = ["parameters"]
+    other.metadata["kernelspec"] = DLAMI_KERNEL
+    nbformat.write(other, folder / "01_other.ipynb")
+    monkeypatch.setattr(runner, "NOTEBOOKS_DIR", folder)
+    return folder
+
+
+def _request(tmp_path: Path, **kwargs) -> RunRequest:
+    settings = {"target": "cpu", "only": ["00"], "cell_timeout": 120, **kwargs}
+    return RunRequest(reports_root=tmp_path / "reports", **settings)
+
+
+def _summary(out: Path) -> dict:
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_only_picks_notebooks_by_number_once_each_in_order(notebooks):
+    assert [p.name for p in select_notebooks([])] == ["00_tiny.ipynb", "01_other.ipynb"]
+    assert [p.name for p in select_notebooks(["1", "00", "01"])] == [
+        "00_tiny.ipynb",
+        "01_other.ipynb",
+    ]
+    with pytest.raises(BadInput, match=r"--only '7' names no notebook; choose from 00, 01\."):
+        select_notebooks(["7"])
+
+
+def test_the_default_run_folder_is_named_after_time_workload_and_target(tmp_path):
+    request = RunRequest(reports_root=tmp_path / "reports")
+    out = prepare_out_dir(request, "pkg.models:make big", "cpu")
+    assert out.parent == (tmp_path / "reports").resolve() and out.is_dir()
+    assert "pkg.models_make_big-cpu" in out.name, "workload (made path-safe) and target"
+    assert re.fullmatch(r"[A-Za-z0-9._-]+", out.name)
+    assert out.name[:8].isdigit(), "starts with the date, so folders sort by time"
+    assert list(out.iterdir()) == [], "the write probe is removed"
+
+
+def test_an_occupied_or_unwritable_out_is_bad_input_and_loses_nothing(tmp_path):
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "index.html").write_text("earlier report")
+    with pytest.raises(BadInput, match="already holds files; choose a new --out"):
+        prepare_out_dir(RunRequest(out=earlier), "seed-mlp", "cpu")
+    assert [p.name for p in earlier.iterdir()] == ["index.html"]
+    assert (earlier / "index.html").read_text() == "earlier report"
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("keep me")
+    with pytest.raises(BadInput, match="is not writable"):
+        prepare_out_dir(RunRequest(out=blocker / "run"), "seed-mlp", "cpu")
+    assert blocker.read_text() == "keep me"
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert prepare_out_dir(RunRequest(out=empty), "seed-mlp", "cpu") == empty.resolve()
+
+
+def test_latest_is_a_relative_link_replaced_in_one_step(tmp_path):
+    reports = tmp_path / "reports"
+    first, second = reports / "run-1", reports / "run-2"
+    first.mkdir(parents=True)
+    second.mkdir()
+    (first / "index.html").write_text("first")
+    update_latest(reports, first)
+    assert os.readlink(reports / "latest") == "run-1"
+    update_latest(reports, second)
+    assert os.readlink(reports / "latest") == "run-2"
+    assert (first / "index.html").read_text() == "first", "the earlier run is untouched"
+    assert sorted(p.name for p in reports.iterdir()) == ["latest", "run-1", "run-2"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"target": "tpu"}, "Unknown target 'tpu'"),
+        ({"parameters": {"out_dir": "/elsewhere"}}, "Parameter 'out_dir' is set by the runner"),
+        ({"parameters": {"colour": "blue"}}, "Unknown parameter 'colour'"),
+        ({"parameters": {"fail": "perhaps"}}, "Parameter 'fail' (00_tiny) expects bool"),
+        ({"workload": "no_such_pkg.mod:make"}, "module 'no_such_pkg' was not found"),
+        ({"only": ["9"]}, "--only '9' names no notebook"),
+    ],
+)
+def test_bad_input_is_rejected_before_anything_is_written(notebooks, tmp_path, change, message):
+    request = _request(tmp_path)
+    for key, value in change.items():
+        setattr(request, key, value)
+    with pytest.raises(BadInput) as rejected:
+        run(request, progress=lambda line: None)
+    assert message in str(rejected.value)
+    assert not request.reports_root.exists()
+
+
+def test_a_successful_run_writes_every_file_and_moves_latest(notebooks, tmp_path):
+    lines: list[str] = []
+    request = _request(tmp_path)
+    assert run(request, progress=lines.append) == EXIT_OK
+    latest = request.reports_root / "latest"
+    out = latest.resolve()
+    assert out.parent == request.reports_root.resolve() and out.name.endswith("-seed-mlp-cpu")
+    assert {p.name for p in out.iterdir()} == {
+        "00_tiny.ipynb", "00_tiny.html", "00_tiny.json", "index.html", "summary.json", "run.log",
+    }  # fmt: skip
+    summary = _summary(out)
+    assert summary["exit_code"] == EXIT_OK and summary["target"] == "cpu"
+    (outcome,) = summary["notebooks"]
+    assert outcome["status"] == "ok" and outcome["headline"] == "tiny headline on cpu"
+    assert "    tiny: working" in lines, "a notebook's printed lines reach the console"
+    assert any(line.startswith("[1/1] 00_tiny ok in ") for line in lines)
+
+
+def test_a_failing_notebook_exits_1_with_a_one_line_error_and_keeps_latest(notebooks, tmp_path):
+    request = _request(tmp_path, parameters={"fail": "true"})
+    older = request.reports_root / "older"
+    older.mkdir(parents=True)
+    update_latest(request.reports_root, older)
+    assert run(request, progress=lambda line: None) == EXIT_NOTEBOOK_FAILED
+    assert (request.reports_root / "latest").resolve() == older.resolve()
+    (out,) = [p for p in request.reports_root.iterdir() if p.name not in ("older", "latest")]
+    (outcome,) = _summary(out)["notebooks"]
+    assert outcome["status"] == "failed" and outcome["failed_cell"] is not None
+    assert outcome["error"] == "ValueError: tiny failed on purpose"
+    assert (out / "00_tiny.html").is_file(), "the failed notebook's report is still written"
+
+
+def test_a_notebook_that_saves_no_result_fails_and_out_never_moves_latest(notebooks, tmp_path):
+    out = tmp_path / "chosen"
+    request = _request(tmp_path, out=out, parameters={"write_result": "false"})
+    assert run(request, progress=lambda line: None) == EXIT_NOTEBOOK_FAILED
+    (outcome,) = _summary(out)["notebooks"]
+    assert outcome["status"] == "failed"
+    assert outcome["error"] == "the notebook finished without writing 00_tiny.json"
+
+    ok_out = tmp_path / "chosen-ok"
+    assert run(_request(tmp_path, out=ok_out), progress=lambda line: None) == EXIT_OK
+    assert not (request.reports_root / "latest").exists(), "--out runs never move latest"
+
+
+def test_an_interrupt_keeps_the_partial_run_and_exits_130(notebooks, tmp_path, monkeypatch):
+    def interrupted(*args, **kwargs) -> NotebookOutcome:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "_execute", interrupted)
+    request = _request(tmp_path, only=["00", "01"])
+    assert run(request, progress=lambda line: None) == EXIT_INTERRUPTED
+    (out,) = request.reports_root.iterdir()
+    summary = _summary(out)
+    assert summary["exit_code"] == EXIT_INTERRUPTED
+    assert [n["status"] for n in summary["notebooks"]] == ["interrupted"]
+    assert (out / "index.html").is_file() and not (request.reports_root / "latest").exists()
