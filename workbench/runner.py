@@ -307,7 +307,7 @@ def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
         "exit_code": exit_code,
         "notebooks": [asdict(o) for o in outcomes],
     }
-    overall = run_verdict(summary["notebooks"])
+    overall = run_verdict([asdict(o) for o in outcomes])
     summary["verdict"] = {"status": overall.status, "reasons": overall.reasons}
     results.write_json_atomic(out / "summary.json", summary)
     write_index(out, summary)

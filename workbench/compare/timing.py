@@ -74,11 +74,11 @@ def _first_call(config: dict[str, Any]) -> float | None:
 def _peak(field: str) -> Callable[[dict[str, Any]], float | None]:
     def read(config: dict[str, Any]) -> float | None:
         peaks = [
-            (p.get("memory") or {}).get(field)
+            float(value)
             for p in config.get("phases", [])
-            if (p.get("memory") or {}).get(field) is not None
+            if (value := (p.get("memory") or {}).get(field)) is not None
         ]
-        return float(max(peaks)) / 2**20 if peaks else None
+        return max(peaks) / 2**20 if peaks else None
 
     return read
 

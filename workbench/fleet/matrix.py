@@ -141,7 +141,7 @@ def load_matrix(path: str | Path) -> Matrix:
 def check_item(item: MatrixItem, where: str) -> None:
     """BadInput, in one sentence naming the item, for anything the run would reject."""
     from workbench.runner import select_notebooks
-    from workbench.workload import load_workload
+    from workbench.workload import WorkloadSpec
 
     try:
         if item.target not in TARGET_NAMES:
@@ -160,13 +160,7 @@ def check_item(item: MatrixItem, where: str) -> None:
             for params in validate(item.parameters, declared).values()
             for k, v in params.items()
         }
-        load_workload(
-            item.workload,
-            input_shape=given.get("input_shape", ""),
-            input_dtype=given.get("input_dtype", "float32"),
-            num_classes=given.get("num_classes") or None,
-            batch_size=given.get("batch_size") or None,
-        )
+        WorkloadSpec.from_params({**given, "workload": item.workload}).load()
     except BadInput as exc:
         raise BadInput(
             f"{where}: item {item.index} ({item.name}): {str(exc).rstrip('.')}."
