@@ -59,7 +59,7 @@ trap stop EXIT
 mkdir -p /run/munge /var/log/munge /var/lib/munge
 chown munge:munge /run/munge /var/log/munge /var/lib/munge
 [ -f /etc/munge/munge.key ] || runuser -u munge -- /usr/sbin/mungekey --create
-runuser -u munge -- /usr/sbin/munged --foreground &
+runuser -u munge -- /usr/sbin/munged --foreground >"$work/munged.log" 2>&1 &
 munge_pid=$!
 for _ in $(seq 50); do munge -n >/dev/null 2>&1 && break; sleep 0.2; done
 slurmctld
