@@ -27,6 +27,7 @@ from workbench.baseline.records import (
     PHASE_COMPILE,
     PHASE_FIRST_CALL,
     PHASE_LABELS,
+    PHASE_LOSS,
     PHASE_SETUP,
     PHASE_STEADY,
     PHASE_WARMUP,
@@ -143,6 +144,7 @@ class _ConfigRunner:
         # Inference keeps only the first and the latest output (for their losses).
         self.first_output: torch.Tensor | None = None
         self.last_output: torch.Tensor | None = None
+        self._loss_step = 0  # the step whose output the loss is being computed on
 
     @property
     def name(self) -> str:
@@ -158,6 +160,21 @@ class _ConfigRunner:
         for phase, max_steps, stop in phases:
             if not self._phase(phase, max_steps, stop):
                 break
+        try:
+            self._losses()
+        except Exception as exc:  # a loss that fails on the outputs fails the configuration
+            if self.result.failure is None:  # a step that raised earlier is the first cause
+                self._fail(PHASE_LOSS, self._loss_step, exc)
+        return self.result
+
+    def _fail(self, phase: str, step: int, exc: BaseException) -> None:
+        error, location = _error_text(exc)
+        self.result.failure = StepFailure(
+            self.prepared.kind, self.prepared.mode, phase, step, error, location
+        )
+        self.log(self.result.failure.summary())
+
+    def _losses(self) -> None:
         losses = self.result.losses
         if self.prepared.kind == INFER:
             self._inference_losses()
@@ -165,7 +182,6 @@ class _ConfigRunner:
             self.result.loss_first, self.result.loss_last = losses[0], losses[-1]
             bad = (step for step, loss in enumerate(losses, 1) if not math.isfinite(loss))
             self.result.nonfinite_step = next(bad, None)
-        return self.result
 
     def _phase(
         self, phase: str, max_steps: int, stop: Callable[[list[float]], bool] | None
@@ -210,11 +226,7 @@ class _ConfigRunner:
         # Read back after the phase, so host transfers never land inside a timed step.
         self.result.losses.extend(float(loss) for loss in losses)
         if failure is not None:
-            error, location = _error_text(failure)
-            self.result.failure = StepFailure(
-                self.prepared.kind, self.prepared.mode, phase, self.next_step, error, location
-            )
-            self.log(self.result.failure.summary())
+            self._fail(phase, self.next_step, failure)
             return False
         self.log(f"{self.name}: {_phase_line(record)}")
         return True
@@ -236,7 +248,9 @@ class _ConfigRunner:
             return
         last_step = self.next_step - 1
         loss_fn, targets = self.prepared.loss_fn, self.prepared.targets
+        self._loss_step = 1
         first = float(loss_fn(self.first_output, targets))
+        self._loss_step = last_step
         last = float(loss_fn(self.last_output, targets)) if last_step > 1 else first
         self.result.loss_first, self.result.loss_last = first, last
         if not math.isfinite(first):

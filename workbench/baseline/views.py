@@ -17,12 +17,13 @@ from workbench.baseline.records import (
     PHASE_STEADY,
     PHASE_WARMUP,
     BaselineResult,
+    CompilePayback,
     ConfigResult,
     PhaseResult,
     config_status,
 )
 from workbench.errors import WorkbenchError
-from workbench.timing import format_seconds
+from workbench.timing import RATIO_INTERVAL_METHOD, format_seconds
 
 
 def _mib(value: int | None) -> str:
@@ -145,10 +146,9 @@ def comparison(result: BaselineResult) -> None:
                 "eager throughput": _rate(eager.throughput, result.throughput_unit),
                 "compiled throughput": _rate(compiled.throughput, result.throughput_unit),
                 "speed-up": f"{payback.speedup:.2f}x",
+                "95% interval": f"{payback.speedup_low:.2f}-{payback.speedup_high:.2f}x",
                 "compile cost": _seconds(payback.compile_cost),
-                "break-even": "never"
-                if payback.break_even_steps is None
-                else f"{payback.break_even_steps:,} steps",
+                "break-even": _break_even(payback),
                 "eager host peak": _mib(_steady_memory(eager).host_peak_rss),
                 "compiled host peak": _mib(_steady_memory(compiled).host_peak_rss),
                 "compiled first-call host peak": _mib(
@@ -157,9 +157,19 @@ def comparison(result: BaselineResult) -> None:
             }
         )
     if rows:
-        display(show.table(rows, caption="Before and after compile"))
+        caption = (
+            "Before and after compile (compile cost: the compiled first call minus its own "
+            f"steady median; interval: {RATIO_INTERVAL_METHOD})"
+        )
+        display(show.table(rows, caption=caption))
     else:
         display(show.banner("No step kind has both an eager and a compiled steady state.", "info"))
+
+
+def _break_even(payback: CompilePayback) -> str:
+    if payback.break_even_steps is not None:
+        return f"{payback.break_even_steps:,} steps"
+    return "never" if payback.distinguishable else "not estimated (speed-up not told from 1)"
 
 
 def _steady_memory(config: ConfigResult) -> Any:
