@@ -459,7 +459,8 @@ def test_headline_reads_both_kinds_and_warns_when_timings_are_noisy():
     )  # fmt: skip
     assert result.headline() == (
         "On cpu, training step: compile costs 10.00 s, repaid after ~20,000 steps at the "
-        "measured 2.00x speed-up (95% interval 2.00-2.00x); inference call: eager median 1.5 ms (5,333 samples/s); "
+        "measured 2.00x speed-up (95% interval 2.00-2.00x); inference call: eager median "
+        "1.5 ms (5,333 samples/s); "
         "the timings are noisy (steady-state IQR up to 67% of the median), so compare them "
         "with care."
     )
