@@ -236,7 +236,7 @@ def workload_from_module(
     )
 
 
-def _import_factory(spec: str) -> Callable[[], Any]:
+def import_factory(spec: str) -> Callable[[], Any]:
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise BadInput(
@@ -277,7 +277,7 @@ def load_workload(
 ) -> Workload:
     """Resolve a workload spec; every problem is a BadInput naming the spec and what is wrong."""
     target = BUILTIN_WORKLOADS.get(spec, spec)
-    factory = _import_factory(target)
+    factory = import_factory(target)
     try:
         # A plain module's weights are drawn here, so the draw is seeded: every notebook and
         # every run then starts from the same weights.

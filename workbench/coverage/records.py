@@ -335,6 +335,7 @@ def result_data(report: CoverageReport, scan: ScanReport | None) -> dict[str, An
             "blocking": len(scan.blocking),
             "findings": scan.findings,
             "unreadable": scan.unreadable,
+            "left_out": scan.left_out,
         }
     )
     return data

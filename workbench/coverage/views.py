@@ -365,6 +365,8 @@ def scan_findings(scan: ScanReport) -> None:
         )
     for problem in scan.unreadable:
         display(show.banner(f"not scanned: {problem}", "warn"))
+    for definitions in scan.left_out:
+        display(show.banner(f"left out, as the workload never uses them: {definitions}", "info"))
 
 
 def reading(report: CoverageReport, scan: ScanReport | None = None) -> None:
