@@ -15,7 +15,7 @@ from workbench.coverage.capture import (
     SiteCount,
 )
 from workbench.coverage.graphs import CompiledPath
-from workbench.coverage.risks import HIGH, RiskFlag
+from workbench.coverage.risks import HIGH, MEDIUM, RiskFlag
 from workbench.coverage.shapes import (
     ShapeStability,
 )
@@ -111,6 +111,9 @@ class CoverageReport:
     target_capture: Capture | None
     rows: list[OpRow]
     seconds: float
+    # Profiler markers (op -> calls): dispatched like ops, computing nothing; not in `rows`.
+    bookkeeping: dict[str, int] = field(default_factory=dict)
+    optimizer_note: str | None = None  # the optimizer's own host reads, with the fix
 
     def summaries(self) -> dict[str, CoverageSummary]:
         result = {}
@@ -159,9 +162,12 @@ class CoverageReport:
     def headline(self) -> str:
         ops = [r for r in self.rows if SEEN_REFERENCE in r.seen_in]
         calls = sum(r.total_calls for r in ops)
-        parts = [
-            f"{self.workload}: one training step runs {len(ops)} distinct ATen ops ({calls} calls)"
-        ]
+        first = (
+            f"{self.workload}: one training step runs {len(ops)} distinct ATen ops ({calls} calls"
+        )
+        if self.bookkeeping:
+            first += f", plus {sum(self.bookkeeping.values())} profiler marker call(s)"
+        parts = [first + ")"]
         for summary in self.summaries().values():
             counts = ", ".join(
                 f"{summary.distinct[v]} {v}" for v in VERDICTS if summary.distinct[v]
@@ -174,9 +180,13 @@ class CoverageReport:
             else:
                 source = "tables" if self.tables.get(summary.flavour) else "no table"
             parts.append(f"{summary.label}: {counts} ({source})")
-        high = [f for f in self.flags if f.severity == "high"]
-        if high:
-            parts.append(f"{len(high)} high-severity risk flag(s)")
+        severe = [
+            f"{n} {severity}-severity"
+            for severity in (HIGH, MEDIUM)
+            if (n := sum(1 for f in self.flags if f.severity == severity))
+        ]
+        if severe:
+            parts.append(" and ".join(severe) + " risk flag(s)")
         parts.append(self.shapes.status())
         if self.compiled.graph_break_count:
             parts.append(f"{self.compiled.graph_break_count} graph break(s)")
@@ -298,6 +308,8 @@ def report_data(report: CoverageReport) -> dict[str, Any]:
             "capture": _capture_data(report.target_capture) if report.target_capture else None,
         },
         "measurement_note": report.measurement_note,
+        "profiler_markers": report.bookkeeping,
+        "optimizer_note": report.optimizer_note,
         "seconds": report.seconds,
     }
 
@@ -307,7 +319,7 @@ def headline_kind(report: CoverageReport, scan: ScanReport | None) -> str:
         return "fail"
     if scan is not None and scan.blocking:
         return "fail"
-    if any(f.severity == HIGH for f in report.flags) or not report.shapes.stable:
+    if any(f.severity in (HIGH, MEDIUM) for f in report.flags) or not report.shapes.stable:
         return "warn"
     if any(s.distinct[UNKNOWN] for s in report.summaries().values()):
         return "warn"
