@@ -257,6 +257,33 @@ def test_graph_breaks_with_reason_and_location(capsys: pytest.CaptureFixture) ->
     assert (clean.graph_count, clean.graph_break_count, clean.breaks) == (1, 0, [])
 
 
+class ReadsItem(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        if y.sum().item() > 0:
+            y = y * 2
+        return y * (y.max().item() + 1)
+
+
+def test_torch_warnings_while_tracing_are_grouped_not_printed(capfd: pytest.CaptureFixture) -> None:
+    import logging
+
+    dynamo = logging.getLogger("torch._dynamo")
+    handlers = dynamo.handlers[:]
+    compiled = explain_forward(_workload(ReadsItem))
+    printed = capfd.readouterr().err
+    assert "Graph break" not in printed
+    item = [g for g in compiled.messages if "Tensor.item()" in g.message]
+    assert item and item[0].source.startswith("torch._dynamo") and item[0].count >= 1
+    assert len({(g.source, g.message) for g in compiled.messages}) == len(compiled.messages)
+    # Torch's own handlers are back afterwards: outside the trace, warnings print as before.
+    assert dynamo.handlers == handlers and handlers
+
+
 def test_report_on_seed_mlp_is_complete_and_json_ready(tmp_path: Path) -> None:
     report = analyze_coverage(load_workload("seed-mlp"), CpuTarget())
     assert report.measurement is None and "measures no Neuron fallbacks" in (

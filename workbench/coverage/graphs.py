@@ -16,6 +16,7 @@ from time import perf_counter
 import torch
 
 from workbench.coverage.capture import CallSite, is_workload_code
+from workbench.torch_messages import MessageGroup, grouped_torch_messages
 from workbench.workload import Workload
 
 _GB_PAGE = re.compile(r"(https://\S+/gb/(gb\d+)\.html)")
@@ -42,6 +43,7 @@ class CompiledPath:
     breaks: list[GraphBreak] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
+    messages: list[MessageGroup] = field(default_factory=list)  # torch's warnings, grouped
 
     def sentence(self) -> str:
         if self.error:
@@ -94,7 +96,8 @@ def explain_forward(workload: Workload) -> CompiledPath:
         model = workload.build_model("cpu")
         model.train()
         inputs, _ = workload.batch("cpu")
-        output = torch._dynamo.explain(model)(*inputs)
+        with grouped_torch_messages() as result.messages:
+            output = torch._dynamo.explain(model)(*inputs)
     except Exception as exc:
         result.error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"
     else:

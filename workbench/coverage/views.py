@@ -318,6 +318,14 @@ def graph_breaks(report: CoverageReport) -> None:
                 caption="Ops per graph",
             )
         )
+    if compiled.messages:
+        display(
+            show.table(
+                [[g.count, g.source, g.message] for g in compiled.messages],
+                headers=["times", "from", "message (first line)"],
+                caption="Torch's warnings while tracing, grouped (the breaks above explain them)",
+            )
+        )
 
 
 def evidence_sources(report: CoverageReport) -> None:
