@@ -118,3 +118,15 @@ def test_a_workload_parameter_a_workload_notebook_lacks_is_refused_in_one_senten
     routed = validate({"batch_size": "8"}, declared)
     assert routed["01_baseline"] == routed["03_numerics"] == {"batch_size": 8}
     assert routed["00_environment"] == {}
+
+
+@pytest.mark.parametrize(
+    "notebook", ["01_baseline", "02_op_coverage", "03_numerics", "04_retuning"]
+)
+def test_batch_size_reaches_every_notebook_that_loads_the_workload(notebook, tmp_path):
+    from workbench import context
+
+    ctx = context.start(notebook, {"batch_size": 8, "target": "cpu", "out_dir": str(tmp_path)})
+    assert ctx.workload.batch_size == 8
+    assert ctx.header()["workload"]["batch_size"] == 8
+    assert len(ctx.header()["workload"]["initial_state_sha256"]) == 64
