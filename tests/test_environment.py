@@ -444,8 +444,9 @@ def test_a_companion_that_fails_to_import_is_critical_drift(
         "CRITICAL: 1 companion package(s) fail to import (torchvision: RuntimeError"
         in (data["headline"])
     )
-    with pytest.raises(DriftError, match="imports.torchvision"):
+    with pytest.raises(DriftError, match=r"torchvision fails to import \(RuntimeError: operator"):
         enforce_no_critical_drift(broken, fail_on_drift=True)
+    enforce_no_critical_drift(broken, fail_on_drift=False)
     # A pin of the same broken environment does not hide it: import checks are never diffed.
     assert not [d for d in diff_manifests(manifest, manifest) if d.key.startswith("imports.")]
     healthy = {**manifest, "imports": {"timm": "ok"}}

@@ -192,9 +192,19 @@ def enforce_no_critical_drift(drifts: list[Drift] | None, fail_on_drift: bool) -
     """Raise DriftError on critical drift when asked to; the report has already shown it."""
     if not fail_on_drift or not drifts or worst_severity(drifts) != CRITICAL:
         return
-    critical = [d.key for d in drifts if d.severity == CRITICAL]
-    raise DriftError(
-        f"{len(critical)} critical change(s) since the pinned manifest "
-        f"({', '.join(critical[:5])}{', ...' if len(critical) > 5 else ''}); "
-        "re-pin if the change is intended."
-    )
+    critical = [d for d in drifts if d.severity == CRITICAL]
+    broken = [d for d in critical if d.key.startswith("imports.")]
+    changed = [d.key for d in critical if d not in broken]
+    parts = []
+    if broken:
+        parts.append(
+            "; ".join(f"{d.key.removeprefix('imports.')} fails to import ({d.new})" for d in broken)
+            + ": install the builds made for this torch"
+        )
+    if changed:
+        parts.append(
+            f"{len(changed)} critical change(s) since the pinned manifest "
+            f"({', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''}); "
+            "re-pin if the change is intended"
+        )
+    raise DriftError("; ".join(parts) + ".")
