@@ -531,6 +531,33 @@ def test_a_loss_that_is_no_scalar_fails_each_configuration_in_its_own_phase():
     assert result.config(INFER, EAGER).failure.phase == "loss"
 
 
+class LosesDeviceAtWarmup(CpuTarget):
+    """A device whose memory-window reset raises once, at the first configuration's warm-up:
+    a failure around the steps rather than in one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resets = 0
+
+    def reset_peak_memory(self) -> None:
+        self.resets += 1
+        if self.resets == 2:
+            raise RuntimeError("device lost")
+
+
+def test_a_failure_around_the_steps_is_recorded_with_its_phase_and_the_rest_runs():
+    settings = BaselineSettings(steady_steps=3, warmup=QUICK.warmup, modes=(EAGER,))
+    result = run_baseline(
+        small_workload(lambda: nn.Linear(8, 3)), LosesDeviceAtWarmup(), settings, log=quiet
+    )
+    train, infer = result.configs
+    assert (train.failure.phase, train.failure.step) == (PHASE_WARMUP, 2)
+    assert train.failure.error == "RuntimeError: device lost"
+    assert train.phase(PHASE_FIRST_CALL).steps == 1
+    assert infer.failure is None and infer.steady is not None
+    assert result.failures == [train.failure]
+
+
 def test_settings_reject_nonsense():
     with pytest.raises(BadInput):
         BaselineSettings(steady_steps=1)

@@ -126,7 +126,16 @@ def test_a_workload_parameter_a_workload_notebook_lacks_is_refused_in_one_senten
 def test_batch_size_reaches_every_notebook_that_loads_the_workload(notebook, tmp_path):
     from workbench import context
 
-    ctx = context.start(notebook, {"batch_size": 8, "target": "cpu", "out_dir": str(tmp_path)})
+    # A plain module, as the run that showed 03 ignoring -p batch_size=8 used.
+    namespace = {
+        "workload": "tests.fixtures.user_workloads:plain_module",
+        "input_shape": "3x4x4",
+        "num_classes": 5,
+        "batch_size": 8,
+        "target": "cpu",
+        "out_dir": str(tmp_path),
+    }
+    ctx = context.start(notebook, namespace)
     assert ctx.workload.batch_size == 8
     assert ctx.header()["workload"]["batch_size"] == 8
     assert len(ctx.header()["workload"]["initial_state_sha256"]) == 64

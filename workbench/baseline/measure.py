@@ -157,14 +157,19 @@ class _ConfigRunner:
             (PHASE_WARMUP, settings.warmup.max_steps, settings.warmup.is_steady),
             (PHASE_STEADY, settings.steady_steps, None),
         )
-        for phase, max_steps, stop in phases:
-            if not self._phase(phase, max_steps, stop):
-                break
+        current = PHASE_FIRST_CALL
         try:
+            for current, max_steps, stop in phases:
+                if not self._phase(current, max_steps, stop):
+                    break
+            current = PHASE_LOSS
             self._losses()
-        except Exception as exc:  # a loss that fails on the outputs fails the configuration
+        except Exception as exc:
+            # Outside a step: the loss on inference outputs, or the target's own reads around
+            # the steps (memory, compile counters). Either fails this configuration only.
             if self.result.failure is None:  # a step that raised earlier is the first cause
-                self._fail(PHASE_LOSS, self._loss_step, exc)
+                step = self._loss_step if current == PHASE_LOSS else self.next_step
+                self._fail(current, step, exc)
         return self.result
 
     def _fail(self, phase: str, step: int, exc: BaseException) -> None:
