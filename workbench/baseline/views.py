@@ -194,9 +194,11 @@ def checklist(result: BaselineResult) -> None:
         if found.custom_ops
         else "none found"
     )
-    before_after = [f"{KIND_LABELS[p.kind]} {p.speedup:.2f}x" for p in result.paybacks()] or [
-        "not measured (needs eager and compiled results)"
-    ]
+    before_after = [
+        f"{KIND_LABELS[p.kind]} {p.speedup:.2f}x (95% interval {p.speedup_low:.2f}-"
+        f"{p.speedup_high:.2f}x)"
+        for p in result.paybacks()
+    ] or ["not measured (needs eager and compiled results)"]
     display(
         show.key_values(
             {
