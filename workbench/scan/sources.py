@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workbench.coverage.capture import is_workload_code
+from workbench.errors import BadInput
 from workbench.workload import BUILTIN_WORKLOADS, Workload, import_factory
 
 _INSTALLED = ("site-packages", "dist-packages")
@@ -43,9 +44,10 @@ def _workload_objects(workload: Workload) -> list[object]:
         workload.loss_fn,
         workload.optimizer_factory,
     ]
-    spec = BUILTIN_WORKLOADS.get(workload.spec, workload.spec)
-    if ":" in spec:
-        objects.append(import_factory(spec))
+    try:
+        objects.append(import_factory(BUILTIN_WORKLOADS.get(workload.spec, workload.spec)))
+    except BadInput:  # a workload made in code, or by a loader other than a factory spec
+        pass
     try:
         # On the meta device: the classes are all that is needed, not the weights.
         objects += [type(m) for m in workload.build_model("meta").modules()]
