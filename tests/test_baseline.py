@@ -558,6 +558,35 @@ def test_a_failure_around_the_steps_is_recorded_with_its_phase_and_the_rest_runs
     assert result.failures == [train.failure]
 
 
+class ReadsItem(nn.Module):
+    """A host read in the forward: Dynamo breaks the graph there and logs a warning about it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.lin(x)
+        return out * (out.detach().abs().max().item() + 1)
+
+
+class EagerBackendCpu(CpuTarget):
+    def compile(self, fn):
+        return torch.compile(fn, backend="eager")
+
+
+def test_dynamo_warnings_in_a_compiled_run_are_kept_grouped_not_printed(capfd, item_warning_again):
+    settings = BaselineSettings(steady_steps=3, warmup=QUICK.warmup, kinds=(INFER,))
+    result = run_baseline(small_workload(ReadsItem), EagerBackendCpu(), settings, log=quiet)
+    assert "Graph break" not in capfd.readouterr().err
+    compiled = result.config(INFER, COMPILED)
+    item = [g for g in compiled.torch_messages if "Tensor.item()" in g.message]
+    assert item and item[0].source.startswith("torch._dynamo")
+    assert not result.config(INFER, EAGER).torch_messages  # eager never traces
+    data = result_data(result)
+    assert data["configs"][1]["torch_messages"][0]["message"] == item[0].message
+
+
 def test_settings_reject_nonsense():
     with pytest.raises(BadInput):
         BaselineSettings(steady_steps=1)

@@ -269,7 +269,9 @@ class ReadsItem(nn.Module):
         return y * (y.max().item() + 1)
 
 
-def test_torch_warnings_while_tracing_are_grouped_not_printed(capfd: pytest.CaptureFixture) -> None:
+def test_torch_warnings_while_tracing_are_grouped_not_printed(
+    capfd: pytest.CaptureFixture, item_warning_again: None
+) -> None:
     import logging
 
     dynamo = logging.getLogger("torch._dynamo")

@@ -47,6 +47,7 @@ from workbench.timing import (
     Measurement,
     format_seconds,
 )
+from workbench.torch_messages import grouped_torch_messages
 from workbench.workload import Workload
 
 
@@ -291,7 +292,27 @@ def run_config(
     log: Callable[[str], None] = print,
     progress_bars: bool = False,
 ) -> ConfigResult:
-    """One configuration, start to finish; a raising step ends it with a recorded failure."""
+    """One configuration, start to finish; a raising step ends it with a recorded failure.
+    Torch's warnings meanwhile (Dynamo's graph breaks and recompiles) are kept grouped."""
+    with grouped_torch_messages() as messages:
+        result = _run_config(
+            workload, target, kind, mode, settings, host=host, log=log, progress_bars=progress_bars
+        )
+    result.torch_messages = messages
+    return result
+
+
+def _run_config(
+    workload: Workload,
+    target: Target,
+    kind: str,
+    mode: str,
+    settings: BaselineSettings,
+    *,
+    host: HostPeakRss | None = None,
+    log: Callable[[str], None] = print,
+    progress_bars: bool = False,
+) -> ConfigResult:
     try:
         prepared = prepare_step(workload, target, kind, mode)
     except Exception as exc:

@@ -20,6 +20,7 @@ from workbench.timing import (
     format_seconds,
     ratio_of_medians_interval,
 )
+from workbench.torch_messages import MessageGroup
 
 TRAIN = "train"
 
@@ -188,6 +189,7 @@ class ConfigResult:
     loss_last: float | None = None
     nonfinite_step: int | None = None  # first step whose loss was NaN or Inf
     failure: StepFailure | None = None
+    torch_messages: list[MessageGroup] = field(default_factory=list)  # torch's warnings, grouped
 
     def phase(self, name: str) -> PhaseResult | None:
         return next((p for p in self.phases if p.phase == name), None)

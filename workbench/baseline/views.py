@@ -258,6 +258,23 @@ def problems(result: BaselineResult) -> None:
         messages.append(("No step raised, no loss went NaN, nothing recompiled.", "ok"))
     for text, kind in messages:
         display(show.banner(text, kind))
+    grouped = [
+        [f"{config.kind}/{config.mode}", group.count, group.source, group.message]
+        for config in result.configs
+        for group in config.torch_messages
+    ] + [
+        [f"graph capture, batch {graph.batch_size}", group.count, group.source, group.message]
+        for graph in result.checklist.graphs
+        for group in graph.torch_messages
+    ]
+    if grouped:
+        display(
+            show.table(
+                grouped,
+                headers=["during", "times", "from", "message (first line)"],
+                caption="Torch's warnings, grouped (graph breaks and recompiles are read above)",
+            )
+        )
 
 
 def raise_on_step_failure(result: BaselineResult) -> None:
