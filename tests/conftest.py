@@ -3,6 +3,17 @@
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+
+@pytest.fixture
+def item_warning_again():
+    """Dynamo warns about a graph break at Tensor.item() once per process (the warning function
+    is functools-cached); clear it so a test sees the warning whatever ran before it."""
+    from torch._dynamo.variables.tensor import TensorVariable
+
+    TensorVariable._warn_capture_scalar_outputs.cache_clear()

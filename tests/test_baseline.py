@@ -424,11 +424,11 @@ def test_headline_when_compiled_is_faster():
     compiled = synthetic(TRAIN, COMPILED, 10.0005, [0.0005] * 4, [0.0005] * 10)
     payback = compile_payback(eager, compiled)
     assert payback.speedup == pytest.approx(2.0)
-    assert payback.compile_cost == pytest.approx(10.0 - 0.001)
-    assert payback.break_even_steps == math.ceil((10.0 - 0.001) / 0.0005)
+    assert payback.compile_cost == pytest.approx(10.0)
+    assert payback.break_even_steps == math.ceil(10.0 / 0.0005)
     assert payback.sentence() == (
         "training step: compile costs 10.00 s, repaid after ~20,000 steps at the measured "
-        "2.00x speed-up"
+        "2.00x speed-up (95% interval 2.00-2.00x)"
     )
 
 
@@ -438,8 +438,8 @@ def test_headline_when_compiled_is_slower():
     payback = compile_payback(eager, compiled)
     assert payback.break_even_steps is None
     assert payback.sentence().startswith(
-        "inference call: compiled is slower (0.50x eager's speed), so its 3.00 s compile cost "
-        "is never repaid"
+        "inference call: compiled is slower (0.50x eager's speed, 95% interval 0.50-0.50x), so "
+        "its 3.00 s compile cost is never repaid"
     )
     assert isinstance(payback, CompilePayback)
 
@@ -459,10 +459,132 @@ def test_headline_reads_both_kinds_and_warns_when_timings_are_noisy():
     )  # fmt: skip
     assert result.headline() == (
         "On cpu, training step: compile costs 10.00 s, repaid after ~20,000 steps at the "
-        "measured 2.00x speed-up; inference call: eager median 1.5 ms (5,333 samples/s); "
+        "measured 2.00x speed-up (95% interval 2.00-2.00x); inference call: eager median "
+        "1.5 ms (5,333 samples/s); "
         "the timings are noisy (steady-state IQR up to 67% of the median), so compare them "
         "with care."
     )
+
+
+def test_compile_cost_is_the_compiled_first_call_above_its_own_steady_pace():
+    """A slow, noisy eager warm-up (a 30 s first call) must not move the compile cost."""
+    compiled = synthetic(TRAIN, COMPILED, 32.0, [0.5] * 4, [0.5, 0.51, 0.49] * 4)
+    calm = synthetic(TRAIN, EAGER, 1.0, [1.0] * 4, [1.0, 1.01, 0.99] * 4)
+    noisy = synthetic(TRAIN, EAGER, 30.0, [9.0, 3.0, 1.0, 1.0], [1.0, 1.01, 0.99] * 4)
+    assert compile_payback(calm, compiled).compile_cost == pytest.approx(31.5)
+    assert compile_payback(noisy, compiled).compile_cost == pytest.approx(31.5)
+    assert (
+        compile_payback(noisy, compiled)
+        .sentence()
+        .startswith("training step: compile costs 31.50 s, repaid after ~63 steps")
+    )
+
+
+def test_no_payback_when_the_speed_up_interval_includes_one():
+    """Overlapping raw samples: the point estimate says faster, the interval says unknown."""
+    eager = synthetic(TRAIN, EAGER, 0.01, [0.01] * 4, [0.010, 0.013, 0.008, 0.012, 0.009] * 4)
+    compiled = synthetic(TRAIN, COMPILED, 5.0, [0.01] * 4, [0.008, 0.012, 0.0095, 0.011, 0.009] * 4)
+    payback = compile_payback(eager, compiled)
+    assert payback.speedup > 1 and payback.speedup_low < 1 < payback.speedup_high
+    assert payback.break_even_steps is None and not payback.distinguishable
+    assert "cannot be told apart" in payback.sentence() and "repaid" not in payback.sentence()
+    # The same medians with tight samples: the interval leaves out 1, so a payback is given.
+    tight = synthetic(TRAIN, COMPILED, 5.0, [0.01] * 4, [0.0095] * 20)
+    steady_eager = synthetic(TRAIN, EAGER, 0.01, [0.01] * 4, [0.0105] * 20)
+    assert "repaid after" in compile_payback(steady_eager, tight).sentence()
+
+
+def test_a_loss_that_fails_on_inference_outputs_is_recorded_and_the_rest_runs(tmp_path):
+    """An HF-style model returns a mapping: the training loss works on it by design, the same
+    loss on inference outputs raises. 01 keeps every configuration and writes its file."""
+
+    class DictOutput(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(8, 3)
+
+        def forward(self, x: torch.Tensor):
+            out = self.lin(x)
+            return out if self.training else {"logits": out}
+
+    settings = BaselineSettings(steady_steps=3, warmup=QUICK.warmup, modes=(EAGER,))
+    result = run_baseline(small_workload(DictOutput), CpuTarget(), settings, log=quiet)
+    train, infer = result.config(TRAIN, EAGER), result.config(INFER, EAGER)
+    assert train.failure is None and train.steady is not None
+    assert infer.failure.phase == "loss" and infer.failure.step == 1
+    assert infer.phase(PHASE_STEADY).steps == 3  # the calls themselves ran and were timed
+    assert result.failures == [infer.failure]
+    assert "infer/eager failed in loss on the outputs step 1" in result.headline()
+    data = json.loads(write_json_atomic(tmp_path / "01.json", result_data(result)).read_text())
+    assert [c["status"] for c in data["configs"]] == ["ok", "step failed"]
+
+
+def test_a_loss_that_is_no_scalar_fails_each_configuration_in_its_own_phase():
+    workload = small_workload(lambda: nn.Linear(8, 3))
+    workload.loss_fn = lambda out, target: nn.functional.cross_entropy(
+        out, target, reduction="none"
+    )
+    settings = BaselineSettings(steady_steps=3, warmup=QUICK.warmup, modes=(EAGER,))
+    result = run_baseline(workload, CpuTarget(), settings, log=quiet)
+    failure = result.config(TRAIN, EAGER).failure
+    assert failure.phase == PHASE_FIRST_CALL and "scalar outputs" in failure.error
+    assert result.config(INFER, EAGER).failure.phase == "loss"
+
+
+class LosesDeviceAtWarmup(CpuTarget):
+    """A device whose memory-window reset raises once, at the first configuration's warm-up:
+    a failure around the steps rather than in one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resets = 0
+
+    def reset_peak_memory(self) -> None:
+        self.resets += 1
+        if self.resets == 2:
+            raise RuntimeError("device lost")
+
+
+def test_a_failure_around_the_steps_is_recorded_with_its_phase_and_the_rest_runs():
+    settings = BaselineSettings(steady_steps=3, warmup=QUICK.warmup, modes=(EAGER,))
+    result = run_baseline(
+        small_workload(lambda: nn.Linear(8, 3)), LosesDeviceAtWarmup(), settings, log=quiet
+    )
+    train, infer = result.configs
+    assert (train.failure.phase, train.failure.step) == (PHASE_WARMUP, 2)
+    assert train.failure.error == "RuntimeError: device lost"
+    assert train.phase(PHASE_FIRST_CALL).steps == 1
+    assert infer.failure is None and infer.steady is not None
+    assert result.failures == [train.failure]
+
+
+class ReadsItem(nn.Module):
+    """A host read in the forward: Dynamo breaks the graph there and logs a warning about it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.lin(x)
+        return out * (out.detach().abs().max().item() + 1)
+
+
+class EagerBackendCpu(CpuTarget):
+    def compile(self, fn):
+        return torch.compile(fn, backend="eager")
+
+
+def test_dynamo_warnings_in_a_compiled_run_are_kept_grouped_not_printed(capfd, item_warning_again):
+    settings = BaselineSettings(steady_steps=3, warmup=QUICK.warmup, kinds=(INFER,))
+    result = run_baseline(small_workload(ReadsItem), EagerBackendCpu(), settings, log=quiet)
+    assert "Graph break" not in capfd.readouterr().err
+    compiled = result.config(INFER, COMPILED)
+    item = [g for g in compiled.torch_messages if "Tensor.item()" in g.message]
+    assert item and item[0].source.startswith("torch._dynamo")
+    assert not result.config(INFER, EAGER).torch_messages  # eager never traces
+    data = result_data(result)
+    assert data["configs"][1]["torch_messages"][0]["message"] == item[0].message
 
 
 def test_settings_reject_nonsense():

@@ -50,6 +50,18 @@ def test_diff_exit_codes_follow_the_worst_severity(pinned):
     assert critical.returncode == 3
     assert critical.stdout.splitlines()[0].startswith("critical")
 
+    # The same environment, except that torchvision no longer imports: critical, though no
+    # version changed.
+    broken = json.loads((pinned / "env.json").read_text())
+    broken["packages"]["torchvision"] = "0.28.0+cu128"
+    broken["imports"] = {"torchvision": "RuntimeError: operator torchvision::nms does not exist"}
+    (pinned / "broken.json").write_text(json.dumps(broken))
+    (pinned / "broken-pin.json").write_text(json.dumps(broken))
+    fails = workbench("env", "diff", "broken-pin.json", "broken.json", cwd=pinned)
+    assert fails.returncode == 3
+    assert fails.stdout.splitlines()[0].startswith("critical imports.torchvision")
+    assert "operator torchvision::nms does not exist" in fails.stdout
+
     missing = workbench("env", "diff", "env.json", "nope.json", cwd=pinned)
     assert missing.returncode == 2 and "nope.json does not exist" in missing.stderr
 

@@ -400,3 +400,67 @@ def test_capture_survives_the_new_fp32_precision_api() -> None:
     assert recorded["fp32_precision"]["generic"] == "tf32"
     assert recorded["fp32_precision"]["cuda_matmul"] == "tf32"
     assert recorded["cuda_matmul_allow_tf32"] is None
+
+
+def _fake_package(root: Path, name: str, version: str, body: str) -> None:
+    """An installed distribution (dist-info) whose import runs `body`."""
+    (root / name).mkdir(parents=True)
+    (root / name / "__init__.py").write_text(body, encoding="utf-8")
+    info = root / f"{name}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n", encoding="utf-8"
+    )
+
+
+def test_a_companion_that_fails_to_import_is_critical_drift(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A torchvision built for CUDA beside a CPU torch: installed, listed, broken at import."""
+    from workbench.environment import import_failures, records
+    from workbench.environment.drift import DriftError, enforce_no_critical_drift
+    from workbench.environment.releases import match_release
+
+    _fake_package(
+        tmp_path,
+        "torchvision",
+        "0.99.0",
+        "import torch\nraise RuntimeError('operator torchvision::nms does not exist\\nmore')\n",
+    )
+    _fake_package(tmp_path, "timm", "9.9.9", "import torch\nVERSION = '9.9.9'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    manifest = capture_manifest()
+    assert manifest["packages"]["torchvision"] == "0.99.0"
+    assert manifest["imports"]["torchvision"] == (
+        "RuntimeError: operator torchvision::nms does not exist"
+    )
+    assert manifest["imports"]["timm"] == "ok"
+    broken = import_failures(manifest)
+    assert [(d.key, d.severity) for d in broken] == [("imports.torchvision", CRITICAL)]
+    assert "0.99.0" in broken[0].reason
+    data = records.result_data(manifest, match_release(manifest["packages"]), None, broken)
+    assert (
+        "CRITICAL: 1 companion package(s) fail to import (torchvision: RuntimeError"
+        in (data["headline"])
+    )
+    with pytest.raises(DriftError, match=r"torchvision fails to import \(RuntimeError: operator"):
+        enforce_no_critical_drift(broken, fail_on_drift=True)
+    enforce_no_critical_drift(broken, fail_on_drift=False)
+    # A pin of the same broken environment does not hide it: import checks are never diffed.
+    assert not [d for d in diff_manifests(manifest, manifest) if d.key.startswith("imports.")]
+    healthy = {**manifest, "imports": {"timm": "ok"}}
+    assert import_failures(healthy) == []
+
+
+def test_a_hanging_companion_import_is_cut_off_and_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workbench.environment.companions import check_imports
+
+    _fake_package(tmp_path, "torchaudio", "0.1.0", "import time\ntime.sleep(60)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    [check] = check_imports({"torchaudio": "0.1.0"}, timeout_s=2)
+    assert check.status == "the import did not finish within 2 s"
+    # Packages that are not companions, or not installed, are not imported at all.
+    assert check_imports({"numpy": "2.0"}) == []

@@ -83,7 +83,11 @@ def test_run_01_on_seed_mlp_writes_result_report_and_reference(tmp_path):
         assert phases["steady"]["memory"]["host_peak_rss"] > 0
     compiled_train = data["configs"][1]
     assert compiled_train["phases"][0]["compile"]["graphs"] >= 1
-    assert data["reference"]["state_sha256"]
+    # The initial weights the result file states are those the reference artifact was made of.
+    assert data["reference"]["state_sha256"] == record["workload"]["initial_state_sha256"]
+    for comparison in data["comparison"]:
+        assert 0 < comparison["speedup_low"] <= comparison["speedup_high"]
+        assert "bootstrap" in comparison["interval_method"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["notebooks"][0]["headline"] == data["headline"]
 

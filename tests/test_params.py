@@ -5,7 +5,14 @@ from pathlib import Path
 import pytest
 
 from workbench.errors import BadInput
-from workbench.params import Parameter, coerce, notebook_parameters, parse_assignments, validate
+from workbench.params import (
+    WORKLOAD_PARAMETERS,
+    Parameter,
+    coerce,
+    notebook_parameters,
+    parse_assignments,
+    validate,
+)
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 
@@ -84,3 +91,51 @@ def test_every_notebook_declares_typed_parameters_and_is_committed_clean(path):
             assert cell.outputs == [] and cell.execution_count is None, "commit notebooks clean"
             if "control_panel" in cell.source:
                 assert {"skip-execution", "interactive-only"} <= set(cell.metadata.get("tags", []))
+
+
+def test_every_notebook_that_loads_the_workload_takes_every_workload_parameter():
+    for path in NOTEBOOKS:
+        declared = notebook_parameters(path)
+        if "workload" in declared:
+            missing = [name for name in WORKLOAD_PARAMETERS if name not in declared]
+            assert not missing, f"{path.stem} does not take {missing}"
+
+
+def test_a_workload_parameter_a_workload_notebook_lacks_is_refused_in_one_sentence():
+    def notebook(stem: str, *names: str) -> dict[str, Parameter]:
+        return {n: Parameter(n, "int" if n == "batch_size" else "str", 0, "", stem) for n in names}
+
+    declared = {
+        "01_baseline": notebook("01_baseline", "workload", "batch_size"),
+        "03_numerics": notebook("03_numerics", "workload"),
+    }
+    with pytest.raises(BadInput, match="'batch_size' shapes the workload but 03_numerics"):
+        validate({"batch_size": "8"}, declared)
+    # A notebook without a workload (00) never needs it, and every workload notebook taking it
+    # gets the same value.
+    declared["03_numerics"] = notebook("03_numerics", "workload", "batch_size")
+    declared["00_environment"] = notebook("00_environment", "target")
+    routed = validate({"batch_size": "8"}, declared)
+    assert routed["01_baseline"] == routed["03_numerics"] == {"batch_size": 8}
+    assert routed["00_environment"] == {}
+
+
+@pytest.mark.parametrize(
+    "notebook", ["01_baseline", "02_op_coverage", "03_numerics", "04_retuning"]
+)
+def test_batch_size_reaches_every_notebook_that_loads_the_workload(notebook, tmp_path):
+    from workbench import context
+
+    # A plain module, as the run that showed 03 ignoring -p batch_size=8 used.
+    namespace = {
+        "workload": "tests.fixtures.user_workloads:plain_module",
+        "input_shape": "3x4x4",
+        "num_classes": 5,
+        "batch_size": 8,
+        "target": "cpu",
+        "out_dir": str(tmp_path),
+    }
+    ctx = context.start(notebook, namespace)
+    assert ctx.workload.batch_size == 8
+    assert ctx.header()["workload"]["batch_size"] == 8
+    assert len(ctx.header()["workload"]["initial_state_sha256"]) == 64

@@ -68,7 +68,7 @@ def test_python_findings_resolve_imports_and_skip_comments_and_strings(tmp_path:
         (9, "legacy-xla"),
         (10, "cuda-library"),
         (12, "cuda-device"),
-        (12, "cuda-query"),
+        (12, "cuda-check"),
         (13, "nvidia-tools"),
         (14, "cuda-backend-flags"),
         (20, "cuda-call"),
@@ -181,3 +181,84 @@ def test_workload_sources_are_the_workloads_own_files() -> None:
         )
     )
     assert [p.name for p in user] == ["user_workloads.py"]
+
+
+def test_guarded_imports_and_cuda_checks_are_not_blocking(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path / "guarded.py",
+        """
+        import torch
+        try:
+            import torch_xla.core.xla_model as xm
+            from torch.cuda.amp import GradScaler
+        except ImportError:
+            xm = None
+        try:
+            import flash_attn
+        except (ModuleNotFoundError, OSError):
+            flash_attn = None
+        import triton
+
+        if torch.cuda.is_available():
+            pass
+        while torch.cuda.device_count() > 1:
+            break
+        count = torch.cuda.device_count()
+        """,
+    )
+    findings = {(f.line, f.rule): f for f in scan.scan_paths([path]).findings}
+    assert findings[(3, "guarded-import")].severity == INFO
+    assert findings[(8, "guarded-import")].severity == INFO
+    assert not {k for k in findings if k[0] in (3, 4, 8) and k[1] != "guarded-import"}
+    # Unguarded, the same kind of import stays blocking.
+    assert findings[(11, "triton")].severity == BLOCKING
+    assert findings[(13, "cuda-check")].severity == "change"
+    assert findings[(15, "cuda-check")].severity == "change"
+    # A device query outside a test is still a query: the code depends on CUDA's answer.
+    assert findings[(17, "cuda-query")].severity == BLOCKING
+
+
+def test_repeat_interleave_is_flagged_only_when_its_repeats_may_be_a_tensor(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path / "repeats.py",
+        """
+        import torch
+        def f(x, counts):
+            a = x.repeat_interleave(2, dim=1)
+            b = torch.repeat_interleave(x, 4 * 2, dim=0)
+            c = x.repeat_interleave(repeats=3)
+            d = x.repeat_interleave(counts, dim=0)
+            e = torch.repeat_interleave(counts)
+            return a, b, c, d, e
+        """,
+    )
+    lines = {f.line for f in scan.scan_paths([path]).findings if f.rule == "dynamic-shape-op"}
+    assert lines == {6, 7}
+
+
+def test_a_module_holding_two_models_reports_only_the_workloads_own() -> None:
+    workload = load_workload(
+        "tests.fixtures.two_models:small_classifier", input_shape="8", num_classes=3
+    )
+    report = scan.scan_workload(workload)
+    assert [Path(r).name for r in report.roots] == ["two_models.py"]
+    assert {f.rule for f in report.findings} == {"guarded-import", "cuda-check"}
+    assert not report.blocking
+    assert report.left_out == [f"{report.roots[0]}: BigGpuModel, big_gpu_model"]
+    # The whole module holds the other model's blocking CUDA code; a file the user names is
+    # scanned whole.
+    named = scan.scan_workload(workload, extra_paths=[report.roots[0]])
+    assert {"cuda-call", "cuda-sync"} <= {f.rule for f in named.blocking}
+
+
+def test_an_hf_model_is_scanned_without_its_library() -> None:
+    pytest.importorskip("transformers", reason="transformers is a test-only extra")
+    for spec, params in (
+        ("tests.fixtures.hf_workloads:gpt2_causal_lm", {}),
+        ("tests.fixtures.hf_workloads:gpt2_module", {"input_shape": "16", "input_dtype": "int64",
+                                                      "num_classes": 128}),
+    ):  # fmt: skip
+        report = scan.scan_workload(load_workload(spec, **params))
+        assert [Path(r).name for r in report.roots] == ["hf_workloads.py"]
+        assert not any("site-packages" in r for r in report.roots)
+        assert not report.blocking

@@ -179,3 +179,53 @@ def test_spec_survives_json_and_pickle_on_its_way_to_a_child_process():
     assert pickle.loads(pickle.dumps(spec)) == spec
     job = RankJob(spec, "cpu", 16, 2, 5, 30.0, 1, "")
     assert RankJob.from_json(job.to_json()) == job
+
+
+def _plain_module_hash() -> str:
+    workload = load_workload(
+        "tests.fixtures.user_workloads:plain_module", input_shape="3x4x4", num_classes=5
+    )
+    return workload.describe()["initial_state_sha256"]
+
+
+def test_plain_module_gets_the_same_weights_whatever_the_global_generator_did():
+    torch.manual_seed(1)
+    first = _plain_module_hash()
+    torch.manual_seed(2)
+    torch.rand(100)
+    assert _plain_module_hash() == first
+
+
+def test_plain_module_gets_the_same_weights_in_every_process():
+    """Two fresh interpreters, as two notebooks or two runs are: the factory's draw is seeded."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    script = (
+        "from workbench.workload import load_workload\n"
+        "w = load_workload('tests.fixtures.user_workloads:plain_module', "
+        "input_shape='3x4x4', num_classes=5)\n"
+        "print(w.describe()['initial_state_sha256'])\n"
+    )
+    hashes = {
+        subprocess.run(
+            [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.split()[-1]
+        for _ in range(2)
+    }
+    assert hashes == {_plain_module_hash()}
+
+
+def test_initial_state_hash_tells_different_weights_apart():
+    workload = load_workload(
+        "tests.fixtures.user_workloads:plain_module", input_shape="3x4x4", num_classes=5
+    )
+    model = workload.build_model()
+    from workbench.workload import state_sha256
+
+    assert state_sha256(model) == workload.describe()["initial_state_sha256"]
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+    assert state_sha256(model) != workload.describe()["initial_state_sha256"]

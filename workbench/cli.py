@@ -102,10 +102,12 @@ def cmd_env_pin(args: argparse.Namespace) -> int:
 
 
 def cmd_env_diff(args: argparse.Namespace) -> int:
-    from workbench.environment.drift import diff_manifests, worst_severity
+    from workbench.environment.drift import diff_manifests, import_failures, worst_severity
     from workbench.environment.manifest import load_manifest
 
-    drifts = diff_manifests(load_manifest(Path(args.old)), load_manifest(Path(args.new)))
+    old, new = load_manifest(Path(args.old)), load_manifest(Path(args.new))
+    # A companion that fails to import in the new environment is critical, changed or not.
+    drifts = import_failures(new) + diff_manifests(old, new)
     for drift in drifts:
         print(f"{drift.severity:8} {drift.key}: {drift.old} -> {drift.new}  ({drift.reason})")
     worst = worst_severity(drifts)

@@ -18,6 +18,10 @@ from workbench.errors import BadInput
 
 _TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool, "list": list}
 
+# Parameters that shape the workload itself. Every notebook that loads the workload must get the
+# same values, or its numbers describe another model or batch than its neighbours'.
+WORKLOAD_PARAMETERS = ("input_shape", "input_dtype", "num_classes", "batch_size")
+
 
 @dataclass(frozen=True)
 class Parameter:
@@ -104,6 +108,15 @@ def validate(
             f"Unknown parameter {unknown[0]!r}: the selected notebooks take "
             f"{', '.join(sorted(known))}."
         )
+    for name in sorted(set(overrides) & set(WORKLOAD_PARAMETERS)):
+        missed = [
+            stem for stem, params in declared.items() if "workload" in params and name not in params
+        ]
+        if missed:
+            raise BadInput(
+                f"Parameter {name!r} shapes the workload but {missed[0]} does not take it, so its "
+                "numbers would describe another workload; leave that notebook out with --only."
+            )
     per_notebook: dict[str, dict[str, Any]] = {}
     for stem, params in declared.items():
         per_notebook[stem] = {

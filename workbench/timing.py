@@ -4,6 +4,7 @@ warm-up rule, and this process's peak resident memory per phase."""
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,32 @@ def quantile(sorted_values: Sequence[float], q: float) -> float:
     low = math.floor(position)
     high = min(low + 1, len(sorted_values) - 1)
     return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+
+
+BOOTSTRAP_RESAMPLES = 2000
+RATIO_INTERVAL_METHOD = (
+    f"95% percentile bootstrap of the ratio of steady-state medians ({BOOTSTRAP_RESAMPLES:,} "
+    "resamples of each configuration's raw step times, fixed seed)"
+)
+
+
+def ratio_of_medians_interval(
+    numerator: Sequence[float], denominator: Sequence[float], confidence: float = 0.95
+) -> tuple[float, float]:
+    """Percentile-bootstrap interval of median(numerator) / median(denominator).
+
+    Each resample redraws both sample sets with replacement, so the interval carries the noise
+    of both; the seed is fixed so the same samples always give the same interval.
+    """
+    draw = random.Random(0)
+    ratios = []
+    for _ in range(BOOTSTRAP_RESAMPLES):
+        top = quantile(sorted(draw.choices(numerator, k=len(numerator))), 0.5)
+        bottom = quantile(sorted(draw.choices(denominator, k=len(denominator))), 0.5)
+        ratios.append(top / bottom if bottom > 0 else math.inf)
+    ratios.sort()
+    tail = (1 - confidence) / 2
+    return quantile(ratios, tail), quantile(ratios, 1 - tail)
 
 
 @dataclass

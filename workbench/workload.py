@@ -7,12 +7,14 @@ returns either a `Workload` or a plain `nn.Module` described by input parameters
 from __future__ import annotations
 
 import copy
+import hashlib
 import importlib
 import math
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +26,7 @@ from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
 
 Batch = tuple[tuple[torch.Tensor, ...], torch.Tensor]  # (model inputs, targets)
 
+DEFAULT_SEED = 42
 
 TASK_CLASSIFICATION = "classification"
 TASK_LANGUAGE_MODEL = "language-model"
@@ -45,6 +48,25 @@ def token_cross_entropy(outputs: torch.Tensor, targets: torch.Tensor) -> torch.T
     return nn.functional.cross_entropy(outputs.reshape(-1, outputs.shape[-1]), targets.reshape(-1))
 
 
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Code inside draws from torch's global generator seeded with `seed`; the caller's
+    generator state is restored afterwards, so seeding here never changes anything outside."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def state_sha256(model: nn.Module) -> str:
+    """SHA-256 over names, dtypes, shapes and raw bytes of the state dict, in name order."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        data = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{data.dtype}|{tuple(data.shape)}|".encode())
+        digest.update(data.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
 @dataclass
 class Workload:
     """A model factory, a batch maker, a loss, an optimizer factory and what they describe."""
@@ -60,7 +82,7 @@ class Workload:
     sequence_length: int | None = None  # set for sequence workloads: throughput counts tokens
     task_metric: Callable[[torch.Tensor, torch.Tensor], float] | None = accuracy
     task_metric_name: str = "accuracy"
-    seed: int = 42
+    seed: int = DEFAULT_SEED
     description: str = ""
     spec: str = ""  # what the user typed to get this workload
 
@@ -70,8 +92,7 @@ class Workload:
 
     def build_model(self, device: torch.device | str = "cpu") -> nn.Module:
         """The model with the workload's seeded initial weights, on `device`."""
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
+        with seeded(self.seed):
             model = self.model_factory()
         return model.to(device)
 
@@ -105,6 +126,9 @@ class Workload:
             "sequence_length": self.sequence_length,
             "seed": self.seed,
             "parameters": sum(p.numel() for p in model.parameters()),
+            # Same hash, same initial weights: what lets one notebook's numbers be compared
+            # with another's, or with another run's.
+            "initial_state_sha256": state_sha256(model),
             "inputs": [{"shape": list(t.shape), "dtype": str(t.dtype)} for t in inputs],
             "targets": {"shape": list(targets.shape), "dtype": str(targets.dtype)},
             "task_metric": self.task_metric_name if self.task_metric else None,
@@ -206,7 +230,7 @@ def workload_from_module(
     )
 
 
-def _import_factory(spec: str) -> Callable[[], Any]:
+def import_factory(spec: str) -> Callable[[], Any]:
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise BadInput(
@@ -217,7 +241,9 @@ def _import_factory(spec: str) -> Callable[[], Any]:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        module = importlib.import_module(module_name)
+        # Seeded too: a module built at import time gets the same weights in every process.
+        with seeded(DEFAULT_SEED):
+            module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         raise BadInput(
             f"Workload {spec!r}: module {exc.name!r} was not found "
@@ -280,9 +306,12 @@ def load_workload(
 ) -> Workload:
     """Resolve a workload spec; every problem is a BadInput naming the spec and what is wrong."""
     target = BUILTIN_WORKLOADS.get(spec, spec)
-    factory = _import_factory(target)
+    factory = import_factory(target)
     try:
-        made = factory()
+        # A plain module's weights are drawn here, so the draw is seeded: every notebook and
+        # every run then starts from the same weights.
+        with seeded(DEFAULT_SEED):
+            made = factory()
     except Exception as exc:
         raise BadInput(f"Workload {spec!r}: the factory raised {describe_error(exc)}.") from None
 

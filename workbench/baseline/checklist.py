@@ -19,6 +19,7 @@ import workbench
 from workbench.errors import describe_error
 from workbench.targets.base import Target
 from workbench.targets.detect import detect_neuron_stack
+from workbench.torch_messages import MessageGroup, grouped_torch_messages
 from workbench.workload import Workload
 
 # Namespaces PyTorch itself registers in the dispatcher (torch 2.9-2.13, read from
@@ -45,6 +46,7 @@ class GraphCapture:
     graph_breaks: int
     break_reasons: list[str]
     ops: list[list[str]]  # call_function targets per graph, in graph order
+    torch_messages: list[MessageGroup] = field(default_factory=list)  # torch's warnings, grouped
 
 
 @dataclass
@@ -73,7 +75,8 @@ def _versions(target: Target) -> dict[str, Any]:
 def _capture_graph(workload: Workload, batch_size: int) -> GraphCapture:
     model = workload.build_model("cpu")
     inputs, _ = workload.batch("cpu", batch_size)
-    explained = torch._dynamo.explain(model)(*inputs)
+    with grouped_torch_messages() as messages:
+        explained = torch._dynamo.explain(model)(*inputs)
     reasons = [str(getattr(r, "reason", r)) for r in explained.break_reasons]
     return GraphCapture(
         batch_size=batch_size,
@@ -83,6 +86,7 @@ def _capture_graph(workload: Workload, batch_size: int) -> GraphCapture:
         graph_breaks=len(reasons),
         break_reasons=reasons,
         ops=[[getattr(op, "__name__", str(op)) for op in ops] for ops in explained.ops_per_graph],
+        torch_messages=messages,
     )
 
 

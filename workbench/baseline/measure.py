@@ -26,6 +26,7 @@ from workbench.baseline.records import (
     PHASE_COMPILE,
     PHASE_FIRST_CALL,
     PHASE_LABELS,
+    PHASE_LOSS,
     PHASE_SETUP,
     PHASE_STEADY,
     PHASE_WARMUP,
@@ -46,6 +47,7 @@ from workbench.timing import (
     Measurement,
     format_seconds,
 )
+from workbench.torch_messages import grouped_torch_messages
 from workbench.workload import Workload
 
 
@@ -126,6 +128,7 @@ class _ConfigRunner:
         # Inference keeps only the first and the latest output (for their losses).
         self.first_output: torch.Tensor | None = None
         self.last_output: torch.Tensor | None = None
+        self._loss_step = 0  # the step whose output the loss is being computed on
 
     @property
     def name(self) -> str:
@@ -138,9 +141,29 @@ class _ConfigRunner:
             (PHASE_WARMUP, settings.warmup.max_steps, settings.warmup.is_steady),
             (PHASE_STEADY, settings.steady_steps, None),
         )
-        for phase, max_steps, stop in phases:
-            if not self._phase(phase, max_steps, stop):
-                break
+        current = PHASE_FIRST_CALL
+        try:
+            for current, max_steps, stop in phases:
+                if not self._phase(current, max_steps, stop):
+                    break
+            current = PHASE_LOSS
+            self._losses()
+        except Exception as exc:
+            # Outside a step: the loss on inference outputs, or the target's own reads around
+            # the steps (memory, compile counters). Either fails this configuration only.
+            if self.result.failure is None:  # a step that raised earlier is the first cause
+                step = self._loss_step if current == PHASE_LOSS else self.next_step
+                self._fail(current, step, exc)
+        return self.result
+
+    def _fail(self, phase: str, step: int, exc: BaseException) -> None:
+        error = describe_error(exc)
+        self.result.failure = StepFailure(
+            self.prepared.kind, self.prepared.mode, phase, step, error.text, error.location
+        )
+        self.log(self.result.failure.summary())
+
+    def _losses(self) -> None:
         losses = self.result.losses
         if self.prepared.kind == INFER:
             self._inference_losses()
@@ -148,7 +171,6 @@ class _ConfigRunner:
             self.result.loss_first, self.result.loss_last = losses[0], losses[-1]
             bad = (step for step, loss in enumerate(losses, 1) if not math.isfinite(loss))
             self.result.nonfinite_step = next(bad, None)
-        return self.result
 
     def _phase(
         self, phase: str, max_steps: int, stop: Callable[[list[float]], bool] | None
@@ -193,16 +215,7 @@ class _ConfigRunner:
         # Read back after the phase, so host transfers never land inside a timed step.
         self.result.losses.extend(float(loss) for loss in losses)
         if failure is not None:
-            error = describe_error(failure)
-            self.result.failure = StepFailure(
-                self.prepared.kind,
-                self.prepared.mode,
-                phase,
-                self.next_step,
-                error.text,
-                error.location,
-            )
-            self.log(self.result.failure.summary())
+            self._fail(phase, self.next_step, failure)
             return False
         self.log(f"{self.name}: {_phase_line(record)}")
         return True
@@ -224,7 +237,9 @@ class _ConfigRunner:
             return
         last_step = self.next_step - 1
         loss_fn, targets = self.prepared.loss_fn, self.prepared.targets
+        self._loss_step = 1
         first = float(loss_fn(self.first_output, targets))
+        self._loss_step = last_step
         last = float(loss_fn(self.last_output, targets)) if last_step > 1 else first
         self.result.loss_first, self.result.loss_last = first, last
         if not math.isfinite(first):
@@ -260,7 +275,27 @@ def run_config(
     log: Callable[[str], None] = print,
     progress_bars: bool = False,
 ) -> ConfigResult:
-    """One configuration, start to finish; a raising step ends it with a recorded failure."""
+    """One configuration, start to finish; a raising step ends it with a recorded failure.
+    Torch's warnings meanwhile (Dynamo's graph breaks and recompiles) are kept grouped."""
+    with grouped_torch_messages() as messages:
+        result = _run_config(
+            workload, target, kind, mode, settings, host=host, log=log, progress_bars=progress_bars
+        )
+    result.torch_messages = messages
+    return result
+
+
+def _run_config(
+    workload: Workload,
+    target: Target,
+    kind: str,
+    mode: str,
+    settings: BaselineSettings,
+    *,
+    host: HostPeakRss | None = None,
+    log: Callable[[str], None] = print,
+    progress_bars: bool = False,
+) -> ConfigResult:
     try:
         prepared = prepare_step(workload, target, kind, mode)
     except Exception as exc:

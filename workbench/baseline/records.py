@@ -15,10 +15,13 @@ from workbench.scorecard import ATTENTION, BLOCKER, Finding, Verdict, judge
 from workbench.targets.base import CompileCounters
 from workbench.timing import (
     FLUCTUATION_SEVERE,
+    RATIO_INTERVAL_METHOD,
     Measurement,
     WarmupRule,
     format_seconds,
+    ratio_of_medians_interval,
 )
+from workbench.torch_messages import MessageGroup
 
 TRAIN = "train"
 
@@ -56,6 +59,9 @@ PHASE_WARMUP = "warmup"
 PHASE_STEADY = "steady"
 
 
+PHASE_LOSS = "loss"  # the loss on an inference call's outputs, and reading losses back
+
+
 # What a compiled first call includes, said wherever compile times are shown.
 COMPILE_CACHE_NOTE = (
     "Dynamo's in-process caches are reset before each compiled configuration; on-disk compiler "
@@ -69,6 +75,7 @@ PHASE_LABELS = {
     PHASE_FIRST_CALL: "first call",
     PHASE_WARMUP: "warm-up",
     PHASE_STEADY: "steady state",
+    PHASE_LOSS: "loss on the outputs",
 }
 
 
@@ -183,6 +190,7 @@ class ConfigResult:
     loss_last: float | None = None
     nonfinite_step: int | None = None  # first step whose loss was NaN or Inf
     failure: StepFailure | None = None
+    torch_messages: list[MessageGroup] = field(default_factory=list)  # torch's warnings, grouped
 
     def phase(self, name: str) -> PhaseResult | None:
         return next((p for p in self.phases if p.phase == name), None)
@@ -218,32 +226,52 @@ class ConfigResult:
 
 @dataclass
 class CompilePayback:
-    """Eager against compiled for one step kind: speed-up, one-off cost, break-even point."""
+    """Eager against compiled for one step kind: speed-up with its interval, one-off cost,
+    break-even point."""
 
     kind: str
     eager_median: float
     compiled_median: float
     speedup: float  # eager median / compiled median
-    # One-off cost of compiled mode: its first call and warm-up above its own steady pace,
-    # minus the same excess for eager (so a target whose eager mode also compiles is fair).
+    speedup_low: float  # the speed-up's 95% interval (interval_method says how)
+    speedup_high: float
+    # One-off cost of compiled mode: its own first call minus its own steady median, so
+    # eager's warm-up noise never moves it.
     compile_cost: float
-    break_even_steps: int | None  # None: never repaid at the measured speeds
+    break_even_steps: int | None  # None: not repaid, or the speed-up is not told from 1
+    interval_method: str = RATIO_INTERVAL_METHOD
+
+    @property
+    def distinguishable(self) -> bool:
+        """The speed-up's interval leaves out 1: compiled is really faster, or really slower."""
+        return not self.speedup_low <= 1 <= self.speedup_high
 
     def sentence(self) -> str:
         label = KIND_LABELS[self.kind]
-        if self.speedup <= 1:
+        interval = f"95% interval {self.speedup_low:.2f}-{self.speedup_high:.2f}x"
+        if not self.distinguishable:
+            return (
+                f"{label}: compiled and eager cannot be told apart at this noise "
+                f"({self.speedup:.2f}x eager's speed, {interval}), so no payback is estimated"
+            )
+        if self.speedup < 1:
             tail = (
                 f"so its {format_seconds(self.compile_cost)} compile cost is never repaid"
                 if self.compile_cost > 0
                 else "so it never pays off"
             )
-            return f"{label}: compiled is slower ({self.speedup:.2f}x eager's speed), {tail}"
+            return (
+                f"{label}: compiled is slower ({self.speedup:.2f}x eager's speed, {interval}), "
+                f"{tail}"
+            )
         if self.compile_cost <= 0:
-            return f"{label}: compiled is {self.speedup:.2f}x faster from its first step"
+            return (
+                f"{label}: compiled is {self.speedup:.2f}x faster ({interval}) from its first step"
+            )
         return (
             f"{label}: compile costs {format_seconds(self.compile_cost)}, repaid after "
             f"~{_round_steps(self.break_even_steps or 0):,} steps at the measured "
-            f"{self.speedup:.2f}x speed-up"
+            f"{self.speedup:.2f}x speed-up ({interval})"
         )
 
 
@@ -255,25 +283,21 @@ def _round_steps(steps: int) -> int:
     return round(steps / scale) * scale
 
 
-def _startup_excess(result: ConfigResult, median: float) -> float:
-    """Time the first call and warm-up took beyond the same number of steady steps."""
-    excess = 0.0
-    for name in (PHASE_FIRST_CALL, PHASE_WARMUP):
-        phase = result.phase(name)
-        if phase and phase.measurement:
-            excess += phase.measurement.total - median * len(phase.measurement.times)
-    return excess
-
-
 def compile_payback(eager: ConfigResult, compiled: ConfigResult) -> CompilePayback | None:
-    """None unless both configurations reached a steady state."""
-    if eager.steady is None or compiled.steady is None:
+    """None unless both configurations reached a steady state and compiled has a first call."""
+    first = compiled.phase(PHASE_FIRST_CALL)
+    if eager.steady is None or compiled.steady is None or first is None:
+        return None
+    if first.measurement is None:
         return None
     e, c = eager.steady.median, compiled.steady.median
-    cost = _startup_excess(compiled, c) - _startup_excess(eager, e)
+    low, high = ratio_of_medians_interval(eager.steady.times, compiled.steady.times)
+    cost = first.measurement.total - c
+    speedup = e / c if c > 0 else math.inf
     saving = e - c
-    steps = math.ceil(cost / saving) if saving > 0 and cost > 0 else (0 if saving > 0 else None)
-    return CompilePayback(eager.kind, e, c, e / c if c > 0 else math.inf, cost, steps)
+    repaid = low > 1 and saving > 0
+    steps = (math.ceil(cost / saving) if cost > 0 else 0) if repaid else None
+    return CompilePayback(eager.kind, e, c, speedup, low, high, cost, steps)
 
 
 @dataclass

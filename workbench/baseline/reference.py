@@ -3,7 +3,6 @@ initial model's outputs and loss on it, and a hash that identifies the initial w
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ import torch
 
 from workbench.errors import describe_error
 from workbench.targets.base import Target
-from workbench.workload import Workload
+from workbench.workload import Workload, state_sha256
 
 BASELINE_REFERENCE_FILE = "01_baseline_reference.pt"  # next to 01_baseline.json
 
@@ -26,16 +25,6 @@ class ReferenceSummary:
     loss: float | None
     device: str
     error: str | None = None
-
-
-def state_sha256(model: torch.nn.Module) -> str:
-    """SHA-256 over names, dtypes, shapes and raw bytes of the state dict, in name order."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        data = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}|{data.dtype}|{tuple(data.shape)}|".encode())
-        digest.update(data.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
 
 
 def make_reference(workload: Workload, target: Target) -> dict[str, Any]:

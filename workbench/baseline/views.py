@@ -17,12 +17,13 @@ from workbench.baseline.records import (
     PHASE_STEADY,
     PHASE_WARMUP,
     BaselineResult,
+    CompilePayback,
     ConfigResult,
     PhaseResult,
     config_status,
 )
 from workbench.errors import WorkbenchError
-from workbench.timing import format_seconds
+from workbench.timing import RATIO_INTERVAL_METHOD, format_seconds
 
 
 def _mib(value: int | None) -> str:
@@ -145,10 +146,9 @@ def comparison(result: BaselineResult) -> None:
                 "eager throughput": _rate(eager.throughput, result.throughput_unit),
                 "compiled throughput": _rate(compiled.throughput, result.throughput_unit),
                 "speed-up": f"{payback.speedup:.2f}x",
+                "95% interval": f"{payback.speedup_low:.2f}-{payback.speedup_high:.2f}x",
                 "compile cost": _seconds(payback.compile_cost),
-                "break-even": "never"
-                if payback.break_even_steps is None
-                else f"{payback.break_even_steps:,} steps",
+                "break-even": _break_even(payback),
                 "eager host peak": _mib(_steady_memory(eager).host_peak_rss),
                 "compiled host peak": _mib(_steady_memory(compiled).host_peak_rss),
                 "compiled first-call host peak": _mib(
@@ -157,9 +157,19 @@ def comparison(result: BaselineResult) -> None:
             }
         )
     if rows:
-        display(show.table(rows, caption="Before and after compile"))
+        caption = (
+            "Before and after compile (compile cost: the compiled first call minus its own "
+            f"steady median; interval: {RATIO_INTERVAL_METHOD})"
+        )
+        display(show.table(rows, caption=caption))
     else:
         display(show.banner("No step kind has both an eager and a compiled steady state.", "info"))
+
+
+def _break_even(payback: CompilePayback) -> str:
+    if payback.break_even_steps is not None:
+        return f"{payback.break_even_steps:,} steps"
+    return "never" if payback.distinguishable else "not estimated (speed-up not told from 1)"
 
 
 def _steady_memory(config: ConfigResult) -> Any:
@@ -184,9 +194,11 @@ def checklist(result: BaselineResult) -> None:
         if found.custom_ops
         else "none found"
     )
-    before_after = [f"{KIND_LABELS[p.kind]} {p.speedup:.2f}x" for p in result.paybacks()] or [
-        "not measured (needs eager and compiled results)"
-    ]
+    before_after = [
+        f"{KIND_LABELS[p.kind]} {p.speedup:.2f}x (95% interval {p.speedup_low:.2f}-"
+        f"{p.speedup_high:.2f}x)"
+        for p in result.paybacks()
+    ] or ["not measured (needs eager and compiled results)"]
     display(
         show.key_values(
             {
@@ -246,6 +258,23 @@ def problems(result: BaselineResult) -> None:
         messages.append(("No step raised, no loss went NaN, nothing recompiled.", "ok"))
     for text, kind in messages:
         display(show.banner(text, kind))
+    grouped = [
+        [f"{config.kind}/{config.mode}", group.count, group.source, group.message]
+        for config in result.configs
+        for group in config.torch_messages
+    ] + [
+        [f"graph capture, batch {graph.batch_size}", group.count, group.source, group.message]
+        for graph in result.checklist.graphs
+        for group in graph.torch_messages
+    ]
+    if grouped:
+        display(
+            show.table(
+                grouped,
+                headers=["during", "times", "from", "message (first line)"],
+                caption="Torch's warnings, grouped (graph breaks and recompiles are read above)",
+            )
+        )
 
 
 def raise_on_step_failure(result: BaselineResult) -> None:

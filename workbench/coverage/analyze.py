@@ -11,7 +11,6 @@ run of the same step on the target, whose readings override the tables.
 from __future__ import annotations
 
 from collections import Counter
-from fractions import Fraction
 from time import perf_counter
 
 from workbench.coverage.capture import (
@@ -27,7 +26,7 @@ from workbench.coverage.records import (
     OpRow,
     op_row,
 )
-from workbench.coverage.risks import capture_flags
+from workbench.coverage.risks import BOOKKEEPING_NAMESPACES, capture_flags, optimizer_sync_note
 from workbench.coverage.shapes import (
     ShapeStability,
     compare_captures,
@@ -52,18 +51,14 @@ def _shape_variants(workload: Workload, reference: Capture) -> tuple[list[Captur
     batch = other_batch_size(reference.batch_size)
     variant = capture_training_step(workload, batch_size=batch)
     variants.append(variant)
-    comparisons.append(
-        compare_captures(reference, variant, "batch", Fraction(batch, reference.batch_size))
-    )
+    comparisons.append(compare_captures(reference, variant, "batch", reference.batch_size, batch))
     if workload.sequence_length:
         length = other_sequence_length(workload.sequence_length)
         if length is not None:
             variant = capture_training_step(workload, sequence_length=length)
             variants.append(variant)
             comparisons.append(
-                compare_captures(
-                    reference, variant, "sequence", Fraction(length, workload.sequence_length)
-                )
+                compare_captures(reference, variant, "sequence", workload.sequence_length, length)
             )
     return variants, ShapeStability(reference.label, comparisons)
 
@@ -102,9 +97,15 @@ def measure_on_target(workload: Workload, target: Target) -> tuple[TargetReading
 def _rows(
     reference: Capture, target_capture: Capture | None, measurement: TargetReading | None
 ) -> list[OpRow]:
-    rows = {op: op_row(record, SEEN_REFERENCE) for op, record in reference.ops.items()}
+    rows = {
+        op: op_row(record, SEEN_REFERENCE)
+        for op, record in reference.ops.items()
+        if record.namespace not in BOOKKEEPING_NAMESPACES
+    }
     if target_capture is not None:
         for op, record in target_capture.ops.items():
+            if record.namespace in BOOKKEEPING_NAMESPACES:
+                continue
             if op in rows:
                 rows[op].seen_in.append(SEEN_TARGET)
             else:
@@ -196,4 +197,10 @@ def analyze_coverage(
         target_capture=target_capture,
         rows=rows,
         seconds=perf_counter() - started,
+        bookkeeping={
+            op: record.total_calls
+            for op, record in reference.ops.items()
+            if record.namespace in BOOKKEEPING_NAMESPACES
+        },
+        optimizer_note=optimizer_sync_note(reference),
     )

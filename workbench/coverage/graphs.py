@@ -17,6 +17,7 @@ import torch
 
 from workbench.coverage.capture import CallSite
 from workbench.errors import describe_error, pick_user_frame
+from workbench.torch_messages import MessageGroup, grouped_torch_messages
 from workbench.workload import Workload
 
 _GB_PAGE = re.compile(r"(https://\S+/gb/(gb\d+)\.html)")
@@ -43,6 +44,7 @@ class CompiledPath:
     breaks: list[GraphBreak] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
+    messages: list[MessageGroup] = field(default_factory=list)  # torch's warnings, grouped
 
     def sentence(self) -> str:
         if self.error:
@@ -90,7 +92,8 @@ def explain_forward(workload: Workload) -> CompiledPath:
         model = workload.build_model("cpu")
         model.train()
         inputs, _ = workload.batch("cpu")
-        output = torch._dynamo.explain(model)(*inputs)
+        with grouped_torch_messages() as result.messages:
+            output = torch._dynamo.explain(model)(*inputs)
     except Exception as exc:
         result.error = str(describe_error(exc))
     else:

@@ -16,7 +16,7 @@ from workbench.coverage.capture import (
     SiteCount,
 )
 from workbench.coverage.graphs import CompiledPath
-from workbench.coverage.risks import CUSTOM_OP, HIGH, RiskFlag
+from workbench.coverage.risks import CUSTOM_OP, HIGH, MEDIUM, RiskFlag
 from workbench.coverage.shapes import (
     ShapeStability,
 )
@@ -113,6 +113,9 @@ class CoverageReport:
     target_capture: Capture | None
     rows: list[OpRow]
     seconds: float
+    # Profiler markers (op -> calls): dispatched like ops, computing nothing; not in `rows`.
+    bookkeeping: dict[str, int] = field(default_factory=dict)
+    optimizer_note: str | None = None  # the optimizer's own host reads, with the fix
 
     def summaries(self) -> dict[str, CoverageSummary]:
         result = {}
@@ -161,9 +164,12 @@ class CoverageReport:
     def headline(self) -> str:
         ops = [r for r in self.rows if SEEN_REFERENCE in r.seen_in]
         calls = sum(r.total_calls for r in ops)
-        parts = [
-            f"{self.workload}: one training step runs {len(ops)} distinct ATen ops ({calls} calls)"
-        ]
+        first = (
+            f"{self.workload}: one training step runs {len(ops)} distinct ATen ops ({calls} calls"
+        )
+        if self.bookkeeping:
+            first += f", plus {sum(self.bookkeeping.values())} profiler marker call(s)"
+        parts = [first + ")"]
         for summary in self.summaries().values():
             counts = ", ".join(
                 f"{summary.distinct[v]} {v}" for v in VERDICTS if summary.distinct[v]
@@ -174,9 +180,13 @@ class CoverageReport:
             else:
                 source = "tables" if self.tables.get(summary.flavour) else "no table"
             parts.append(f"{summary.label}: {counts} ({source})")
-        high = [f for f in self.flags if f.severity == "high"]
-        if high:
-            parts.append(f"{len(high)} high-severity risk flag(s)")
+        severe = [
+            f"{n} {severity}-severity"
+            for severity in (HIGH, MEDIUM)
+            if (n := sum(1 for f in self.flags if f.severity == severity))
+        ]
+        if severe:
+            parts.append(" and ".join(severe) + " risk flag(s)")
         parts.append(self.shapes.status())
         if self.compiled.graph_break_count:
             parts.append(f"{self.compiled.graph_break_count} graph break(s)")
@@ -298,6 +308,8 @@ def report_data(report: CoverageReport) -> dict[str, Any]:
             "capture": _capture_data(report.target_capture) if report.target_capture else None,
         },
         "measurement_note": report.measurement_note,
+        "profiler_markers": report.bookkeeping,
+        "optimizer_note": report.optimizer_note,
         "seconds": report.seconds,
     }
 
@@ -305,8 +317,8 @@ def report_data(report: CoverageReport) -> dict[str, Any]:
 COVERAGE_RULE = (
     "blocker: the step failed mid-capture, an op falls back or fails on a chosen Neuron flavour, "
     "a custom op has no Neuron kernel, or the CUDA scan found blocking code; attention: ops with "
-    "unknown support, other high-severity risk flags, or shapes that change beyond the batch; "
-    "pass otherwise"
+    "unknown support, other high- or medium-severity risk flags, or shapes that change beyond "
+    "the batch; pass otherwise"
 )
 _BANNER_KIND = {BLOCKER: "fail", ATTENTION: "warn", PASS: "ok"}
 
@@ -333,11 +345,11 @@ def coverage_verdict(report: CoverageReport, scan: ScanReport | None) -> scoreca
         )
     if scan is not None and scan.blocking:
         findings.append(Finding(BLOCKER, f"scan: {len(scan.blocking)} blocking finding(s)"))
-    high = [f for f in report.flags if f.severity == HIGH and f.kind != CUSTOM_OP]
-    if high:
-        kinds = sorted({f.kind for f in high})
+    serious = [f for f in report.flags if f.severity in (HIGH, MEDIUM) and f.kind != CUSTOM_OP]
+    if serious:
+        kinds = sorted({f.kind for f in serious})
         findings.append(
-            Finding(ATTENTION, f"{len(high)} high-severity risk flag(s): {', '.join(kinds)}")
+            Finding(ATTENTION, f"{len(serious)} high or medium risk flag(s): {', '.join(kinds)}")
         )
     if not report.shapes.stable:
         findings.append(Finding(ATTENTION, report.shapes.status()))
@@ -381,6 +393,7 @@ def result_data(report: CoverageReport, scan: ScanReport | None) -> dict[str, An
             "blocking": len(scan.blocking),
             "findings": scan.findings,
             "unreadable": scan.unreadable,
+            "left_out": scan.left_out,
         }
     )
     return data

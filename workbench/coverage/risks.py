@@ -17,7 +17,13 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.coverage.capture import INT32_MAX, CallSite, Capture, OpRecord
+from workbench.coverage.capture import (
+    INT32_MAX,
+    PHASE_OPTIMIZER,
+    CallSite,
+    Capture,
+    OpRecord,
+)
 from workbench.coverage.support import is_cpu_kernel_choice
 
 HIGH = "high"  # wrong results, a failure or a CPU round trip on every step
@@ -39,6 +45,10 @@ SPARSE = "sparse or nested layout"
 QUANTIZED = "quantized tensor"
 SUBCLASS = "tensor subclass"
 CPU_KERNEL = "CPU-specific kernel"
+
+# The profiler's record_function markers (the optimizer's step wraps itself in one): they
+# dispatch like ops but compute nothing, so they are counted apart from the ATen ops.
+BOOKKEEPING_NAMESPACES = frozenset({"profiler"})
 
 _TAG_RULES = (
     # (torch.Tag name, flag, severity, why)
@@ -95,7 +105,8 @@ _DTYPE_RULES = (
         re.compile(r"int64$"),
         INT64,
         LOW,
-        "int64 is downcast to int32 by default (no native INT64 on NeuronCore-v2)",
+        "int64 is downcast to int32 by default (no native INT64 on NeuronCore-v2); the values "
+        "were not read here, so check they fit int32",
     ),
 )
 
@@ -165,7 +176,11 @@ def op_flags(record: OpRecord, builtin: frozenset[str]) -> list[RiskFlag]:
     for dtype in record.dtypes:
         for pattern, kind, severity, why in _DTYPE_RULES:
             if pattern.search(dtype):
-                flag(kind, severity, f"{dtype}: {why}", record.dtype_sites.get(dtype))
+                # int64 values read and found within int32 (class targets, token and index
+                # tensors) survive the downcast unchanged: nothing to act on.
+                fits = kind == INT64 and record.int64_max_abs is not None
+                if not fits:
+                    flag(kind, severity, f"{dtype}: {why}", record.dtype_sites.get(dtype))
                 break
     if record.int64_max_abs is not None and record.int64_max_abs > INT32_MAX:
         flag(
@@ -202,9 +217,45 @@ def op_flags(record: OpRecord, builtin: frozenset[str]) -> list[RiskFlag]:
     return flags
 
 
+def is_optimizer_internal_sync(record: OpRecord) -> bool:
+    """A host read that only torch's optimizer code makes, in the optimizer step: e.g. Adam(W)'s
+    `_get_value` reading its step counter when capturable=False. Every model trained with that
+    optimizer shows it, so it is the optimizer's note, not the model's risk."""
+    site = record.first_site
+    return (
+        record.has_tag("data_dependent_output")
+        and set(record.calls) == {PHASE_OPTIMIZER}
+        and site is not None
+        and not site.in_user_code
+        and "optim" in site.path
+    )
+
+
+def optimizer_sync_note(capture: Capture) -> str | None:
+    """One note, with the fix, for the optimizer's own host reads; None when it makes none."""
+    records = [r for r in capture.ops.values() if is_optimizer_internal_sync(r)]
+    if not records:
+        return None
+    calls = sum(r.total_calls for r in records)
+    where = records[0].first_site.short() if records[0].first_site else "torch.optim"
+    return (
+        f"The optimizer reads {calls} value(s) back to the host in each step ({where}): with "
+        "capturable=False its step counters are read on the host. Pass capturable=True to keep "
+        "them on the device, or foreach=True / fused=True where the target supports them. This "
+        "comes from torch.optim, not from the model, and is not counted as a risk flag."
+    )
+
+
 def capture_flags(capture: Capture) -> list[RiskFlag]:
-    """All flags of a capture, most severe first, then by calls."""
+    """All flags of a capture, most severe first, then by calls; profiler bookkeeping and the
+    optimizer's own host reads (see `optimizer_sync_note`) are left out."""
     builtin = builtin_namespaces()
-    flags = [f for record in capture.ops.values() for f in op_flags(record, builtin)]
+    flags = [
+        f
+        for record in capture.ops.values()
+        if record.namespace not in BOOKKEEPING_NAMESPACES
+        for f in op_flags(record, builtin)
+        if not (f.kind == HOST_SYNC and is_optimizer_internal_sync(record))
+    ]
     flags.sort(key=lambda f: (SEVERITIES.index(f.severity), -f.calls, f.op))
     return flags

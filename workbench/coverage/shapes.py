@@ -5,8 +5,11 @@ torch.compile builds one NEFF per shape signature: neuron.md section 3). The sam
 captured at two batch sizes, and for sequence workloads at two sequence lengths; eager ops run
 in the same order every step, so the n-th call of each op is compared with its n-th call in the
 other capture. A dimension that changed is explained when it scaled by the batch (or sequence)
-ratio, or a power of it (B*T flattened, T x T attention scores flattened); anything else means a
-shape depends on something else: the data, or Python control flow.
+ratio, or a power of it (B*T flattened, T x T attention scores flattened). Along the sequence
+a size may also follow the length with a small fixed offset per row: a causal language model's
+shifted labels make T - 1 (and B*(T - 1) flattened), a BOS token T + 1. Those sizes are affine in
+the length, known for every length, so they compile like the length itself. Anything else means
+a shape depends on something else: the data, or Python control flow.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from workbench.coverage.capture import CallSite, Capture, TraceEntry, shape_text
 
 MAX_CHANGES_KEPT = 25
 MAX_POWER = 3  # a dimension may flatten up to three scaled dimensions together
+# Tokens a row may gain or lose against the sequence length and still follow it: shifted labels
+# drop one, BOS/EOS add one or two.
+MAX_SEQUENCE_OFFSET = 2
 
 
 def other_batch_size(batch_size: int) -> int:
@@ -52,6 +58,7 @@ class VariantComparison:
     compared_calls: int = 0
     unchanged_calls: int = 0
     scaled_calls: int = 0
+    offset_calls: int = 0  # follow the sequence length with a fixed offset (T - 1, B*(T - 1))
     unexplained: list[ShapeChange] = field(default_factory=list)
     unexplained_calls: int = 0
     call_count_changes: list[str] = field(default_factory=list)
@@ -113,6 +120,23 @@ def _scaled(a: tuple[int, ...], b: tuple[int, ...], ratios: set[Fraction]) -> bo
     return all(x == y or (x and Fraction(y, x) in ratios) for x, y in zip(a, b, strict=True))
 
 
+def _follows_with_offset(x: int, y: int, sizes: tuple[int, int]) -> bool:
+    """x at the reference length and y at the other are a * length + c with a whole a >= 1 (the
+    rows flattened in) and |c| at most MAX_SEQUENCE_OFFSET tokens per row."""
+    first, second = sizes
+    slope = Fraction(y - x, second - first)
+    if slope.denominator != 1 or slope < 1:
+        return False
+    offset = x - slope * first
+    return abs(offset) <= slope * MAX_SEQUENCE_OFFSET
+
+
+def _offset(a: tuple[int, ...], b: tuple[int, ...], sizes: tuple[int, int]) -> bool:
+    if len(a) != len(b):
+        return False
+    return all(x == y or _follows_with_offset(x, y, sizes) for x, y in zip(a, b, strict=True))
+
+
 def _by_op(trace: list[TraceEntry]) -> dict[str, list[TraceEntry]]:
     grouped: dict[str, list[TraceEntry]] = defaultdict(list)
     for entry in trace:
@@ -121,9 +145,12 @@ def _by_op(trace: list[TraceEntry]) -> dict[str, list[TraceEntry]]:
 
 
 def compare_captures(
-    reference: Capture, variant: Capture, dimension: str, ratio: Fraction
+    reference: Capture, variant: Capture, dimension: str, reference_size: int, variant_size: int
 ) -> VariantComparison:
-    """Call-by-call comparison of two captures that differ in one dimension by `ratio`."""
+    """Call-by-call comparison of two captures that differ in one dimension (batch or
+    sequence), `reference_size` against `variant_size`."""
+    ratio = Fraction(variant_size, reference_size)
+    sizes = (reference_size, variant_size)
     comparison = VariantComparison(variant.label, dimension, str(ratio))
     if variant.failure is not None:
         comparison.failure = variant.failure.summary()
@@ -145,6 +172,12 @@ def compare_captures(
                 _scaled(p, q, ratios) for p, q in zip(x.shapes, y.shapes, strict=True)
             ):
                 comparison.scaled_calls += 1
+            elif (
+                dimension == "sequence"
+                and len(x.shapes) == len(y.shapes)
+                and all(_offset(p, q, sizes) for p, q in zip(x.shapes, y.shapes, strict=True))
+            ):
+                comparison.offset_calls += 1
             else:
                 comparison.unexplained_calls += 1
                 if len(comparison.unexplained) < MAX_CHANGES_KEPT:

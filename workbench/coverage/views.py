@@ -203,6 +203,16 @@ def ops_by_phase(report: CoverageReport) -> None:
 
 
 def risk_flags(report: CoverageReport) -> None:
+    if report.optimizer_note:
+        display(show.banner(report.optimizer_note, "info"))
+    if report.bookkeeping:
+        markers = ", ".join(f"{op} ({n})" for op, n in sorted(report.bookkeeping.items()))
+        display(
+            show.banner(
+                f"Profiler markers, not counted as ATen ops (they compute nothing): {markers}.",
+                "info",
+            )
+        )
     if not report.flags:
         display(show.banner("No dtype, layout, shape, sync, random or custom-op risk.", "ok"))
         return
@@ -247,6 +257,7 @@ def shape_stability(report: CoverageReport) -> None:
                     "calls compared": c.compared_calls,
                     "unchanged": c.unchanged_calls,
                     f"scaled with {c.dimension}": c.scaled_calls,
+                    f"{c.dimension} plus or minus a few": c.offset_calls,
                     "changed otherwise": c.unexplained_calls,
                     "ops run a different number of times": len(c.call_count_changes),
                     "failure": c.failure or "",
@@ -307,6 +318,14 @@ def graph_breaks(report: CoverageReport) -> None:
                 caption="Ops per graph",
             )
         )
+    if compiled.messages:
+        display(
+            show.table(
+                [[g.count, g.source, g.message] for g in compiled.messages],
+                headers=["times", "from", "message (first line)"],
+                caption="Torch's warnings while tracing, grouped (the breaks above explain them)",
+            )
+        )
 
 
 def evidence_sources(report: CoverageReport) -> None:
@@ -365,6 +384,8 @@ def scan_findings(scan: ScanReport) -> None:
         )
     for problem in scan.unreadable:
         display(show.banner(f"not scanned: {problem}", "warn"))
+    for definitions in scan.left_out:
+        display(show.banner(f"left out, as the workload never uses them: {definitions}", "info"))
 
 
 def reading(report: CoverageReport, scan: ScanReport | None = None) -> None:

@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass, fields
 from typing import Any
 
+from workbench.environment.companions import OK
 from workbench.environment.manifest import load_manifest
 from workbench.errors import WorkbenchError
 from workbench.targets.detect import NeuronStack
@@ -137,11 +138,31 @@ def _severity(key: str) -> tuple[str, str]:
     return INFO, "host detail"
 
 
+def import_failures(manifest: dict[str, Any]) -> list[Drift]:
+    """Companion packages that are installed but fail to import: critical drift whatever any
+    pin says, since a pin taken of a broken environment does not make it work."""
+    return [
+        Drift(
+            f"imports.{package}",
+            None,
+            status,
+            CRITICAL,
+            f"installed ({manifest['packages'].get(package, 'version unknown')}) but fails to "
+            "import: it was built for another torch; install the build made for this torch",
+        )
+        for package, status in sorted((manifest.get("imports") or {}).items())
+        if status != OK
+    ]
+
+
 def diff_manifests(old: dict[str, Any], new: dict[str, Any]) -> list[Drift]:
-    """Every difference between two manifests, critical first, then by key."""
+    """Every difference between two manifests, critical first, then by key. Import checks are
+    left out: `import_failures` judges each manifest's own."""
     old_flat, new_flat = _flatten(old), _flatten(new)
     drifts = []
     for key in sorted((old_flat.keys() | new_flat.keys()) - _IGNORED_KEYS):
+        if key.startswith("imports."):
+            continue
         before, after = old_flat.get(key), new_flat.get(key)
         if before == after:
             continue
@@ -171,9 +192,19 @@ def enforce_no_critical_drift(drifts: list[Drift] | None, fail_on_drift: bool) -
     """Raise DriftError on critical drift when asked to; the report has already shown it."""
     if not fail_on_drift or not drifts or worst_severity(drifts) != CRITICAL:
         return
-    critical = [d.key for d in drifts if d.severity == CRITICAL]
-    raise DriftError(
-        f"{len(critical)} critical change(s) since the pinned manifest "
-        f"({', '.join(critical[:5])}{', ...' if len(critical) > 5 else ''}); "
-        "re-pin if the change is intended."
-    )
+    critical = [d for d in drifts if d.severity == CRITICAL]
+    broken = [d for d in critical if d.key.startswith("imports.")]
+    changed = [d.key for d in critical if d not in broken]
+    parts = []
+    if broken:
+        parts.append(
+            "; ".join(f"{d.key.removeprefix('imports.')} fails to import ({d.new})" for d in broken)
+            + ": install the builds made for this torch"
+        )
+    if changed:
+        parts.append(
+            f"{len(changed)} critical change(s) since the pinned manifest "
+            f"({', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''}); "
+            "re-pin if the change is intended"
+        )
+    raise DriftError("; ".join(parts) + ".")

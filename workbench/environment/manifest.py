@@ -23,6 +23,7 @@ from typing import Any, cast
 
 import psutil
 
+from workbench.environment.companions import check_imports
 from workbench.errors import BadInput
 from workbench.redact import redact_environment, redact_value, scrub_data
 from workbench.results import write_json_atomic, write_text_atomic
@@ -188,6 +189,7 @@ def _neuron_section() -> dict[str, Any]:
 def capture_manifest() -> dict[str, Any]:
     """A JSON-able description of this environment, with every secret removed."""
     libc_name, libc_version = platform.libc_ver()
+    packages = _installed_packages()
     manifest = {
         "kind": MANIFEST_KIND,
         "schema_version": MANIFEST_SCHEMA_VERSION,
@@ -209,7 +211,9 @@ def capture_manifest() -> dict[str, Any]:
             "logical_cores": psutil.cpu_count(logical=True),
             "memory_total_bytes": psutil.virtual_memory().total,
         },
-        "packages": _installed_packages(),
+        "packages": packages,
+        # Installed is not importable: a companion built for another torch fails at import.
+        "imports": {check.package: check.status for check in check_imports(packages)},
         "torch": _torch_section(),
         "neuron": _neuron_section(),
         "environment": redact_environment(os.environ),

@@ -64,6 +64,35 @@ def manifest_overview(manifest: dict[str, Any]) -> None:
         display(show.banner("No behaviour-changing environment variables are set.", "info"))
 
 
+def import_report(manifest: dict[str, Any], broken: Sequence[Drift]) -> None:
+    """Each installed companion package and whether it imports in a fresh process."""
+    imports = manifest.get("imports") or {}
+    if not imports:
+        display(show.banner("No torch companion package is installed; nothing to import.", "info"))
+        return
+    if broken:
+        names = ", ".join(d.key.removeprefix("imports.") for d in broken)
+        display(
+            show.banner(
+                f"Critical: {names} installed but failing to import. A wheel built for another "
+                "torch (e.g. a CUDA torchvision beside a CPU torch) fails like this, and takes "
+                "the packages that import it down too.",
+                "fail",
+            )
+        )
+    else:
+        display(show.banner(f"All {len(imports)} installed companion package(s) import.", "ok"))
+    display(
+        show.table(
+            [
+                [name, manifest["packages"].get(name, ""), status]
+                for name, status in imports.items()
+            ],
+            headers=["package", "version", "import in a fresh process"],
+        )
+    )
+
+
 _RELEASE_KIND = {"match": "ok", "partial": "warn", "unknown-combination": "fail"}
 
 

@@ -18,16 +18,16 @@ blocking finding exists for the chosen flavours (2: bad input, nothing scanned).
 
 from __future__ import annotations
 
-import inspect
 import json
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from workbench.errors import BadInput, is_user_code
+from workbench.errors import BadInput
 from workbench.scan.python import python_hits
 from workbench.scan.report import Finding, ScanReport
 from workbench.scan.rules import FLAVOURS, RULES, SEVERITIES, severity_for
+from workbench.scan.sources import workload_source_files
 from workbench.targets.detect import FLAVOUR_NATIVE, FLAVOUR_XLA
 from workbench.workload import Workload
 
@@ -189,30 +189,28 @@ def scan_paths(paths: Iterable[str | Path], flavours: Iterable[str] = FLAVOURS) 
 
 
 def workload_sources(workload: Workload) -> list[Path]:
-    """The workload's own source files: where its model classes, factory, batch maker, loss
-    and optimizer factory are defined, leaving out torch, the standard library and workbench's
-    machinery (its workload loader included)."""
-    objects: list[object] = [
-        workload.model_factory,
-        workload.batch_maker,
-        workload.loss_fn,
-        workload.optimizer_factory,
+    """The workload's own source files (its factory's, its model classes', its batch, loss and
+    optimizer code's), never installed libraries or workbench's machinery."""
+    return [source.path for source in workload_source_files(workload)]
+
+
+def scan_workload(
+    workload: Workload, flavours: Iterable[str] = FLAVOURS, extra_paths: Iterable[str | Path] = ()
+) -> ScanReport:
+    """Scan the workload's own code, plus any files or folders the user names (scanned whole).
+
+    In the workload's files, definitions the workload never reaches (another model in the same
+    module) are left out, and the report lists them.
+    """
+    sources = workload_source_files(workload)
+    extra = [Path(p) for p in extra_paths]
+    report = scan_paths([*(s.path for s in sources), *extra], flavours)
+    named = {p.resolve() for p in extra}
+    scoped = {str(s.path): s for s in sources if s.left_out and s.path not in named}
+    report.findings = [
+        f for f in report.findings if f.path not in scoped or scoped[f.path].keeps(f.line)
     ]
-    try:
-        # On the meta device: the classes are all that is needed, not the weights.
-        objects += [type(m) for m in workload.build_model("meta").modules()]
-    except Exception:  # noqa: BLE001 - a model that fails to build still has a factory file
-        pass
-    loader = Path(inspect.getfile(Workload)).resolve()
-    files: list[Path] = []
-    for obj in objects:
-        try:
-            source = inspect.getsourcefile(obj)  # type: ignore[arg-type]
-        except TypeError:  # builtins, C extensions, partials
-            continue
-        if not source or not is_user_code(source):
-            continue
-        path = Path(source).resolve()
-        if path != loader and path not in files:
-            files.append(path)
-    return files
+    report.left_out = [
+        f"{path}: {', '.join(sorted(source.left_out))}" for path, source in scoped.items()
+    ]
+    return report

@@ -35,6 +35,14 @@ _CUDA_MEMORY = re.compile(r"^(max_)?memory_|^reset_(peak|accumulated)_memory|^em
 _DYNAMIC_OPS = {"nonzero", "unique", "unique_consecutive", "masked_select", "repeat_interleave"}
 
 
+# Exceptions whose handler makes an import optional: the code runs on without the package.
+_IMPORT_GUARDS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+
+
+# torch.cuda members that only answer a question; in an if/while test they choose a branch.
+_CUDA_QUESTIONS = {"is_available", "device_count", "current_device", "get_device_name"}
+
+
 _HOST_READS = {"item", "cpu", "numpy", "tolist"}
 
 
@@ -58,6 +66,8 @@ class _Visitor(ast.NodeVisitor):
         self.aliases: dict[str, str] = {}
         self.hits: list[tuple[int, str]] = []
         self.loop_depth = 0
+        self.import_guards = 0  # inside the body of a try whose handler catches ImportError
+        self.test_depth = 0  # inside the test of an if, while, assert or conditional expression
 
     def hit(self, node: ast.AST, rule: str) -> None:
         self.hits.append((getattr(node, "lineno", 1), rule))
@@ -74,7 +84,10 @@ class _Visitor(ast.NodeVisitor):
     # imports ------------------------------------------------------------------------------
     def _module_hit(self, node: ast.AST, module: str) -> None:
         top = module.split(".")[0]
-        if top == "triton":
+        flagged = top in ("triton", "pynvml", "torch_xla", *_CUDA_LIBRARIES)
+        if flagged and self.import_guards:
+            self.hit(node, "guarded-import")
+        elif top == "triton":
             self.hit(node, "triton")
         elif top in _CUDA_LIBRARIES:
             self.hit(node, "cuda-library")
@@ -95,9 +108,47 @@ class _Visitor(ast.NodeVisitor):
         for alias in node.names:
             self.aliases[alias.asname or alias.name] = f"{module}.{alias.name}"
         self._module_hit(node, module)
+        if self.import_guards:
+            return  # an optional import; where its names are used, those lines are judged
         full = {f"{module}.{a.name}" for a in node.names}
         for name in full:
             self._name_hit(node, name)
+
+    def visit_Try(self, node: ast.Try) -> None:
+        guarded = any(_catches_import_error(handler) for handler in node.handlers)
+        self.import_guards += guarded
+        for statement in node.body:
+            self.visit(statement)
+        self.import_guards -= guarded
+        for part in (*node.handlers, *node.orelse, *node.finalbody):
+            self.visit(part)
+
+    visit_TryStar = visit_Try
+
+    def _with_test(self, node: ast.If | ast.While | ast.IfExp | ast.Assert) -> None:
+        self.test_depth += 1
+        self.visit(node.test)
+        self.test_depth -= 1
+        for field_name, value in ast.iter_fields(node):
+            if field_name == "test":
+                continue
+            for child in value if isinstance(value, list) else [value]:
+                if isinstance(child, ast.AST):
+                    self.visit(child)
+
+    def visit_If(self, node: ast.If) -> None:
+        self._with_test(node)
+
+    def visit_IfExp(self, node: ast.IfExp) -> None:
+        self._with_test(node)
+
+    def visit_Assert(self, node: ast.Assert) -> None:
+        self._with_test(node)
+
+    def visit_While(self, node: ast.While) -> None:
+        self.loop_depth += 1
+        self._with_test(node)
+        self.loop_depth -= 1
 
     # names --------------------------------------------------------------------------------
     def _name_hit(self, node: ast.AST, name: str) -> bool:
@@ -105,6 +156,8 @@ class _Visitor(ast.NodeVisitor):
             member = name.split(".")[2]
             if name.endswith(".GradScaler"):
                 rule = "grad-scaler"
+            elif member == "is_available" or (member in _CUDA_QUESTIONS and self.test_depth):
+                rule = "cuda-check"
             elif _CUDA_MEMORY.match(member):
                 rule = "cuda-memory"
             else:
@@ -164,7 +217,10 @@ class _Visitor(ast.NodeVisitor):
             self.hit(node, "fp64")
         elif method in _HOST_READS and not node.args and self.loop_depth:
             self.hit(node, "host-sync")
-        if method in _DYNAMIC_OPS or name in {f"torch.{op}" for op in _DYNAMIC_OPS}:
+        as_function = name in {f"torch.{op}" for op in _DYNAMIC_OPS}
+        if (method in _DYNAMIC_OPS or as_function) and not (
+            method == "repeat_interleave" and _static_repeats(node, is_method=not as_function)
+        ):
             self.hit(node, "dynamic-shape-op")
         if method in ("to", "device") or name == "torch.device":
             if any(_is_cuda_string(a) for a in node.args):
@@ -218,12 +274,12 @@ class _Visitor(ast.NodeVisitor):
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
-    def _loop(self, node: ast.For | ast.While | ast.AsyncFor) -> None:
+    def _loop(self, node: ast.For | ast.AsyncFor) -> None:
         self.loop_depth += 1
         self.generic_visit(node)
         self.loop_depth -= 1
 
-    visit_For = visit_While = visit_AsyncFor = _loop
+    visit_For = visit_AsyncFor = _loop
 
     def visit_Assign(self, node: ast.Assign) -> None:
         # DEVICE = "cuda" (or "cuda" if ... else "cpu"): the device every later .to() uses.
@@ -245,6 +301,36 @@ class _Visitor(ast.NodeVisitor):
             for pattern, rule in _STRING_RULES:
                 if pattern.search(node.value):
                     self.hit(node, rule)
+
+
+def _catches_import_error(handler: ast.ExceptHandler) -> bool:
+    if handler.type is None:
+        return True
+    caught = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    names = {c.id if isinstance(c, ast.Name) else getattr(c, "attr", "") for c in caught}
+    return bool(names & _IMPORT_GUARDS)
+
+
+def _is_int_expression(node: ast.AST | None) -> bool:
+    """An int literal, or arithmetic on int literals: a repeat count fixed in the code."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, int) and not isinstance(node.value, bool)
+    if isinstance(node, ast.BinOp):
+        return _is_int_expression(node.left) and _is_int_expression(node.right)
+    if isinstance(node, ast.UnaryOp):
+        return _is_int_expression(node.operand)
+    return False
+
+
+def _static_repeats(call: ast.Call, *, is_method: bool) -> bool:
+    """repeat_interleave's output size follows its input when `repeats` is an int: read the
+    argument (x.repeat_interleave(2, dim=1), torch.repeat_interleave(x, 2)) before flagging."""
+    keywords = {k.arg: k.value for k in call.keywords if k.arg}
+    position = 0 if is_method else 1
+    repeats = keywords.get("repeats")
+    if repeats is None and len(call.args) > position:
+        repeats = call.args[position]
+    return _is_int_expression(repeats)
 
 
 def _is_string(node: ast.AST | None, value: str) -> bool:

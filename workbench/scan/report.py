@@ -32,6 +32,8 @@ class ScanReport:
     files: int = 0
     findings: list[Finding] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
+    # Definitions in the workload's files that it never uses (another model in the same module)
+    left_out: list[str] = field(default_factory=list)
 
     @property
     def blocking(self) -> list[Finding]:

@@ -53,8 +53,26 @@ _RULES = (
         "torch_xla.device()",
     ),
     Rule(
+        "cuda-check",
+        "a CUDA check: torch.cuda.is_available(), or a device query in an if/while test",
+        CHANGE,
+        CHANGE,
+        "False on Neuron, so the other branch runs: make it pick torch.accelerator's device "
+        '("neuron"), or the work stays on the CPU',
+        "False on Neuron, so the other branch runs: make it pick torch_xla.device(), or the "
+        "work stays on the CPU",
+    ),
+    Rule(
+        "guarded-import",
+        "an optional import of a CUDA or XLA package inside try/except ImportError",
+        INFO,
+        INFO,
+        "nothing to change: where the package is missing the except branch runs",
+        "nothing to change: where the package is missing the except branch runs",
+    ),
+    Rule(
         "cuda-query",
-        "torch.cuda.is_available / device_count / current_device / set_device",
+        "torch.cuda.device_count / current_device / set_device / get_device_name",
         BLOCKING,
         BLOCKING,
         "torch.neuron.* or torch.accelerator.* (without CUDA these report no device, so the "
@@ -218,7 +236,8 @@ _RULES = (
     ),
     Rule(
         "dynamic-shape-op",
-        "torch.nonzero / unique / masked_select / repeat_interleave",
+        "torch.nonzero / unique / masked_select / repeat_interleave with repeats that are not "
+        "an int literal",
         CHANGE,
         CHANGE,
         "keep in eager (may fall back to the CPU), avoid in compiled regions",
