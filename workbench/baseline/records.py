@@ -312,6 +312,13 @@ class BaselineResult:
                 found.append(payback)
         return found
 
+    def verdict(self) -> str:
+        """fail when a step raised, a loss went NaN/Inf or steady state recompiled; warn when
+        only compiling failed; info otherwise (the timings are facts, not a pass)."""
+        if self.failures or any(c.nonfinite_step or c.steady_recompiles for c in self.configs):
+            return "fail"
+        return "warn" if self.compile_failures else "info"
+
     def headline(self) -> str:
         """One sentence that reads the result, with a caveat when the timings are noisy."""
         parts = [self._kind_sentence(kind) for kind in self.settings.kinds]
@@ -344,6 +351,15 @@ class BaselineResult:
         flagged = [c for c in configs if c.steady_recompiles]
         if flagged:
             text += f", with {flagged[0].steady_recompiles} recompile(s) during steady state"
+        diverged = next((c for c in configs if c.nonfinite_step), None)
+        if diverged:
+            # Timings of a step whose loss is NaN are timings of a broken model: this leads.
+            phase = PHASE_LABELS[diverged.phase_of_step(diverged.nonfinite_step or 1)]
+            text = (
+                f"{label} ({diverged.mode}): the loss became NaN or Inf at step "
+                f"{diverged.nonfinite_step} ({phase}), so these timings are of a diverged model"
+                + (f"; {text}" if text else "")
+            )
         return text
 
 
@@ -372,6 +388,7 @@ def result_data(result: BaselineResult) -> dict[str, Any]:
     """Everything the result file keeps; raw samples sit under configs[].phases[].measurement."""
     return {
         "headline": result.headline(),
+        "verdict": result.verdict(),
         "target": {
             **result.target,
             "eager_means": result.eager_means,

@@ -70,17 +70,9 @@ def _headline_row(config: ConfigResult, unit: str) -> dict[str, Any]:
     }
 
 
-def _verdict_kind(result: BaselineResult) -> str:
-    if result.failures or any(c.nonfinite_step or c.steady_recompiles for c in result.configs):
-        return "fail"
-    if result.compile_failures:
-        return "warn"
-    return "info"
-
-
 def headline(result: BaselineResult) -> None:
     """The sentence that reads the result, then the numbers it rests on."""
-    display(show.banner(result.headline(), _verdict_kind(result)))
+    display(show.banner(result.headline(), result.verdict()))
     display(
         show.table(
             [_headline_row(c, result.throughput_unit) for c in result.configs],
