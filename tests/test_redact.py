@@ -231,6 +231,7 @@ SECRETS_BY_CONTENT = [
     ),
     ("URL userinfo", "https://bob:hunter2@pypi.example/simple", "hunter2", "pypi.example"),
     ("bare user:password@", "proxy bob:hunter2x@proxy.example:3128", "hunter2x", "proxy.example"),
+    ("userinfo inside a path", "/home/bob:pw4x@cache/x", "pw4x", "/home/"),
     (
         "token in a URL query",
         "https://h.example/f?ver=2&access_token=abc123xyz&x=1",

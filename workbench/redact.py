@@ -1,9 +1,11 @@
-"""Keep secrets out of everything the workbook writes: manifests, notebooks, HTML, logs.
+"""Keep secrets out of everything the workbook writes: manifests, notebooks, HTML, logs, console.
 
 Policy (../reference: methods.md a5): store only environment variables that change behaviour
 (allowlist by name), blank those whose name suggests a secret, scan the kept values for
-credential shapes and high-entropy tokens, and strip `user:password@` from URLs. `scrub_text`
-is the last pass over finished text and only does cheap, exact replacements.
+credential shapes and high-entropy tokens. `scrub_text` is the last pass over finished text:
+one compiled pattern for secret-named environment values, token shapes, secret-named flags,
+assignments and query parameters, and `user:password@`; README "Secrets" lists what it catches
+and what it does not.
 """
 
 from __future__ import annotations
