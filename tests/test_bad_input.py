@@ -204,6 +204,12 @@ BAD_INPUTS = [
         "choose from train, infer",
     ),
     (
+        "unknown Neuron flavour",
+        ["run", "--only", "02", "-p", "neuron_flavours=trn9"],
+        {},
+        "choose from native, xla",
+    ),
+    (
         "int below range",
         ["run", "--only", "01", "-p", "steady_steps=1"],
         {},

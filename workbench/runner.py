@@ -285,11 +285,14 @@ def check_settings(per_notebook: dict[str, dict[str, Any]]) -> None:
     """Build each notebook's settings from its parameters, as the notebook itself will, so a
     value out of range is rejected before any kernel starts or anything is written."""
     from workbench.baseline.records import BaselineSettings
+    from workbench.coverage.analyze import check_flavours
+    from workbench.coverage.support import FLAVOURS
     from workbench.numerics.records import NumericsSettings
     from workbench.tuning.records import RetuneSettings
 
     builders: dict[str, Callable[[dict[str, Any]], object]] = {
         "01_baseline": BaselineSettings.from_params,
+        "02_op_coverage": lambda params: check_flavours(params.get("neuron_flavours", FLAVOURS)),
         "03_numerics": NumericsSettings.from_params,
         "04_retuning": RetuneSettings.from_params,
     }

@@ -1,5 +1,5 @@
-"""Figures for notebook 03, built without pyplot (as workbench.baseline.plots does), so they work under
-the Agg backend and never pile up in pyplot's global state."""
+"""Figures for notebook 03, built without pyplot (as workbench.baseline.plots does), so they work
+under the Agg backend and never pile up in pyplot's global state."""
 
 from __future__ import annotations
 
