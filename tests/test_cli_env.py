@@ -101,3 +101,15 @@ def test_diff_output_is_scrubbed(pinned):
     assert "NEURON_CC_FLAGS" in result.stdout and "papermill" in result.stdout
     assert "hunter2diff" not in result.stdout and "sk-live-4f9a" not in result.stdout
     assert "\x1b" not in result.stdout and "--password [redacted]" in result.stdout
+
+
+def test_pin_scrubs_secrets_by_content_from_manifest_and_lock(tmp_path, monkeypatch):
+    from workbench.environment.manifest import pin
+
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--auto-cast=none --password hunter2pin")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "https://pypi.example/simple?token=tokpin123")
+    manifest, lock = pin(tmp_path / "env.json")
+    written = manifest.read_text() + lock.read_text()
+    assert "hunter2pin" not in written and "tokpin123" not in written
+    flags = json.loads(manifest.read_text())["environment"]["NEURON_CC_FLAGS"]
+    assert flags == "--auto-cast=none --password [redacted]"

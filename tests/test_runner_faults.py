@@ -94,6 +94,7 @@ def test_a_half_written_notebook_never_reaches_its_final_name(tmp_path):
     assert outcome.status == "failed"
     assert "executed notebook was not saved" in outcome.error
     assert not (tmp_path / "00_environment.ipynb").exists()
+    assert not partial.exists(), "papermill's unscrubbed copy never stays behind"
 
 
 def test_a_complete_notebook_is_moved_to_its_final_name(tmp_path):

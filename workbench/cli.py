@@ -62,7 +62,7 @@ def _load_config(path: Path) -> dict[str, Any]:
         wrong_bool = isinstance(value, bool) and bool not in allowed
         if value is None or wrong_bool or not isinstance(value, allowed):
             words = " or ".join(_TYPE_WORDS[t] for t in allowed)
-            raise BadInput(f"Config {path}: {key!r} must be {words}, not {value!r}.")
+            raise BadInput(f"Config {path}: {key!r} must be {words}, not {value!r:.80}.")
     if any(not isinstance(name, str) for name in config.get("parameters", {})):
         raise BadInput(f"Config {path}: 'parameters' must map names to values.")
     return config

@@ -228,6 +228,22 @@ def _last_started_cell(nb: nbformat.NotebookNode) -> int | None:
     return started[-1] if started else None
 
 
+def _save_executed(partial: Path, executed: Path, outcome: NotebookOutcome) -> None:
+    """The scrubbed notebook under its final name, atomically. On a full disk the partial copy
+    is deleted first and the write tried once more: its space is often exactly what was missing."""
+    nb = nbformat.reads(partial.read_text(encoding="utf-8"), as_version=4)
+    if outcome.status in ("timeout", "kernel-died") and outcome.failed_cell is None:
+        outcome.failed_cell = _last_started_cell(nb)
+    text = nbformat.writes(nbformat.from_dict(scrub_data(nb)))
+    try:
+        results.write_text_atomic(executed, text)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        partial.unlink()
+        results.write_text_atomic(executed, text)
+
+
 def _add_error(outcome: NotebookOutcome, status: str, message: str) -> None:
     """Note a problem after the kernel finished; an earlier failure keeps its status."""
     if outcome.status == "ok":
@@ -245,14 +261,12 @@ def _finish_outputs(path: Path, out: Path, outcome: NotebookOutcome, show_code: 
     executed = out / f"{path.stem}.ipynb"
     if partial.exists():
         try:
-            nb = nbformat.reads(partial.read_text(encoding="utf-8"), as_version=4)
-            if outcome.status in ("timeout", "kernel-died") and outcome.failed_cell is None:
-                outcome.failed_cell = _last_started_cell(nb)
-            scrubbed = nbformat.from_dict(scrub_data(nb))
-            results.write_text_atomic(executed, nbformat.writes(scrubbed))
-            partial.unlink()
+            _save_executed(partial, executed, outcome)
         except (OSError, ValueError) as exc:  # half-written by a full disk, or not writable
             _add_error(outcome, "failed", f"the executed notebook was not saved ({_reason(exc)})")
+        finally:
+            # papermill's copy is unscrubbed and may be half-written: it never stays behind.
+            partial.unlink(missing_ok=True)
     if executed.exists():
         html_path = out / f"{path.stem}.html"
         try:
