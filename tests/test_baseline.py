@@ -32,6 +32,7 @@ from workbench.baseline.records import (
     CounterDelta,
     MemoryUse,
     PhaseResult,
+    baseline_verdict,
     compile_payback,
     result_data,
 )
@@ -247,6 +248,11 @@ def test_loss_that_goes_nan_is_flagged_at_its_step():
     assert result.failures == []
     data = json.loads(json.dumps(result_data(result), default=str))
     assert data["configs"][0]["nonfinite_step"] == 4
+    # The verdict and the headline say it, not only a table.
+    assert baseline_verdict(result).status == "blocker"
+    assert data["verdict"]["status"] == "blocker"
+    assert "the loss became NaN or Inf at step 4 (warm-up)" in result.headline()
+    assert data["headline"] == result.headline()
 
 
 def test_a_raising_step_is_reported_and_the_other_configurations_run(tmp_path):
@@ -328,6 +334,7 @@ def test_real_torch_compile_runs_all_four_configurations(tmp_path):
     steady = data["configs"][0]["phases"][2]
     assert steady["phase"] == "steady" and len(steady["measurement"]["times"]) == 4
     assert data["headline"] == result.headline()
+    assert "NaN" not in result.headline() and data["verdict"] == "info", "finite losses pass"
 
 
 def test_host_peak_memory_is_per_phase_where_the_os_allows():

@@ -100,3 +100,28 @@ def test_fail_on_drift_fails_notebook_00_after_showing_the_drift(pinned, tmp_pat
     html = (tmp_path / "gated" / "00_environment.html").read_text()
     assert "packages.torch" in html and "DriftError" in html
     assert (tmp_path / "gated" / "00_environment.json").exists(), "the result is saved first"
+
+
+def test_diff_output_is_scrubbed(pinned):
+    """A manifest from elsewhere may carry secrets or control sequences; `env diff` prints
+    neither."""
+    manifest = json.loads((pinned / "env.json").read_text())
+    manifest["environment"]["NEURON_CC_FLAGS"] = "--password hunter2diff \x1b]0;title\x07"
+    manifest["packages"]["papermill"] = "sk-live-4f9a8b7c6d5e4f3a2b1c0d9e"
+    (pinned / "secret.json").write_text(json.dumps(manifest))
+    result = workbench("env", "diff", "env.json", "secret.json", cwd=pinned)
+    assert "NEURON_CC_FLAGS" in result.stdout and "papermill" in result.stdout
+    assert "hunter2diff" not in result.stdout and "sk-live-4f9a" not in result.stdout
+    assert "\x1b" not in result.stdout and "--password [redacted]" in result.stdout
+
+
+def test_pin_scrubs_secrets_by_content_from_manifest_and_lock(tmp_path, monkeypatch):
+    from workbench.environment.manifest import pin
+
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--auto-cast=none --password hunter2pin")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "https://pypi.example/simple?token=tokpin123")
+    manifest, lock = pin(tmp_path / "env.json")
+    written = manifest.read_text() + lock.read_text()
+    assert "hunter2pin" not in written and "tokpin123" not in written
+    flags = json.loads(manifest.read_text())["environment"]["NEURON_CC_FLAGS"]
+    assert flags == "--auto-cast=none --password [redacted]"

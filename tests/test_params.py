@@ -1,5 +1,6 @@
 """Parameters are read from the notebooks themselves and validated before any kernel starts."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,43 @@ def test_batch_size_reaches_every_notebook_that_loads_the_workload(notebook, tmp
     assert ctx.workload.batch_size == 8
     assert ctx.header()["workload"]["batch_size"] == 8
     assert len(ctx.header()["workload"]["initial_state_sha256"]) == 64
+
+
+@pytest.mark.parametrize(
+    ("type_name", "raw", "expected"),
+    [
+        ("list[int]", "8, 16", [8, 16]),
+        ("list[int]", "[]", []),
+        ("list[str]", "eager, compiled", ["eager", "compiled"]),
+        ("list[float]", "1, 2.5", [1.0, 2.5]),
+    ],
+)
+def test_list_elements_are_coerced_to_their_declared_type(type_name, raw, expected):
+    assert coerce(_param(type_name, None), raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("type_name", "raw"),
+    [
+        ("list[int]", "abc,def"),
+        ("list[int]", "8, 1.5"),
+        ("list[int]", "true, 2"),
+        ("list[str]", "1, 2"),
+        ("list[int]", [[1], 2]),
+    ],
+)
+def test_list_elements_of_the_wrong_type_are_rejected(type_name, raw):
+    with pytest.raises(BadInput, match=rf"expects {re.escape(type_name)}, got"):
+        coerce(_param(type_name, None), raw)
+
+
+@pytest.mark.parametrize("raw", ["9" * 5000, "x" * 5000, "1," * 3000])
+def test_a_value_too_long_to_parse_is_one_sentence(raw):
+    with pytest.raises(BadInput, match="characters long; values are limited to 4,096"):
+        coerce(_param("int", None), raw)
+
+
+@pytest.mark.parametrize("raw", ["[" * 2000 + "]" * 2000, "{" * 1500])
+def test_a_value_nested_too_deep_to_parse_is_one_sentence(raw):
+    with pytest.raises(BadInput, match=r"expects int, got '\[\[\[|expects int, got '\{\{"):
+        coerce(_param("int", None), raw)

@@ -191,3 +191,122 @@ def test_scrub_data_reaches_nested_strings() -> None:
         "outer": [{"cmd": f"run --token {REDACTED}"}, 3, None],
         "n": 1.5,
     }
+
+
+# Secret kinds caught by their content, whatever variable or file they sit in: (kind, text, the
+# part that must disappear, context that must stay).
+SECRETS_BY_CONTENT = [
+    ("AWS access key id", f"aws {AWS_KEY_ID} x", AWS_KEY_ID, "aws "),
+    (
+        "AWS secret in an assignment",
+        "aws_secret_access_key=wJalrXUtnFEMI/K7MDENG+bPx",
+        "wJalr",
+        "aws_secret_access_key=",
+    ),
+    ("GitHub token", f"git {GITHUB_TOKEN}", GITHUB_TOKEN, "git "),
+    ("GitHub fine-grained PAT", GITHUB_PAT, GITHUB_PAT, ""),
+    ("Hugging Face token", f"HF {HF_TOKEN}", HF_TOKEN, "HF "),
+    ("OpenAI-style sk- key", "key sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv", "sk-proj-Ab3dEf6h", "key "),
+    ("Stripe-style live key", "sk_live_51Hx9Yz2eZvKYlo2C0aBcDeFgH", "sk_live_51Hx9", ""),
+    ("sk-live- value", "sk-live-4f9a8b7c6d5e4f3a2b1c0d9e", "sk-live-4f9a", ""),
+    ("Slack bot token", "xoxb-1234567890-0987654321-AbCdEfGhIjKl", "xoxb-1234567890", ""),
+    (
+        "Slack webhook",
+        "https://hooks.slack.com/services/T000/B000/XXXXYYYYZZZZ",
+        "T000/B000",
+        "https://",
+    ),
+    ("JWT", f"Bearer {JWT}", JWT[:20], ""),
+    (
+        "private key block",
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEow/IBAAK+CAQEA\n-----END RSA PRIVATE KEY-----\nafter",
+        "MIIEow",
+        "after",
+    ),
+    (
+        "OpenSSH key, truncated",
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk/tAAA+Bm9u\n",
+        "b3BlbnNz",
+        "",
+    ),
+    ("URL userinfo", "https://bob:hunter2@pypi.example/simple", "hunter2", "pypi.example"),
+    ("bare user:password@", "proxy bob:hunter2x@proxy.example:3128", "hunter2x", "proxy.example"),
+    ("userinfo inside a path", "/home/bob:pw4x@cache/x", "pw4x", "/home/"),
+    (
+        "token in a URL query",
+        "https://h.example/f?ver=2&access_token=abc123xyz&x=1",
+        "abc123xyz",
+        "&x=1",
+    ),
+    (
+        "signed URL",
+        "https://b.s3.example/o?X-Amz-Signature=9f8e7d6c&X-Amz-Credential=AKIDEX/2026",
+        "9f8e7d6c",
+        "https://b.s3.example/o?",
+    ),
+    ("password flag", "--auto-cast=none --password hunter2pw --opt 1", "hunter2pw", "--opt 1"),
+    ("password flag with =", "--db-password=hunter2pw --x", "hunter2pw", "--db-password="),
+    ("token flag", "--hf-token hunter2tok", "hunter2tok", "--hf-token"),
+    ("secret assignment", "PGPASSWORD=hunter2pg psql", "hunter2pg", "psql"),
+    ("Google API key", "AIzaSyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q", "AIzaSyA1b2", ""),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "text", "secret", "context"),
+    SECRETS_BY_CONTENT,
+    ids=[s[0] for s in SECRETS_BY_CONTENT],
+)
+def test_secrets_are_recognised_by_content(kind, text, secret, context):
+    scrubbed = scrub_text(text, {})
+    assert secret not in scrubbed, kind
+    assert REDACTED in scrubbed
+    assert context in scrubbed, "what says where the secret was stays readable"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "tokenizers==0.21.0",
+        "--max-token-length 512 --num-tokens=128",
+        "sorted(rows, key=len); max_tokens=512",
+        '<a href="mailto:me@example.org">me@example.org</a>',
+        "--bypass-cache 1 --passes 3",
+        "sk_model_weights_for_the_pipeline",
+        "git@github.com:org/repo.git",
+        "https://pypi.org/simple?page=2",
+        "--auto-cast=none --xla_dump_to=/tmp/dump",
+        "at 12:30 on host",
+    ],
+)
+def test_ordinary_text_is_left_alone(text):
+    assert scrub_text(text, {}) == text
+
+
+def test_scrubbing_is_one_cached_pattern():
+    from workbench.redact import _scrub_pattern
+
+    _scrub_pattern.cache_clear()
+    environ = {"MY_TOKEN": "tok-12345678"}
+    for _ in range(3):
+        scrub_text("x --password y", environ)
+    assert _scrub_pattern.cache_info().misses == 1
+
+
+@pytest.mark.parametrize(
+    ("raw", "clean"),
+    [
+        ("\x1b[31mred\x1b[0m", "red"),
+        ("a\x1b]0;title\x07b", "ab"),
+        ("\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\", "link"),
+        ("up\x1b[1A\x1b[2Kline", "upline"),
+        ("over\rwrite", "overwrite"),
+        ("bell\x07 nul\x00 c1\x9b2J", "bell nul c1"),
+        ("bidi \u202eevil\u202c", "bidi evil"),
+        ("tab\tand\nnewline stay", "tab\tand\nnewline stay"),
+    ],
+)
+def test_control_sequences_are_stripped(raw, clean):
+    from workbench.terminal import strip_control
+
+    assert strip_control(raw) == clean

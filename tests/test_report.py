@@ -6,7 +6,13 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from workbench.report import export_html, network_references, write_index
+from workbench.report import (
+    UnsafeReport,
+    export_html,
+    network_references,
+    script_references,
+    write_index,
+)
 
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzzEXAMPLEKEY"
 
@@ -136,3 +142,145 @@ def test_images_embed_their_own_data_never_a_file_reference(tmp_path):
     assert f'src="data:image/png;base64,{pixel}"' in page
     assert 'alt="&lt;Figure size 640x480 with 1 Axes&gt;"' in page
     assert "leak.png" not in page
+
+
+def _export_outputs(tmp_path, outputs, cells=()):
+    nb = new_notebook()
+    cell = new_code_cell("show()")
+    cell.outputs = outputs
+    nb.cells = [*cells, cell]
+    nbformat.write(nb, tmp_path / "out.ipynb")
+    return export_html(tmp_path / "out.ipynb", tmp_path / "out.html").read_text()
+
+
+PIXEL = (  # a 1x1 PNG
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+
+
+@pytest.mark.parametrize("where", ["output", "cell"])
+def test_markdown_is_sanitized_after_it_is_rendered(tmp_path, where):
+    markdown = (
+        "[js](javascript:alert(1)) [case](JaVaScRiPt:alert(2)) [vb](vbscript:x) "
+        "[data](data:text/html,hi) [docs](https://docs.example.com/x) [mail](mailto:a@b.example)"
+        "\n\n![remote](//203.0.113.7/a.png) ![upper](HTTPS://203.0.113.7/b.png) "
+        f"![rel](c.png) ![embedded](data:image/png;base64,{PIXEL})"
+    )
+    if where == "output":
+        page = _export_outputs(
+            tmp_path, [new_output("display_data", data={"text/markdown": markdown})]
+        )
+    else:
+        page = _export_outputs(tmp_path, [], cells=[new_markdown_cell(markdown)])
+    body = page.split("<body", 1)[1]
+    assert 'href="https://docs.example.com/x"' in body and 'href="mailto:a@b.example"' in body
+    for gone in ("javascript", "JaVaScRiPt", "vbscript", "data:text", "203.0.113.7", "c.png"):
+        assert gone not in body, gone
+    assert f'src="data:image/png;base64,{PIXEL}"' in body, "an embedded image is kept"
+    assert network_references(page) == [] and script_references(page) == []
+
+
+def test_text_that_looks_like_css_is_shown_not_refused(tmp_path):
+    text = "Parses @import lines and url( patterns: background:url(//203.0.113.7/x)"
+    page = _export_outputs(
+        tmp_path,
+        [
+            new_output("stream", name="stdout", text=text),
+            new_output("display_data", data={"text/html": f"<p>{text}</p>"}),
+            new_output("display_data", data={"text/markdown": f"**{text}**"}),
+        ],
+    )
+    assert page.count("Parses @import lines") == 3
+
+
+def test_a_page_that_would_still_fetch_is_not_written(tmp_path, monkeypatch):
+    """The parsed check behind the sanitizer: if sanitizing ever lets something through, the page
+    is refused (and the runner says so) rather than written."""
+    monkeypatch.setattr("workbench.report.sanitize_html", lambda markup: markup)
+    with pytest.raises(UnsafeReport, match="out.html would still run or fetch"):
+        _export_outputs(tmp_path, [new_output("display_data", data={"text/html": "<img src=//x>"})])
+    assert not (tmp_path / "out.html").exists()
+
+
+@pytest.mark.parametrize(
+    "markup",
+    [
+        '<img src="//203.0.113.7/a.png">',
+        '<img src="HTTPS://203.0.113.7/a.png">',
+        '<img src="local.png">',
+        '<img srcset="a.png 1x">',
+        '<svg><image href="//203.0.113.7/a.png"/></svg>',
+        '<video poster="//203.0.113.7/p.png"></video>',
+        '<object data="x.swf"></object>',
+        '<form action="//203.0.113.7/f"></form>',
+        '<table background="//203.0.113.7/bg.png"></table>',
+        '<link rel="icon" href="favicon.ico">',
+        '<meta http-equiv="Refresh" content="0;url=//203.0.113.7/">',
+        '<div style="background:url(//203.0.113.7/a.png)">',
+        '<div style="background:u\\72l(//203.0.113.7/a.png)">',
+        "<div style=\"background-image:image-set('a.png' 1x)\">",
+        "<style>@import 'x.css';</style>",
+        "<style>@IMPORT url(x.css);</style>",
+        "<style>@font-face{src:url('font.woff')}</style>",
+        "<style>a{background:URL( 'http://203.0.113.7/a' )}</style>",
+    ],
+)
+def test_fetch_check_parses_attributes_and_css(markup):
+    assert network_references(markup), markup
+
+
+@pytest.mark.parametrize(
+    "markup",
+    [
+        '<a href="https://docs.example.com">docs</a>',
+        '<a href="summary.json">summary</a>',
+        f'<img src="data:image/png;base64,{PIXEL}">',
+        "<p>@import x; url(//203.0.113.7/x) <code>src=//x</code></p>",
+        "<style>.a{background:url(data:image/png;base64,AAAA)} .b{color:red}</style>",
+        '<svg><use href="#icon"/></svg>',
+    ],
+)
+def test_fetch_check_ignores_text_embedded_data_and_links(markup):
+    assert network_references(markup) == [], markup
+
+
+@pytest.mark.parametrize(
+    ("markup", "expected"),
+    [
+        ("<script>x</script>", True),
+        ('<b onclick="x()">b</b>', True),
+        ('<a href=" javascript:x()">a</a>', True),
+        ('<a href="VBScript:x">a</a>', True),
+        ('<a href="data:text/html,x">a</a>', True),
+        ('<iframe src="#"></iframe>', True),
+        ('<a href="https://x.example">a</a>', False),
+        ("<p>onclick= javascript: text</p>", False),
+    ],
+)
+def test_script_check(markup, expected):
+    assert bool(script_references(markup)) is expected
+
+
+def test_index_shows_what_could_not_be_written(tmp_path):
+    summary = {
+        "workload": "w",
+        "target": "cpu",
+        "started_at": "2026-12-02T12:00:00+00:00",
+        "seconds": 3.0,
+        "validation": "validated on cpu",
+        "notebooks": [
+            {
+                "notebook": "01_baseline",
+                "status": "report-failed",
+                "seconds": 2.0,
+                "html": None,
+                "error": "report not written (No space left on device)",
+                "failed_cell": None,
+            }
+        ],
+        "unwritten": {"run.log": "No space left on device"},
+    }
+    page = write_index(tmp_path, summary).read_text()
+    assert 'class="wb-fail"' in page and "report-failed" in page
+    assert "report not written (No space left on device)" in page
+    assert "run.log was not written: No space left on device." in page

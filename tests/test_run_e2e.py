@@ -170,7 +170,7 @@ def test_unwritable_or_occupied_output_loses_nothing(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("keep me")
     result = workbench("run", "--only", "00", "--out", "a-file/run", cwd=tmp_path)
-    assert result.returncode == 2 and "is not writable" in result.stderr
+    assert result.returncode == 2 and "cannot be used" in result.stderr
     assert blocker.read_text() == "keep me"
 
     earlier = tmp_path / "earlier-run"
@@ -211,4 +211,101 @@ def test_a_killed_kernel_is_reported_and_the_run_goes_on(tmp_path):
     assert summary["verdict"]["status"] == "blocker"
     assert summary["verdict"]["reasons"][0] == "01_baseline: did not finish (kernel-died)"
     assert (tmp_path / "run" / "01_baseline.html").is_file(), "the partial report is kept"
-    assert "kernel died" in (tmp_path / "run" / "index.html").read_text()
+    cell = statuses["01_baseline"]["failed_cell"]
+    assert cell is not None, "the index names the cell the kernel died in"
+    assert f"cell {cell}: the kernel died" in (tmp_path / "run" / "index.html").read_text()
+
+
+def test_a_cell_timeout_names_the_cell(tmp_path):
+    result = workbench(
+        "run", "--only", "01", "--out", "run", "--cell-timeout", "5",
+        "--workload", "tests.fixtures.user_workloads:sleeps_in_kernel",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 1
+    outcome = json.loads((tmp_path / "run" / "summary.json").read_text())["notebooks"][0]
+    assert outcome["status"] == "timeout" and outcome["failed_cell"] is not None
+    index = (tmp_path / "run" / "index.html").read_text()
+    assert f"cell {outcome['failed_cell']}: a cell ran past the 5 s cell timeout" in index
+
+
+SECRETS_BY_CONTENT = {
+    "NEURON_CC_FLAGS": "--auto-cast=none --password hunter2planted",
+    "PIP_EXTRA_INDEX_URL": "https://pypi.example/simple?token=tokplanted123&x=1",
+    "TORCH_HOME": "/home/bob:pw4planted@cache",
+}
+PARAMETER_SECRET = "sk-live-4f9a8b7c6d5e4f3a2b1c0d9eplanted"
+
+
+def test_secrets_by_content_and_in_parameters_reach_no_file(tmp_path):
+    result = workbench(
+        "run", "--only", "00", "-p", f"pinned_manifest=/tmp/{PARAMETER_SECRET}.json",
+        cwd=tmp_path, env=SECRETS_BY_CONTENT,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr  # the manifest does not exist
+    checked = files_under(tmp_path)
+    assert len(checked) >= 5  # notebook, report, index, summary, log (it failed before its .json)
+    for secret in ("hunter2planted", "tokplanted123", "pw4planted", PARAMETER_SECRET):
+        for path in checked:
+            assert secret not in path.read_bytes().decode("utf-8", "replace"), (secret, path.name)
+        assert secret not in result.stdout + result.stderr
+    report = next(tmp_path.rglob("00_environment.html")).read_text()
+    assert "--password [redacted]" in report, "the flag stays, its value goes"
+
+
+def _mount_small_tmpfs(path: Path, size: str) -> bool:
+    if os.geteuid() != 0:
+        return False
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)])
+    return mounted.returncode == 0
+
+
+def test_a_disk_that_fills_mid_run_loses_nothing_already_written(tmp_path):
+    disk = tmp_path / "small-disk"
+    if not _mount_small_tmpfs(disk, "640k"):
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        result = workbench(
+            "run", "--only", "00,01", "-p", "steady_steps=3", "-p", "modes=eager",
+            "-p", "warmup_max_steps=8", "-p", "warmup_window=4", cwd=disk,
+        )  # fmt: skip
+        assert result.returncode == 1, result.stderr
+        assert "Traceback" not in result.stderr and "Logging error" not in result.stderr
+        assert not (disk / "reports" / "latest").exists(), "latest never moves to a broken run"
+        run_dir = next((disk / "reports").iterdir())
+        for path in [*run_dir.glob("*.ipynb"), *run_dir.glob("*.json")]:
+            json.loads(path.read_text())  # nothing half-written under a final name
+        summary = json.loads((run_dir / "summary.json").read_text())
+        statuses = {n["notebook"]: n for n in summary["notebooks"]}
+        assert statuses["00_environment"]["status"] == "ok"
+        broken = statuses["01_baseline"]
+        assert broken["status"] != "ok" and "No space left on device" in broken["error"]
+        assert "No space left on device" in (run_dir / "index.html").read_text()
+    finally:
+        subprocess.run(["umount", str(disk)])
+
+
+def test_an_index_that_cannot_be_written_is_said_in_one_sentence(tmp_path, monkeypatch):
+    """An injected write failure, in-process: summary.json still records the run."""
+    import errno
+
+    from workbench import runner
+
+    def full_disk(out, summary):
+        raise OSError(errno.ENOSPC, "No space left on device", str(out / "index.html"))
+
+    monkeypatch.setattr(runner, "write_index", full_disk)
+    monkeypatch.chdir(tmp_path)
+    lines = []
+    code = runner.run(
+        runner.RunRequest(only=["00"], reports_root=tmp_path / "reports"), lines.append
+    )
+    assert code == 1
+    assert lines[-1].startswith("workbench: error: index.html could not be written")
+    assert "reports/latest was not moved" in lines[-1]
+    assert not (tmp_path / "reports" / "latest").exists()
+    run_dir = next((tmp_path / "reports").iterdir())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["exit_code"] == 1 and "index.html" in summary["unwritten"]
+    assert summary["notebooks"][0]["status"] == "ok"

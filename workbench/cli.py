@@ -17,38 +17,69 @@ import yaml
 from workbench.compare import command as compare_command
 from workbench.errors import EXIT_BAD_INPUT, EXIT_DRIFT, EXIT_OK, BadInput, WorkbenchError
 from workbench.fleet import command as fleet_command
+from workbench.redact import scrub_text
 from workbench.scan import command as scan_command
+from workbench.terminal import strip_control
 from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
 
-CONFIG_KEYS = ("workload", "target", "only", "out", "parameters", "show_code", "cell_timeout")
+# Each config key and the type its value must have (`only` may also be a list of numbers).
+CONFIG_TYPES: dict[str, tuple[type, ...]] = {
+    "workload": (str,),
+    "target": (str,),
+    "only": (str, int, list),
+    "out": (str,),
+    "parameters": (dict,),
+    "show_code": (bool,),
+    "cell_timeout": (int,),
+}
+CONFIG_KEYS = tuple(CONFIG_TYPES)
+_TYPE_WORDS = {
+    str: "a string",
+    int: "a whole number",
+    list: "a list",
+    dict: "a mapping",
+    bool: "true or false",
+}
 
 
 def _load_config(path: Path) -> dict[str, Any]:
     try:
         config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BadInput(f"Config {path} cannot be read: {exc.strerror or exc}.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise BadInput(f"Config {path} cannot be read: {reason}.") from None
     except yaml.YAMLError as exc:
         raise BadInput(f"Config {path} is not valid YAML: {' '.join(str(exc).split())}") from None
     if config is None:
         return {}
     if not isinstance(config, dict):
         raise BadInput(f"Config {path} must be a mapping of {', '.join(CONFIG_KEYS)}.")
-    unknown = sorted(set(config) - set(CONFIG_KEYS))
+    unknown = sorted(str(k) for k in set(config) - set(CONFIG_KEYS))
     if unknown:
         raise BadInput(
             f"Config {path}: unknown key {unknown[0]!r}; allowed keys: {', '.join(CONFIG_KEYS)}."
         )
-    if not isinstance(config.get("parameters", {}), dict):
-        raise BadInput(f"Config {path}: 'parameters' must be a mapping of name: value.")
+    for key, value in config.items():
+        allowed = CONFIG_TYPES[key]
+        # YAML reads `show_code: yes` as true but `show_code: "no"` as a string; bool is an int.
+        wrong_bool = isinstance(value, bool) and bool not in allowed
+        if value is None or wrong_bool or not isinstance(value, allowed):
+            words = " or ".join(_TYPE_WORDS[t] for t in allowed)
+            raise BadInput(f"Config {path}: {key!r} must be {words}, not {value!r:.80}.")
+    if any(not isinstance(name, str) for name in config.get("parameters", {})):
+        raise BadInput(f"Config {path}: 'parameters' must map names to values.")
     return config
 
 
 def _only(value: Any) -> list[str]:
-    if value in (None, ""):
+    """Notebook numbers from --only or the config; given but naming nothing is a BadInput."""
+    if value is None:
         return []
     items = value if isinstance(value, list) else str(value).split(",")
-    return [str(item).strip() for item in items if str(item).strip()]
+    numbers = [str(item).strip() for item in items if str(item).strip()]
+    if not numbers:
+        raise BadInput(f"--only {value!r} names no notebook; give numbers such as 00,01.")
+    return numbers
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -59,15 +90,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     config = _load_config(Path(args.config)) if args.config else {}
     parameters = {**config.get("parameters", {}), **parse_assignments(args.param or [])}
-    out = args.out or config.get("out")
+    out = args.out if args.out is not None else config.get("out")
+    if out is not None and not out.strip():
+        raise BadInput("--out is empty; name a new folder for the run.")
+    cell_timeout = (
+        args.cell_timeout if args.cell_timeout is not None else config.get("cell_timeout")
+    )
     request = RunRequest(
         workload=args.workload or config.get("workload") or DEFAULT_WORKLOAD,
         target=args.target or config.get("target") or "auto",
         only=_only(args.only if args.only is not None else config.get("only")),
-        out=Path(out) if out else None,
+        out=Path(out) if out is not None else None,
         parameters=parameters,
-        show_code=bool(args.show_code or config.get("show_code", False)),
-        cell_timeout=int(args.cell_timeout or config.get("cell_timeout") or DEFAULT_CELL_TIMEOUT_S),
+        show_code=args.show_code or config.get("show_code", False),
+        cell_timeout=DEFAULT_CELL_TIMEOUT_S if cell_timeout is None else cell_timeout,
     )
     return run(request, progress=lambda line: print(line, file=sys.stderr, flush=True))
 
@@ -96,7 +132,7 @@ def _run_matrix_item(args: argparse.Namespace) -> int:
 def cmd_env_pin(args: argparse.Namespace) -> int:
     from workbench.environment.manifest import pin
 
-    manifest, lock = pin(Path(args.out))
+    manifest, lock = pin(Path(args.out), force=args.force)
     print(f"pinned: {manifest} and {lock}")
     return EXIT_OK
 
@@ -109,7 +145,9 @@ def cmd_env_diff(args: argparse.Namespace) -> int:
     # A companion that fails to import in the new environment is critical, changed or not.
     drifts = import_failures(new) + diff_manifests(old, new)
     for drift in drifts:
-        print(f"{drift.severity:8} {drift.key}: {drift.old} -> {drift.new}  ({drift.reason})")
+        # A hand-edited or foreign manifest may hold secrets or control sequences.
+        line = f"{drift.severity:8} {drift.key}: {drift.old} -> {drift.new}  ({drift.reason})"
+        print(scrub_text(strip_control(line)))
     worst = worst_severity(drifts)
     print(f"{len(drifts)} change(s); worst: {worst or 'none'}")
     return EXIT_DRIFT if worst == "critical" else EXIT_OK
@@ -136,10 +174,11 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Argument errors read like every other bad input: one sentence on stderr, exit 2."""
+    """Usage mistakes are bad input like any other: one sentence on stderr and exit 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_BAD_INPUT, f"workbench: error: {message} (see `{self.prog} --help`).\n")
+        sys.stderr.write(f"workbench: error: {message}; see `{self.prog} --help`.\n")
+        sys.exit(EXIT_BAD_INPUT)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -163,7 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run_p.add_argument("--config", help="YAML file with the same settings and 'parameters:'")
     run_p.add_argument("--show-code", action="store_true", help="show code cells in the HTML")
-    run_p.add_argument("--cell-timeout", type=int, help="seconds one cell may run (3600)")
+    run_p.add_argument(
+        "--cell-timeout", type=int, help="seconds one cell may run, 1 or more (3600)"
+    )
     run_p.add_argument("--matrix", help="matrix file: run one of its items (with --index)")
     run_p.add_argument(
         "--index",
@@ -191,6 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     env_sub = env_p.add_subparsers(dest="env_command", required=True)
     pin_p = env_sub.add_parser("pin", help="write a manifest and a requirements-style lock")
     pin_p.add_argument("--out", default="workbench-env.json", help="manifest path")
+    pin_p.add_argument(
+        "--force", action="store_true", help="replace an existing manifest and lock at --out"
+    )
     pin_p.set_defaults(func=cmd_env_pin)
     diff_p = env_sub.add_parser("diff", help="list changes between two manifests, by severity")
     diff_p.add_argument("old")
@@ -223,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except WorkbenchError as exc:
-        print(f"workbench: error: {exc}", file=sys.stderr)
+        message = scrub_text(" ".join(strip_control(str(exc)).split()))
+        print(f"workbench: error: {message}", file=sys.stderr)
         return exc.exit_code
 
 

@@ -17,6 +17,11 @@ import yaml
 from workbench.errors import BadInput
 
 _TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool, "list": list}
+# `list[int]` in a parameters cell also fixes the type of every element.
+_ELEMENT_TYPES: dict[str, type] = {"list[str]": str, "list[int]": int, "list[float]": float}
+# Far more than any path, shape or list a notebook takes; longer values are typing accidents
+# (or attempts to make the YAML reader or the file system choke).
+MAX_VALUE_CHARS = 4096
 
 # Parameters that shape the workload itself. Every notebook that loads the workload must get the
 # same values, or its numbers describe another model or batch than its neighbours'.
@@ -26,7 +31,7 @@ WORKLOAD_PARAMETERS = ("input_shape", "input_dtype", "num_classes", "batch_size"
 @dataclass(frozen=True)
 class Parameter:
     name: str
-    type_name: str  # str, int, float, bool or list (from the annotation in the parameters cell)
+    type_name: str  # str, int, float, bool, list or list[str|int|float] (the cell's annotation)
     default: Any
     help: str
     notebook: str
@@ -38,10 +43,10 @@ def notebook_parameters(path: Path) -> dict[str, Parameter]:
     params = {}
     for name, info in declared.items():
         type_name = info.get("inferred_type_name") or "None"
-        if type_name not in _TYPES:
+        if type_name not in _TYPES and type_name not in _ELEMENT_TYPES:
             # Every notebook parameter is annotated; an unannotated one is a notebook bug.
             raise ValueError(
-                f"{path.name}: parameter {name!r} needs a str/int/float/bool/list type"
+                f"{path.name}: parameter {name!r} needs a str/int/float/bool/list[...] type"
             )
         params[name] = Parameter(
             name=name,
@@ -53,33 +58,58 @@ def notebook_parameters(path: Path) -> dict[str, Parameter]:
     return params
 
 
+def _matches(value: Any, expected: type) -> bool:
+    if expected is not bool and isinstance(value, bool):
+        return False
+    return isinstance(value, expected)
+
+
 def coerce(param: Parameter, value: Any) -> Any:
     """Coerce a CLI string or config value to the parameter's declared type, or raise BadInput."""
-    expected = _TYPES[param.type_name]
-    if isinstance(value, str) and expected is list:
-        # "8, 16, 32", "[8, 16, 32]" and "eager" all read as YAML flow lists; numbers stay numbers.
-        try:
-            value = yaml.safe_load(f"[{value.strip().removeprefix('[').removesuffix(']')}]")
-        except yaml.YAMLError:
-            pass
-    elif isinstance(value, str) and expected is not str:
-        try:
-            value = yaml.safe_load(value) if value.strip() else None
-        except yaml.YAMLError:
-            pass
+    element = _ELEMENT_TYPES.get(param.type_name)
+    expected = list if element else _TYPES[param.type_name]
+    if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
+        raise BadInput(
+            f"Parameter {param.name!r} ({param.notebook}) is {len(value):,} characters long; "
+            f"values are limited to {MAX_VALUE_CHARS:,}."
+        )
+    try:
+        value = _parse(value, expected)
+    except (ValueError, RecursionError):  # more digits than Python converts; nesting too deep
+        pass
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if expected is list and isinstance(value, tuple):
         value = list(value)
-    if expected is not bool and isinstance(value, bool):
-        ok = False
-    else:
-        ok = isinstance(value, expected)
+    if element is float and isinstance(value, list):
+        value = [float(v) if _matches(v, int) else v for v in value]
+    ok = _matches(value, expected)
+    if ok and element is not None:
+        ok = all(_matches(v, element) for v in value)
     if not ok:
         raise BadInput(
-            f"Parameter {param.name!r} ({param.notebook}) expects {param.type_name}, got {value!r}."
+            f"Parameter {param.name!r} ({param.notebook}) expects {param.type_name}, "
+            f"got {_shown(value)}."
         )
     return value
+
+
+def _parse(value: Any, expected: type) -> Any:
+    """A CLI string read as YAML; a value that does not parse stays as it was."""
+    if not isinstance(value, str) or expected is str:
+        return value
+    try:
+        if expected is list:
+            # "8, 16, 32", "[8, 16, 32]" and "eager" all read as flow lists; numbers stay numbers.
+            return yaml.safe_load(f"[{value.strip().removeprefix('[').removesuffix(']')}]")
+        return yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError:
+        return value
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
 
 
 def parse_assignments(pairs: list[str]) -> dict[str, str]:

@@ -1,9 +1,11 @@
-"""Keep secrets out of everything the workbook writes: manifests, notebooks, HTML, logs.
+"""Keep secrets out of everything the workbook writes: manifests, notebooks, HTML, logs, console.
 
 Policy (../reference: methods.md a5): store only environment variables that change behaviour
 (allowlist by name), blank those whose name suggests a secret, scan the kept values for
-credential shapes and high-entropy tokens, and strip `user:password@` from URLs. `scrub_text`
-is the last pass over finished text and only does cheap, exact replacements.
+credential shapes and high-entropy tokens. `scrub_text` is the last pass over finished text:
+one compiled pattern for secret-named environment values, token shapes, secret-named flags,
+assignments and query parameters, and `user:password@`; README "Secrets" lists what it catches
+and what it does not.
 """
 
 from __future__ import annotations
@@ -71,19 +73,65 @@ _BEHAVIOUR_NAMES = frozenset(
 )
 
 # Credential shapes that are unambiguous on their own, so they are safe to search for in any
-# text, including multi-MB notebooks with embedded images.
+# text, including multi-MB notebooks with embedded images. Each alternative starts with a literal
+# prefix, so the engine rejects almost every position after one character.
 _AWS_KEY_ID = r"(?:A3T[A-Z0-9]|ABIA|ACCA|AKIA|ASIA)[0-9A-Z]{16}"
 _KNOWN_TOKEN = re.compile(
     "|".join(
         (
             _AWS_KEY_ID,
-            r"hf_[A-Za-z0-9]{30,}",
-            r"gh[pousr]_[A-Za-z0-9]{36,}",
+            r"AIza[0-9A-Za-z_-]{35}",  # Google API key
+            r"hf_[A-Za-z0-9]{30,}",  # Hugging Face
+            r"gh[pousr]_[A-Za-z0-9]{36,}",  # GitHub
             r"github_pat_[A-Za-z0-9_]{22,}",
+            # OpenAI, Anthropic and Stripe-style secret keys (sk-..., sk_live_..., rk_live_...):
+            # at least one digit, so a snake_case name that starts with "sk_" is left alone.
+            r"(?<![A-Za-z0-9])(?:sk|rk)[-_](?=[A-Za-z_-]{0,100}[0-9])[A-Za-z0-9_-]{20,}",
+            r"xox[abposre]-[A-Za-z0-9-]{10,}",  # Slack tokens
+            r"xapp-[0-9]-[A-Za-z0-9-]{10,}",
+            r"hooks\.slack\.com/services/[A-Za-z0-9_/]+",  # Slack webhook URL
             r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",  # JWT
+            # A PEM private key, whole; a truncated one loses everything that looks like its body.
+            r"-----BEGIN[A-Z ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+            r"(?:[\s\S]{0,20000}?-----END[A-Z ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+            r"|[A-Za-z0-9+/=\s\\\",]*)",
+            r"(?i:\b(?:bearer|basic)[ \t]+)[A-Za-z0-9._~+/-]{16,}=*",  # Authorization values
         )
     )
 )
+
+# Names under which a value is a secret whatever it looks like: the last part of a flag
+# (--db-password x, --hf-token=x), of an assignment (PGPASSWORD=x, api_key=x) or of a URL's query
+# parameter (?access_token=x&...). Only the value is replaced, so the text stays readable.
+_SECRET_KEYWORD = (
+    # Unambiguous words may end a longer name (PGPASSWORD); short ones must be a whole part
+    # (--hf-token, but not --bypass or --max-tokens).
+    r"(?i:[A-Za-z0-9]*(?:password|passwd|passphrase|secret)|pwd|pass|token|api[-_]?key|apikey"
+    r"|access[-_]?key|secret[-_]?key|private[-_]?key|credentials?|signature|sig|auth)"
+)
+_SECRET_FLAG = (
+    r"(?<![\w-])(?P<flag>--?(?:[A-Za-z0-9]+[-_])*" + _SECRET_KEYWORD + r")(?P<flag_sep>=|[ \t]+)"
+    r"(?P<flag_value>(?![-\s])[^\s\"'<>&\\]+)"
+)
+# "==" is a version pin (tokenizers==0.21) and "=(" a call, not a secret.
+_SECRET_ASSIGNMENT = (
+    # The lookahead (possessive, so it never backtracks) skips, in one scan, every word that is
+    # not followed by "=": base64 image data would otherwise be searched for names at length.
+    r"(?<![\w.-])(?=[\w.-]{1,80}+=)(?P<name>(?:[A-Za-z0-9]+[-_.])*" + _SECRET_KEYWORD + r")="
+    r"(?P<name_value>(?![=\s(])[^\s\"'<>&),;\\]+)"
+)
+_URL_USERINFO = (
+    # Scheme length is bounded so a long run of letters (base64 image data) is not rescanned
+    # from every position; userinfo runs to the last "@" before the host and is bounded too.
+    r"\b(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,30}://)[^/\s\"'<>]{1,512}@"
+)
+# `user:password@host` without a scheme (scp-style remotes, proxy settings). mailto: is an
+# address, not a login.
+_BARE_USERINFO = (
+    r"(?<![\w.%+:-])(?!mailto:)(?P<user>[A-Za-z0-9._%+-]{1,64}):[^\s@/\"'<>:]{1,256}@"
+    r"(?=[A-Za-z0-9])"
+)
+_STRUCTURED_SECRETS = (_URL_USERINFO, _BARE_USERINFO, _SECRET_FLAG, _SECRET_ASSIGNMENT)
 
 # High-entropy candidates. "/", "." and ":" are not token characters, so paths and version
 # strings split into short pieces and are never candidates; the cost is that a base64 secret
@@ -98,12 +146,6 @@ _HEX_TOKEN = re.compile(r"(?<![A-Za-z0-9])(?:[0-9a-f]{32,}|[0-9A-F]{32,})(?![A-Z
 # and paths seldom do and random tokens of this length almost always do.
 _BASE64_MIN_ENTROPY = 4.0
 _HEX_MIN_ENTROPY = 3.0
-
-_URL_USERINFO = re.compile(
-    # Scheme length is bounded so a long run of letters (base64 image data) is not rescanned
-    # from every position; userinfo runs to the last "@" before the host and is bounded too.
-    r"\b(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,30}://)[^/\s\"'<>]{1,512}@"
-)
 
 
 def is_secret_name(name: str) -> bool:
@@ -139,12 +181,12 @@ def _redact_high_entropy(text: str) -> str:
 
 def strip_url_userinfo(text: str) -> str:
     """Replace `user:password@` in every URL of `text` (pip index URLs, git remotes)."""
-    return _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
+    return _USERINFO_ONLY.sub(_replace_match, text)
 
 
 def redact_value(text: str) -> str:
-    """Strip URL userinfo and replace credential-shaped or high-entropy substrings."""
-    return _redact_high_entropy(_KNOWN_TOKEN.sub(REDACTED, strip_url_userinfo(text)))
+    """Everything `scrub_text` replaces, plus high-entropy tokens (for short values only)."""
+    return _redact_high_entropy(scrub_text(text, {}))
 
 
 def looks_secret_value(value: str) -> bool:
@@ -166,21 +208,49 @@ def redact_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return kept
 
 
+def _replace_match(match: re.Match[str]) -> str:
+    """Keep what says where the secret was (scheme, flag, name); replace the secret itself."""
+    groups = match.groupdict()
+    if groups.get("scheme"):
+        return f"{groups['scheme']}{REDACTED}@"
+    if groups.get("user"):
+        return f"{REDACTED}@"
+    if groups.get("flag"):
+        return f"{groups['flag']}{groups['flag_sep']}{REDACTED}"
+    if groups.get("name"):
+        return f"{groups['name']}={REDACTED}"
+    return REDACTED
+
+
+# Embedded images: base64 runs far longer than any token, holding no readable text, and most of a
+# report's bytes. They are stepped over in one fast scan instead of being searched for secrets.
+_ENCODED_DATA = re.compile(r"[A-Za-z0-9+/=]{2048,}")
+_USERINFO_ONLY = re.compile(f"{_URL_USERINFO}|{_BARE_USERINFO}")
+
+
 @lru_cache(maxsize=8)
-def _literal_pattern(values: tuple[str, ...]) -> re.Pattern[str]:
+def _scrub_pattern(values: tuple[str, ...]) -> re.Pattern[str]:
+    """One pattern for everything `scrub_text` replaces, so the text is scanned once."""
     # Longest first, so a value that contains another is replaced whole.
-    alternatives = [re.escape(v) for v in sorted(values, key=len, reverse=True)]
-    return re.compile("|".join([*alternatives, _KNOWN_TOKEN.pattern]))
+    literals = [re.escape(v) for v in sorted(values, key=len, reverse=True)]
+    return re.compile("|".join([*literals, _KNOWN_TOKEN.pattern, *_STRUCTURED_SECRETS]))
 
 
 def scrub_text(text: str, environ: Mapping[str, str] = os.environ) -> str:
-    """Last line of defence for finished notebooks, HTML and logs.
+    """Last line of defence for finished notebooks, HTML, logs and console lines.
 
-    Replaces the value of every secret-named environment variable (6 characters or more, so a
-    "1" or "true" does not rewrite the whole text), credential-shaped tokens and URL userinfo.
+    One compiled pass replaces: the value of every secret-named environment variable (6
+    characters or more, so a "1" or "true" does not rewrite the whole text); credential-shaped
+    tokens; the value after a secret-named flag, assignment or query parameter; and URL userinfo.
     """
     values = tuple(sorted({v for k, v in environ.items() if len(v) >= 6 and is_secret_name(k)}))
-    return strip_url_userinfo(_literal_pattern(values).sub(REDACTED, text))
+    pattern = _scrub_pattern(values)
+    pieces, start = [], 0
+    for run in _ENCODED_DATA.finditer(text):
+        pieces += [pattern.sub(_replace_match, text[start : run.start()]), run.group()]
+        start = run.end()
+    pieces.append(pattern.sub(_replace_match, text[start:]))
+    return "".join(pieces)
 
 
 def scrub_data(data: object, environ: Mapping[str, str] = os.environ) -> object:

@@ -1,7 +1,10 @@
 """Self-contained HTML reports: executed notebooks exported offline and sanitized, plus the index.
 
 A report must open on an air-gapped machine, run no script and fetch nothing, show no secret, and
-never let a string from a workload become markup.
+never let a string from a workload become markup. Rich output is sanitized where it enters the
+page, after Markdown has been rendered, so what the sanitizer sees is what the browser gets; the
+finished page is then parsed (tags, attributes and CSS) and refused if anything would still run
+or fetch.
 """
 
 from __future__ import annotations
@@ -9,12 +12,14 @@ from __future__ import annotations
 import html
 import re
 from datetime import datetime, timezone
+from html.parser import HTMLParser
 from pathlib import Path
 from string import Template
 from typing import Any
 
 import bleach
 import nbformat
+import tinycss2
 from nbconvert import HTMLExporter
 
 from workbench.redact import scrub_text
@@ -27,34 +32,170 @@ ALLOWED_MIMETYPES = ("text/plain", "text/html", "text/markdown", "image/png", "i
 # Cells that only make sense in a live kernel: the widget panel and papermill's injected values.
 REMOVED_CELL_TAGS = {"interactive-only"}
 _ALLOWED_TAGS = [
-    "a", "b", "br", "caption", "code", "details", "div", "em", "h1", "h2", "h3", "h4", "i",
-    "li", "ol", "p", "pre", "span", "strong", "summary", "table", "tbody", "td", "th",
-    "thead", "tr", "ul",
+    "a", "b", "blockquote", "br", "caption", "code", "del", "details", "div", "em", "h1", "h2",
+    "h3", "h4", "h5", "h6", "hr", "i", "img", "li", "ol", "p", "pre", "s", "span", "strong",
+    "sub", "summary", "sup", "table", "tbody", "td", "th", "thead", "tr", "ul",
 ]  # fmt: skip
-_ALLOWED_ATTRIBUTES = {"*": ["class", "title"], "a": ["href"]}
-_NETWORK_REFERENCE = re.compile(
-    r"""<(?:script|link|img|iframe|source|video|audio|embed|object)\b[^>]*?"""
-    r"""(?:src|href|data)\s*=\s*["']?\s*(?:https?:)?//""",
-    re.IGNORECASE,
-)
-_CSS_NETWORK_REFERENCE = re.compile(r"""(?:url\(\s*["']?\s*(?:https?:)?//|@import)""", re.I)
+_HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
+# The only links a reader can follow; everything else (javascript:, vbscript:, data:, file
+# paths) loses its href and stays as text.
+_CLICKABLE_SCHEMES = ("http://", "https://", "mailto:", "#")
+# Images travel inside the page; a URL, even a relative one, would be fetched on load.
+_EMBEDDED_IMAGE = re.compile(r"data:image/(?:png|jpeg|gif|webp);base64,[A-Za-z0-9+/=]*")
+# Browsers drop ASCII whitespace and control characters inside a URL ("java\tscript:").
+_URL_IGNORED = re.compile(r"[\x00-\x20\x7f]+")
 
 
-def network_references(page: str) -> list[str]:
-    """Everything in `page` that would make a browser fetch from a network address."""
-    found = [m.group(0) for m in _NETWORK_REFERENCE.finditer(page)]
-    found += [m.group(0) for m in _CSS_NETWORK_REFERENCE.finditer(page)]
-    return found
+def _normalized_url(value: str) -> str:
+    return _URL_IGNORED.sub("", value).lower()
 
 
-def _sanitize_markup(markup: str) -> str:
+def _is_clickable(url: str) -> bool:
+    return _normalized_url(url).startswith(_CLICKABLE_SCHEMES)
+
+
+def _is_embedded_image(url: str) -> bool:
+    return _EMBEDDED_IMAGE.fullmatch(_URL_IGNORED.sub("", url)) is not None
+
+
+def _allowed_attribute(tag: str, name: str, value: str) -> bool:
+    if name in ("class", "title"):
+        return True
+    if tag == "a" and name == "href":
+        return _is_clickable(value)
+    if tag == "img":
+        return name == "alt" or (name == "src" and _is_embedded_image(value))
+    # Heading anchors from the Markdown renderer.
+    return tag in _HEADINGS and name == "id"
+
+
+def sanitize_html(markup: str) -> str:
+    """Rendered HTML from a notebook, reduced to inert tables, text, links and embedded images."""
     return bleach.clean(
         markup,
         tags=_ALLOWED_TAGS,
-        attributes=_ALLOWED_ATTRIBUTES,
-        protocols=["http", "https", "mailto"],
+        attributes=_allowed_attribute,
+        # bleach checks these schemes too; _allowed_attribute is the stricter rule per tag.
+        protocols=["http", "https", "mailto", "data"],
         strip=True,
+        strip_comments=True,
     )
+
+
+# Attributes that make a browser fetch on load (or on submit) whatever element carries them.
+_FETCHING_ATTRIBUTES = {
+    "src", "srcset", "data", "poster", "background", "action", "formaction", "ping",
+    "manifest", "longdesc", "lowsrc", "dynsrc", "codebase", "archive", "imagesrcset", "icon",
+    "xlink:href", "profile",
+}  # fmt: skip
+# Elements that run code, embed another document or rewrite how the page resolves URLs.
+_ACTIVE_TAGS = {
+    "script",
+    "iframe",
+    "frame",
+    "frameset",
+    "object",
+    "embed",
+    "applet",
+    "base",
+    "portal",
+}
+# CSS functions whose string arguments are fetched.
+_CSS_FETCHING_FUNCTIONS = {"url", "src", "image", "image-set", "-webkit-image-set", "cross-fade"}
+_ACTIVE_SCHEMES = ("javascript:", "vbscript:", "data:")
+
+
+def _css_fetches(css: str, nodes: list[Any] | None = None) -> list[str]:
+    """Every URL that `css` (a stylesheet or a style attribute) would load.
+
+    Tokenized rather than parsed as rules, so a style attribute, a stylesheet and a broken
+    fragment are read the same way, with CSS escapes (`u\\72l(`) already decoded.
+    """
+    found = []
+    for node in tinycss2.parse_component_value_list(css) if nodes is None else nodes:
+        kind = getattr(node, "type", "")
+        if kind == "at-keyword" and node.lower_value == "import":
+            found.append("@import")
+        elif kind == "url" and not _is_inert_reference(node.value):
+            found.append(f"url({node.value})")
+        elif kind == "function" and node.lower_name in _CSS_FETCHING_FUNCTIONS:
+            found += [
+                f"{node.lower_name}({arg.value!r})"
+                for arg in node.arguments
+                if arg.type == "string" and not _is_inert_reference(arg.value)
+            ]
+        for part in ("content", "arguments"):
+            children = getattr(node, part, None)
+            if children:
+                found += _css_fetches(css, children)
+    return found
+
+
+def _is_inert_reference(url: str) -> bool:
+    """A URL that loads nothing: embedded data or a fragment of this page."""
+    normalized = _normalized_url(url)
+    return normalized.startswith(("data:", "#")) or normalized == ""
+
+
+class _PageAudit(HTMLParser):
+    """Walks a finished page and notes what would fetch and what would run."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.fetches: list[str] = []
+        self.scripts: list[str] = []
+        self._in_style = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._in_style = tag == "style"
+        if tag in _ACTIVE_TAGS:
+            self.scripts.append(f"<{tag}>")
+        for name, value in attrs:
+            value = value or ""
+            if name.startswith("on"):
+                self.scripts.append(f"<{tag} {name}>")
+            elif name == "style":
+                self.fetches += _css_fetches(value)
+            elif name == "href" and tag in ("a", "area"):
+                if _normalized_url(value).startswith(_ACTIVE_SCHEMES):
+                    self.scripts.append(f"<{tag} href={value[:60]!r}>")
+            elif name == "href" and tag == "link":
+                self.fetches.append(f"<link href={value[:60]!r}>")
+            elif name in _FETCHING_ATTRIBUTES or name == "href":
+                if not (tag == "img" and name == "src" and _is_embedded_image(value)):
+                    if not _is_inert_reference(value) or name in ("srcset", "imagesrcset"):
+                        self.fetches.append(f"<{tag} {name}={value[:60]!r}>")
+            if tag == "meta" and name == "http-equiv" and value.lower() == "refresh":
+                self.fetches.append("<meta http-equiv=refresh>")
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.handle_starttag(tag, attrs)
+        self._in_style = False
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "style":
+            self._in_style = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_style:
+            self.fetches += _css_fetches(data)
+
+
+def _audit(page: str) -> _PageAudit:
+    audit = _PageAudit()
+    audit.feed(page)
+    audit.close()
+    return audit
+
+
+def network_references(page: str) -> list[str]:
+    """Everything in `page` that would make a browser fetch: element attributes and CSS, parsed."""
+    return _audit(page).fetches
+
+
+def script_references(page: str) -> list[str]:
+    """Everything in `page` that would run code: script-like elements, handlers, script URLs."""
+    return _audit(page).scripts
 
 
 def _as_text(value: Any) -> str:
@@ -70,11 +211,12 @@ def _clean_output(output: dict[str, Any]) -> dict[str, Any] | None:
         output["evalue"] = scrub_text(str(output.get("evalue", "")))
         output["traceback"] = [scrub_text(line) for line in output.get("traceback", [])]
         return output
+    # HTML and Markdown are sanitized by the template (the `report_html` filter), after
+    # Markdown rendering; here they are only scrubbed of secrets.
     data = {k: v for k, v in output.get("data", {}).items() if k in ALLOWED_MIMETYPES}
     for key in ("text/plain", "text/html", "text/markdown"):
         if key in data:
-            text = scrub_text(_as_text(data[key]))
-            data[key] = _sanitize_markup(text) if key != "text/plain" else text
+            data[key] = scrub_text(_as_text(data[key]))
     if not data:
         return None
     output["data"] = data
@@ -88,12 +230,16 @@ def prepare_for_report(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     for cell in nb.cells:
         if REMOVED_CELL_TAGS & set(cell.get("metadata", {}).get("tags", [])):
             continue
+        cell.source = scrub_text(cell.source)
         if cell.cell_type == "code":
-            cell.source = scrub_text(cell.source)
             cell.outputs = [o for o in map(_clean_output, cell.get("outputs", [])) if o is not None]
         kept.append(cell)
     nb.cells = kept
     return nb
+
+
+class UnsafeReport(Exception):
+    """The finished page would still run code or fetch something; it is not written."""
 
 
 def export_html(notebook_path: Path, html_path: Path, *, show_code: bool = False) -> Path:
@@ -105,20 +251,22 @@ def export_html(notebook_path: Path, html_path: Path, *, show_code: bool = False
         exclude_input=not show_code,
         exclude_input_prompt=True,
         exclude_output_prompt=True,
-        # Outputs were sanitized above with a table-friendly allow-list; nbconvert's own
-        # sanitizer would escape the tables the workbook shows.
+        # The offline template runs rendered HTML and Markdown through `report_html`, whose
+        # allow-list keeps the workbook's tables; nbconvert's own sanitizer would escape them.
         sanitize_html=False,
     )
+    exporter.register_filter("report_html", sanitize_html)
     page, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": notebook_path.stem}})
     page = scrub_text(page)
-    leaks = network_references(page)
-    if leaks:
-        raise RuntimeError(f"{html_path.name} would fetch from the network: {leaks[0]!r}")
+    audit = _audit(page)
+    if audit.scripts or audit.fetches:
+        found = (audit.scripts + audit.fetches)[0]
+        raise UnsafeReport(f"{html_path.name} would still run or fetch {found}")
     write_text_atomic(html_path, page)
     return html_path
 
 
-_STATUS_CLASS = {"ok": "wb-ok", "failed": "wb-fail", "timeout": "wb-fail", "kernel-died": "wb-fail"}
+_STATUS_CLASS = {"ok": "wb-ok"}
 
 
 _VERDICT_SENTENCE = {
@@ -150,7 +298,7 @@ def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
             where = f"cell {nb['failed_cell']}: " if nb.get("failed_cell") is not None else ""
             detail = f"{where}{nb.get('error') or nb['status']}"
         rows.append(
-            f'<tr class="{_STATUS_CLASS.get(nb["status"], "")}"><td>{link}</td>'
+            f'<tr class="{_STATUS_CLASS.get(nb["status"], "wb-fail")}"><td>{link}</td>'
             f"<td>{esc(nb['status'])}</td>{_verdict_cell(nb.get('verdict'))}"
             f"<td>{nb['seconds']:.1f} s</td><td>{esc(detail)}</td></tr>"
         )
@@ -171,6 +319,10 @@ def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
             "<ul>" + "".join(f"<li>{esc(r)}</li>" for r in reasons) + "</ul>" if reasons else ""
         ),
         rows="\n".join(rows),
+        unwritten="\n".join(
+            f'<p class="unwritten">{esc(name)} was not written: {esc(reason)}.</p>'
+            for name, reason in (summary.get("unwritten") or {}).items()
+        ),
     )
     path = out_dir / "index.html"
     write_text_atomic(path, scrub_text(page))

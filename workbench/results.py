@@ -14,6 +14,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from workbench.redact import scrub_data
+
 SCHEMA_VERSION = 1
 
 
@@ -70,7 +72,11 @@ def _umask() -> int:
 
 
 def save_result(out_dir: str | Path, notebook: str, data: dict[str, Any], **header: Any) -> Path:
-    """Save `<out_dir>/<notebook>.json` with the schema header every result file carries."""
+    """Save `<out_dir>/<notebook>.json` with the schema header every result file carries.
+
+    Every string is scrubbed of secrets: parameters, error messages and paths in a result come
+    from the user.
+    """
     record = {
         "schema_version": SCHEMA_VERSION,
         "notebook": notebook,
@@ -78,7 +84,7 @@ def save_result(out_dir: str | Path, notebook: str, data: dict[str, Any], **head
         **header,
         "data": data,
     }
-    return write_json_atomic(Path(out_dir) / f"{notebook}.json", record)
+    return write_json_atomic(Path(out_dir) / f"{notebook}.json", scrub_data(_jsonable(record)))
 
 
 def load_result(path: str | Path) -> dict[str, Any]:

@@ -7,10 +7,13 @@ which every notebook succeeded.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
+import secrets
 import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -30,15 +33,15 @@ from workbench.errors import (
     EXIT_NOTEBOOK_FAILED,
     EXIT_OK,
     BadInput,
-    describe_error,
     one_line,
 )
 from workbench.kernel import private_kernelspec
 from workbench.params import notebook_parameters, validate
-from workbench.redact import scrub_text
-from workbench.report import export_html, write_index
+from workbench.redact import scrub_data, scrub_text
+from workbench.report import UnsafeReport, export_html, write_index
 from workbench.scorecard import run_verdict, verdict_from_data
 from workbench.targets import TARGET_NAMES, get_target, resolve_target_name
+from workbench.terminal import strip_control
 from workbench.workload import WorkloadSpec
 from workbench.workloads import DEFAULT_WORKLOAD
 
@@ -62,7 +65,9 @@ class RunRequest:
 @dataclass
 class NotebookOutcome:
     notebook: str
-    status: str  # ok | failed | timeout | kernel-died | interrupted | not-run
+    # ok | failed | timeout | kernel-died | report-failed (ran, but its page could not be
+    # written) | interrupted
+    status: str
     seconds: float
     error: str | None = None
     failed_cell: int | None = None
@@ -95,31 +100,60 @@ def select_notebooks(only: list[str]) -> list[Path]:
     return sorted(set(picked))
 
 
+# Room for the time stamp, suffix and target within a file system's 255-byte name limit.
+_SLUG_MAX = 80
+
+
 def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "workload"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:_SLUG_MAX] or "workload"
+
+
+def _new_run_folder(reports_root: Path, workload_name: str, target: str) -> Path:
+    """A fresh folder named by the second plus a random suffix, created atomically, so two runs
+    started in the same second never share (or fight over) a folder."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    reports_root.mkdir(parents=True, exist_ok=True)
+    for _ in range(16):
+        out = reports_root / f"{stamp}-{secrets.token_hex(3)}-{_slug(workload_name)}-{target}"
+        try:
+            out.mkdir()
+        except FileExistsError:
+            continue
+        return out
+    raise FileExistsError(errno.EEXIST, "no unused run folder name", str(reports_root))
 
 
 def prepare_out_dir(request: RunRequest, workload_name: str, target: str) -> Path:
-    """Create the run folder; an existing non-empty --out or an unwritable place is BadInput."""
-    if request.out is None:
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        out = request.reports_root / f"{stamp}-{_slug(workload_name)}-{target}"
-    else:
-        out = request.out
-    out = out.resolve()
-    if out.exists() and any(out.iterdir()):
-        raise BadInput(
-            f"Output folder {out} already holds files; choose a new --out so no earlier run "
-            "is overwritten."
-        )
+    """Create the run folder; an occupied --out, a file or an unwritable place is BadInput."""
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        if request.out is None:
+            out = _new_run_folder(request.reports_root.resolve(), workload_name, target)
+        else:
+            out = request.out.resolve()
+            if out.exists() and not out.is_dir():
+                raise BadInput(
+                    f"--out {out} is a file, not a folder; choose a new folder for the run."
+                )
+            if out.exists() and any(out.iterdir()):
+                raise BadInput(
+                    f"Output folder {out} already holds files; choose a new --out so no "
+                    "earlier run is overwritten."
+                )
+            out.mkdir(parents=True, exist_ok=True)
         probe = out / ".write-test"
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
-        raise BadInput(f"Output folder {out} is not writable: {exc.strerror or exc}.") from None
+        where = request.out or request.reports_root
+        raise BadInput(
+            f"Output folder {where} cannot be used: {exc.strerror or exc}; choose another --out."
+        ) from None
     return out
+
+
+def _error_line(exc: BaseException | str) -> str:
+    """One line for the console, summary.json and the index: no secret, no control sequence."""
+    return scrub_text(" ".join(strip_control(str(exc)).split()))[:500]
 
 
 class _PrintedLines:
@@ -131,12 +165,18 @@ class _PrintedLines:
         self.progress = progress
 
     def write(self, text: str) -> None:
-        for line in scrub_text(text).splitlines():
+        for line in scrub_text(strip_control(text)).splitlines():
             if line.strip():
                 self.progress(f"    {line}")
 
     def flush(self) -> None:
         pass
+
+
+def _partial_path(out: Path, stem: str) -> Path:
+    """Where papermill saves the notebook while it runs; it rewrites the file after every cell,
+    and a full disk would leave half a notebook under the final name."""
+    return out / f".{stem}.partial.ipynb"
 
 
 def _execute(
@@ -153,7 +193,7 @@ def _execute(
     try:
         papermill.execute_notebook(
             str(path),
-            str(out / f"{stem}.ipynb"),
+            str(_partial_path(out, stem)),
             parameters=params,
             kernel_name=kernel,
             cwd=str(out),
@@ -174,6 +214,9 @@ def _execute(
     except DeadKernelError:
         outcome.status = "kernel-died"
         outcome.error = "the kernel died (killed, out of memory or crashed) during a cell"
+    except OSError as exc:  # papermill saves the notebook after every cell: a full disk lands here
+        outcome.status = "failed"
+        outcome.error = f"the notebook could not be saved: {_error_line(exc.strerror or exc)}"
     except KeyboardInterrupt:
         outcome.status = "interrupted"
         outcome.error = "interrupted"
@@ -184,22 +227,63 @@ def _execute(
     return outcome
 
 
+def _last_started_cell(nb: nbformat.NotebookNode) -> int | None:
+    """The cell that was running when a timeout or a dead kernel stopped the notebook: papermill
+    stamps each cell as it starts, and stops at the one that did not finish."""
+    started = [
+        index
+        for index, cell in enumerate(nb.cells)
+        if cell.get("metadata", {}).get("papermill", {}).get("start_time")
+    ]
+    return started[-1] if started else None
+
+
+def _save_executed(partial: Path, executed: Path, outcome: NotebookOutcome) -> None:
+    """The scrubbed notebook under its final name, atomically. On a full disk the partial copy
+    is deleted first and the write tried once more: its space is often exactly what was missing."""
+    nb = nbformat.reads(partial.read_text(encoding="utf-8"), as_version=4)
+    if outcome.status in ("timeout", "kernel-died") and outcome.failed_cell is None:
+        outcome.failed_cell = _last_started_cell(nb)
+    text = nbformat.writes(nbformat.from_dict(scrub_data(nb)))
+    try:
+        results.write_text_atomic(executed, text)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        partial.unlink()
+        results.write_text_atomic(executed, text)
+
+
+def _add_error(outcome: NotebookOutcome, status: str, message: str) -> None:
+    """Note a problem after the kernel finished; an earlier failure keeps its status."""
+    if outcome.status == "ok":
+        outcome.status = status
+    outcome.error = f"{outcome.error}; {message}" if outcome.error else message
+
+
 def _finish_outputs(path: Path, out: Path, outcome: NotebookOutcome, show_code: bool) -> None:
-    """Scrub the executed notebook and export its report, whatever happened in the kernel."""
+    """Save the scrubbed notebook and export its report, whatever happened in the kernel.
+
+    Every write is atomic; one that fails (a full disk) is said in the outcome, and the run goes
+    on to the next notebook.
+    """
+    partial = _partial_path(out, path.stem)
     executed = out / f"{path.stem}.ipynb"
+    if partial.exists():
+        try:
+            _save_executed(partial, executed, outcome)
+        except (OSError, ValueError) as exc:  # half-written by a full disk, or not writable
+            _add_error(outcome, "failed", f"the executed notebook was not saved ({_reason(exc)})")
+        finally:
+            # papermill's copy is unscrubbed and may be half-written: it never stays behind.
+            partial.unlink(missing_ok=True)
     if executed.exists():
-        nb = nbformat.read(str(executed), as_version=4)
-        text = nbformat.writes(nb)
-        scrubbed = scrub_text(text)
-        if scrubbed != text:
-            results.write_text_atomic(executed, scrubbed)
         html_path = out / f"{path.stem}.html"
         try:
             export_html(executed, html_path, show_code=show_code)
             outcome.html = html_path.name
-        except Exception as exc:  # the run must go on; the index says the report is missing
-            failure = scrub_text(describe_error(exc).text)
-            outcome.error = (outcome.error or "") + f" (report export failed: {failure})"
+        except Exception as exc:  # the run goes on; the status and the index say what is missing
+            _add_error(outcome, "report-failed", f"report not written ({_reason(exc)})")
     result_path = out / f"{path.stem}.json"
     if result_path.exists():
         outcome.result = result_path.name
@@ -207,14 +291,52 @@ def _finish_outputs(path: Path, out: Path, outcome: NotebookOutcome, show_code: 
             data = results.load_result(result_path)["data"]
         except (ValueError, KeyError, OSError):
             data = {}
-        outcome.headline = data.get("headline")
+        headline = data.get("headline")
+        outcome.headline = _error_line(headline) if headline else None
         verdict = verdict_from_data(data)
         outcome.verdict = (
-            None if verdict is None else {"status": verdict.status, "reason": verdict.reason}
+            None
+            if verdict is None
+            else {"status": verdict.status, "reason": _error_line(verdict.reason)}
         )
     elif outcome.status == "ok":
         outcome.status = "failed"
         outcome.error = f"the notebook finished without writing {result_path.name}"
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return _error_line(f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror)
+    if isinstance(exc, UnsafeReport):
+        return _error_line(exc)
+    return _error_line(f"{type(exc).__name__}: {exc}")
+
+
+def check_settings(per_notebook: dict[str, dict[str, Any]]) -> None:
+    """Build each notebook's settings from its parameters, as the notebook itself will, so a
+    value out of range is rejected before any kernel starts or anything is written."""
+    from workbench.baseline.records import BaselineSettings
+    from workbench.coverage.analyze import check_flavours
+    from workbench.coverage.support import FLAVOURS
+    from workbench.numerics.records import NumericsSettings
+    from workbench.tuning.records import RetuneSettings
+
+    builders: dict[str, Callable[[dict[str, Any]], object]] = {
+        "01_baseline": BaselineSettings.from_params,
+        "02_op_coverage": lambda params: check_flavours(params.get("neuron_flavours", FLAVOURS)),
+        "03_numerics": NumericsSettings.from_params,
+        "04_retuning": RetuneSettings.from_params,
+    }
+    for stem, params in per_notebook.items():
+        for name in _WORKLOAD_SIZES:
+            if params.get(name, 0) < 0:
+                raise BadInput(f"{name} {params[name]} must be 0 (the workload's own) or more.")
+        if stem in builders:
+            builders[stem](params)
+
+
+# Shared by the notebooks that build a workload; 0 keeps the workload's own value.
+_WORKLOAD_SIZES = ("batch_size", "num_classes")
 
 
 def update_latest(reports_root: Path, out: Path) -> None:
@@ -238,9 +360,19 @@ def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
             f"Parameter {reserved[0]!r} is set by the runner; "
             f"use --{reserved[0].replace('_dir', '')} instead."
         )
+    if isinstance(request.cell_timeout, bool) or not isinstance(request.cell_timeout, int):
+        raise BadInput(
+            f"--cell-timeout {request.cell_timeout!r} must be a whole number of seconds."
+        )
+    if request.cell_timeout <= 0:
+        raise BadInput(
+            f"--cell-timeout {request.cell_timeout} must be 1 or more seconds "
+            f"(the default is {DEFAULT_CELL_TIMEOUT_S})."
+        )
     notebooks = select_notebooks(request.only)
     declared = {path.stem: notebook_parameters(path) for path in notebooks}
     per_notebook = validate(request.parameters, declared)
+    check_settings(per_notebook)
     given = {k: v for params in per_notebook.values() for k, v in params.items()}
     # Loaded once here so that a bad workload is rejected before any notebook starts.
     workload = WorkloadSpec.from_params({**given, "workload": request.workload}).load()
@@ -249,10 +381,11 @@ def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
     out = prepare_out_dir(request, workload.name, target)
 
     log_handler = _stream_notebook_output_to(out / "run.log")
+    workload_name = strip_control(workload.name)
     started_at = datetime.now(timezone.utc)
     started = time.perf_counter()
     outcomes: list[NotebookOutcome] = []
-    progress(f"workbench: {workload.name} on {target} ({reason}) -> {out}")
+    progress(f"workbench: {workload_name} on {target} ({reason}) -> {out}")
     interrupted = False
     previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -288,6 +421,8 @@ def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
         logging.getLogger("papermill").removeHandler(log_handler)
         log_handler.close()
 
+    unwritten = {"run.log": log_handler.failure} if log_handler.failure else {}
+
     if interrupted:
         exit_code = EXIT_INTERRUPTED
     elif all(o.status == "ok" for o in outcomes):
@@ -296,7 +431,7 @@ def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
         exit_code = EXIT_NOTEBOOK_FAILED
     summary = {
         "schema_version": results.SCHEMA_VERSION,
-        "workload": workload.name,
+        "workload": workload_name,
         "workload_spec": request.workload,
         "target": target,
         "target_requested": request.target,
@@ -309,11 +444,36 @@ def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
     }
     overall = run_verdict([asdict(o) for o in outcomes])
     summary["verdict"] = {"status": overall.status, "reasons": overall.reasons}
-    results.write_json_atomic(out / "summary.json", summary)
-    write_index(out, summary)
+    summary["unwritten"] = unwritten  # what a failed write (a full disk) left out, and why
+    # The index is written first, so summary.json can record whether it was; a run with
+    # anything unwritten is incomplete and exits 1.
+    for name, write in (
+        ("index.html", lambda: write_index(out, summary)),
+        ("summary.json", lambda: results.write_json_atomic(out / "summary.json", summary)),
+    ):
+        if unwritten and exit_code == EXIT_OK:
+            exit_code = summary["exit_code"] = EXIT_NOTEBOOK_FAILED
+        try:
+            write()
+        except OSError as exc:
+            unwritten[name] = _reason(exc)
+    if unwritten and exit_code == EXIT_OK:
+        exit_code = EXIT_NOTEBOOK_FAILED
     if exit_code == EXIT_OK and request.out is None:
-        update_latest(request.reports_root.resolve(), out)
-    progress(f"report: {out / 'index.html'} (exit {exit_code})")
+        try:
+            update_latest(request.reports_root.resolve(), out)
+        except OSError as exc:
+            unwritten["reports/latest"] = _reason(exc)
+            exit_code = EXIT_NOTEBOOK_FAILED
+    if unwritten:
+        names = ", ".join(unwritten)
+        progress(
+            f"workbench: error: {names} could not be written in {out} "
+            f"({next(iter(unwritten.values()))}), so this run is incomplete and "
+            "reports/latest was not moved."
+        )
+    else:
+        progress(f"report: {out / 'index.html'} (exit {exit_code})")
     return exit_code
 
 
@@ -321,9 +481,32 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _stream_notebook_output_to(path: Path) -> logging.Handler:
+class _RunLogHandler(logging.FileHandler):
+    """run.log: every cell's output, scrubbed and stripped of control sequences.
+
+    A write that fails (a full disk) is remembered once instead of printing a logging traceback
+    for every later line; the run then says that run.log is incomplete.
+    """
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, encoding="utf-8")
+        self.failure: str | None = None
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        if self.failure is None:
+            error = sys.exc_info()[1]
+            self.failure = _reason(error) if error else "a line could not be written"
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError as exc:
+            self.failure = self.failure or _reason(exc)
+
+
+def _stream_notebook_output_to(path: Path) -> _RunLogHandler:
     """papermill logs every cell's output under log_output=True; keep it in the run's log file."""
-    handler = logging.FileHandler(path, encoding="utf-8")
+    handler = _RunLogHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
     handler.addFilter(_ScrubFilter())
     logger = logging.getLogger("papermill")
@@ -335,6 +518,6 @@ def _stream_notebook_output_to(path: Path) -> logging.Handler:
 
 class _ScrubFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        record.msg = scrub_text(record.getMessage())
+        record.msg = scrub_text(strip_control(record.getMessage()))
         record.args = None
         return True

@@ -38,7 +38,7 @@ def _control(param: Parameter, value: Any) -> w.Widget:
         return w.IntText(value=value, **label)
     if param.type_name == "float":
         return w.FloatText(value=value, **label)
-    text = ", ".join(map(str, value)) if param.type_name == "list" else value
+    text = ", ".join(map(str, value)) if param.type_name.startswith("list") else value
     return w.Text(value=text, **label)
 
 

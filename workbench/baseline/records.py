@@ -11,7 +11,7 @@ from typing import Any
 from workbench.baseline.checklist import Checklist
 from workbench.baseline.reference import ReferenceSummary
 from workbench.errors import BadInput
-from workbench.scorecard import ATTENTION, BLOCKER, Finding, Verdict, judge
+from workbench.scorecard import ATTENTION, BLOCKER, PASS, Finding, Verdict, judge
 from workbench.targets.base import CompileCounters
 from workbench.timing import (
     FLUCTUATION_SEVERE,
@@ -369,6 +369,15 @@ class BaselineResult:
         flagged = [c for c in configs if c.steady_recompiles]
         if flagged:
             text += f", with {flagged[0].steady_recompiles} recompile(s) during steady state"
+        diverged = next((c for c in configs if c.nonfinite_step), None)
+        if diverged:
+            # Timings of a step whose loss is NaN are timings of a broken model: this leads.
+            phase = PHASE_LABELS[diverged.phase_of_step(diverged.nonfinite_step or 1)]
+            text = (
+                f"{label} ({diverged.mode}): the loss became NaN or Inf at step "
+                f"{diverged.nonfinite_step} ({phase}), so these timings are of a diverged model"
+                + (f"; {text}" if text else "")
+            )
         return text
 
 
@@ -378,6 +387,9 @@ BASELINE_RULE = (
     f"{FLUCTUATION_SEVERE:.0%} of its median, or no reference artifact for notebook 03; "
     "pass otherwise"
 )
+
+
+VERDICT_BANNER = {BLOCKER: "fail", ATTENTION: "warn", PASS: "ok"}
 
 
 def baseline_verdict(result: BaselineResult) -> Verdict:

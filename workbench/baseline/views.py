@@ -16,10 +16,12 @@ from workbench.baseline.records import (
     PHASE_LABELS,
     PHASE_STEADY,
     PHASE_WARMUP,
+    VERDICT_BANNER,
     BaselineResult,
     CompilePayback,
     ConfigResult,
     PhaseResult,
+    baseline_verdict,
     config_status,
 )
 from workbench.errors import WorkbenchError
@@ -71,17 +73,9 @@ def _headline_row(config: ConfigResult, unit: str) -> dict[str, Any]:
     }
 
 
-def _verdict_kind(result: BaselineResult) -> str:
-    if result.failures or any(c.nonfinite_step or c.steady_recompiles for c in result.configs):
-        return "fail"
-    if result.compile_failures:
-        return "warn"
-    return "info"
-
-
 def headline(result: BaselineResult) -> None:
     """The sentence that reads the result, then the numbers it rests on."""
-    display(show.banner(result.headline(), _verdict_kind(result)))
+    display(show.banner(result.headline(), VERDICT_BANNER[baseline_verdict(result).status]))
     display(
         show.table(
             [_headline_row(c, result.throughput_unit) for c in result.configs],

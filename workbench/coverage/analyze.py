@@ -130,6 +130,16 @@ def _rows(
     return list(rows.values())
 
 
+def check_flavours(flavours: list[str] | tuple[str, ...]) -> None:
+    """The Neuron paths to judge: at least one, each native or xla (BadInput otherwise)."""
+    unknown = [f for f in flavours if f not in FLAVOURS]
+    if unknown or not flavours:
+        raise BadInput(
+            f"Neuron flavours {list(flavours)!r}: choose from {', '.join(FLAVOURS)} "
+            "(native: TorchNeuron on Trn2/Trn3; xla: legacy torch-neuronx on Trn1/Inf2)."
+        )
+
+
 def analyze_coverage(
     workload: Workload,
     target: Target,
@@ -138,12 +148,7 @@ def analyze_coverage(
     measure: bool = True,
 ) -> CoverageReport:
     """Everything notebook 02 shows: capture, shapes, graph breaks, flags, verdicts."""
-    unknown = [f for f in flavours if f not in FLAVOURS]
-    if unknown or not flavours:
-        raise BadInput(
-            f"Neuron flavours {list(flavours)!r}: choose from {', '.join(FLAVOURS)} "
-            "(native: TorchNeuron on Trn2/Trn3; xla: legacy torch-neuronx on Trn1/Inf2)."
-        )
+    check_flavours(flavours)
     started = perf_counter()
     reference = capture_training_step(workload)
     variants, shapes = _shape_variants(workload, reference)

@@ -25,7 +25,7 @@ import psutil
 
 from workbench.environment.companions import check_imports
 from workbench.errors import BadInput
-from workbench.redact import redact_environment, redact_value, scrub_data
+from workbench.redact import redact_environment, redact_value, scrub_data, scrub_text
 from workbench.results import write_json_atomic, write_text_atomic
 from workbench.targets.detect import detect_neuron_stack
 
@@ -240,13 +240,37 @@ def _lock_text(manifest: dict[str, Any], manifest_name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def pin(out_path: str | Path) -> tuple[Path, Path]:
-    """Write the manifest to `out_path` and a `name==version` lock `<stem>.lock.txt` beside it."""
+def pin(out_path: str | Path, *, force: bool = False) -> tuple[Path, Path]:
+    """Write the manifest to `out_path` and a `name==version` lock `<stem>.lock.txt` beside it.
+
+    An existing manifest or lock is a pinned, known-good environment: it is replaced only with
+    `force`. Every problem with the path is a BadInput, found before anything is written.
+    """
     manifest_path = Path(out_path)
     lock_path = manifest_path.with_name(f"{manifest_path.stem}.lock.txt")
+    try:
+        if manifest_path.is_dir():
+            raise BadInput(
+                f"--out {manifest_path} is a folder; name the manifest file, e.g. "
+                f"{manifest_path / 'workbench-env.json'}."
+            )
+        existing = [p for p in (manifest_path, lock_path) if p.exists()]
+    except OSError as exc:
+        raise BadInput(f"--out {manifest_path} cannot be used: {exc.strerror or exc}.") from None
+    if existing and not force:
+        raise BadInput(
+            f"{existing[0]} already exists; pass --force to replace the pinned environment, "
+            "or choose another --out."
+        )
     manifest = capture_manifest()
-    write_json_atomic(manifest_path, manifest)
-    write_text_atomic(lock_path, _lock_text(manifest, manifest_path.name))
+    try:
+        write_json_atomic(manifest_path, manifest)
+        write_text_atomic(lock_path, scrub_text(_lock_text(manifest, manifest_path.name)))
+    except OSError as exc:
+        raise BadInput(
+            f"--out {manifest_path} cannot be written: {exc.strerror or exc}; choose a "
+            "writable place."
+        ) from None
     return manifest_path, lock_path
 
 

@@ -1,0 +1,379 @@
+"""Every bad input is one sentence on stderr and exit 2, found before anything is written.
+
+Runs the real command line in-process (`workbench.cli.main`), from an empty folder that must stay
+as it was. tests/HARDENING.md lists these cases with the faults covered elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from workbench.cli import main
+
+LONG = "9" * 5000
+NESTED = "[" * 2000 + "]" * 2000
+
+# (id, arguments after `workbench`, files to create first, a phrase the sentence must contain)
+BAD_INPUTS = [
+    (
+        "out is a file",
+        ["run", "--only", "00", "--out", "a-file"],
+        {"a-file": "keep"},
+        "is a file, not a folder",
+    ),
+    (
+        "out under a file",
+        ["run", "--only", "00", "--out", "a-file/run"],
+        {"a-file": "keep"},
+        "cannot be used",
+    ),
+    ("out empty", ["run", "--only", "00", "--out", ""], {}, "--out is empty"),
+    (
+        "out occupied",
+        ["run", "--only", "00", "--out", "old"],
+        {"old/index.html": "x"},
+        "already holds files",
+    ),
+    ("out name too long", ["run", "--only", "00", "--out", "r" * 300], {}, "File name too long"),
+    (
+        "config cell_timeout text",
+        ["run", "--config", "c.yaml"],
+        {"c.yaml": "cell_timeout: abc"},
+        "'cell_timeout' must be a whole number",
+    ),
+    (
+        "config cell_timeout zero",
+        ["run", "--only", "00", "--config", "c.yaml"],
+        {"c.yaml": "cell_timeout: 0"},
+        "must be 1 or more seconds",
+    ),
+    (
+        "config cell_timeout negative",
+        ["run", "--only", "00", "--config", "c.yaml"],
+        {"c.yaml": "cell_timeout: -5"},
+        "must be 1 or more seconds",
+    ),
+    (
+        "config cell_timeout float",
+        ["run", "--config", "c.yaml"],
+        {"c.yaml": "cell_timeout: 2.5"},
+        "'cell_timeout' must be a whole number",
+    ),
+    (
+        "config workload list",
+        ["run", "--config", "c.yaml"],
+        {"c.yaml": "workload: [1, 2]"},
+        "'workload' must be a string",
+    ),
+    (
+        "config out list",
+        ["run", "--config", "c.yaml"],
+        {"c.yaml": "out: [a]"},
+        "'out' must be a string",
+    ),
+    (
+        "config show_code 'no'",
+        ["run", "--config", "c.yaml"],
+        {"c.yaml": 'show_code: "no"'},
+        "'show_code' must be true or false",
+    ),
+    (
+        "config show_code number",
+        ["run", "--config", "c.yaml"],
+        {"c.yaml": "show_code: 1"},
+        "'show_code' must be true or false",
+    ),
+    (
+        "config target number",
+        ["run", "--config", "c.yaml"],
+        {"c.yaml": "target: 5"},
+        "'target' must be a string",
+    ),
+    (
+        "config only mapping",
+        ["run", "--config", "c.yaml"],
+        {"c.yaml": "only: {a: 1}"},
+        "'only' must be",
+    ),
+    (
+        "config only empty",
+        ["run", "--config", "c.yaml"],
+        {"c.yaml": "only: ''"},
+        "names no notebook",
+    ),
+    (
+        "config parameters list",
+        ["run", "--config", "c.yaml"],
+        {"c.yaml": "parameters: [1]"},
+        "'parameters' must be a mapping",
+    ),
+    (
+        "config parameter wrong type",
+        ["run", "--only", "01", "--config", "c.yaml"],
+        {"c.yaml": "parameters: {steady_steps: abc}"},
+        "expects int",
+    ),
+    (
+        "config null value",
+        ["run", "--config", "c.yaml"],
+        {"c.yaml": "workload:"},
+        "'workload' must be a string",
+    ),
+    (
+        "config not a mapping",
+        ["run", "--config", "c.yaml"],
+        {"c.yaml": "- a\n- b"},
+        "must be a mapping",
+    ),
+    (
+        "config unknown key",
+        ["run", "--config", "c.yaml"],
+        {"c.yaml": "colour: blue"},
+        "unknown key 'colour'",
+    ),
+    (
+        "config invalid YAML",
+        ["run", "--config", "c.yaml"],
+        {"c.yaml": "a: [1, 2"},
+        "is not valid YAML",
+    ),
+    ("config missing", ["run", "--config", "missing.yaml"], {}, "cannot be read"),
+    ("config is a folder", ["run", "--config", "cfg"], {"cfg/x": ""}, "cannot be read"),
+    (
+        "config not UTF-8",
+        ["run", "--config", "c.yaml"],
+        {"c.yaml": b"\xff\xfe\x00bad"},
+        "cannot be read",
+    ),
+    (
+        "parameter too long",
+        ["run", "--only", "01", "-p", f"steady_steps={LONG}"],
+        {},
+        "values are limited to 4,096",
+    ),
+    (
+        "parameter nested too deep",
+        ["run", "--only", "01", "-p", f"steady_steps={NESTED}"],
+        {},
+        "expects int",
+    ),
+    (
+        "parameter without =",
+        ["run", "--only", "00", "-p", "novalue"],
+        {},
+        "not of the form key=value",
+    ),
+    (
+        "parameter without name",
+        ["run", "--only", "00", "-p", "=x"],
+        {},
+        "not of the form key=value",
+    ),
+    (
+        "unknown parameter",
+        ["run", "--only", "00", "-p", "warmup_stepz=3"],
+        {},
+        "Unknown parameter 'warmup_stepz'",
+    ),
+    ("runner parameter", ["run", "--only", "00", "-p", "out_dir=x"], {}, "set by the runner"),
+    ("bool parameter", ["run", "--only", "00", "-p", "fail_on_drift=perhaps"], {}, "expects bool"),
+    (
+        "list of words for ints",
+        ["run", "--only", "04", "-p", "batch_sizes=abc,def"],
+        {},
+        "expects list[int], got ['abc', 'def']",
+    ),
+    (
+        "list of floats for ints",
+        ["run", "--only", "04", "-p", "world_sizes=1.5"],
+        {},
+        "expects list[int]",
+    ),
+    (
+        "list of numbers for words",
+        ["run", "--only", "01", "-p", "kinds=1,2"],
+        {},
+        "expects list[str]",
+    ),
+    (
+        "list value out of choices",
+        ["run", "--only", "01", "-p", "kinds=train,walk"],
+        {},
+        "choose from train, infer",
+    ),
+    (
+        "unknown Neuron flavour",
+        ["run", "--only", "02", "-p", "neuron_flavours=trn9"],
+        {},
+        "choose from native, xla",
+    ),
+    (
+        "int below range",
+        ["run", "--only", "01", "-p", "steady_steps=1"],
+        {},
+        "use at least 3 samples",
+    ),
+    (
+        "negative batch size",
+        ["run", "--only", "01", "-p", "batch_size=-1"],
+        {},
+        "batch_size -1 must be 0",
+    ),
+    (
+        "unknown precision",
+        ["run", "--only", "03", "-p", "precisions=fp8"],
+        {},
+        "'fp8' is not a precision",
+    ),
+    (
+        "inverted range",
+        ["run", "--only", "04", "-p", "min_batch=8", "-p", "max_batch=4"],
+        {},
+        "need 1 <= min_batch <= max_batch",
+    ),
+    (
+        "fraction out of range",
+        ["run", "--only", "04", "-p", "max_padding_waste=1.5"],
+        {},
+        "max_padding_waste lie in [0, 1)",
+    ),
+    (
+        "cell timeout zero",
+        ["run", "--only", "00", "--cell-timeout", "0"],
+        {},
+        "must be 1 or more seconds",
+    ),
+    (
+        "cell timeout negative",
+        ["run", "--only", "00", "--cell-timeout", "-5"],
+        {},
+        "must be 1 or more seconds",
+    ),
+    (
+        "cell timeout text",
+        ["run", "--only", "00", "--cell-timeout", "abc"],
+        {},
+        "invalid int value: 'abc'",
+    ),
+    ("only empty", ["run", "--only", ""], {}, "names no notebook"),
+    ("only commas", ["run", "--only", ",,"], {}, "names no notebook"),
+    ("only unknown", ["run", "--only", "42"], {}, "--only '42' names no notebook"),
+    ("unknown target", ["run", "--only", "00", "--target", "tpu"], {}, "Unknown target 'tpu'"),
+    (
+        "unknown workload module",
+        ["run", "--only", "01", "--workload", "no_such_pkg.mod:make"],
+        {},
+        "Workload 'no_such_pkg.mod:make'",
+    ),
+    (
+        "workload raising with control sequences",
+        [
+            "run",
+            "--only",
+            "01",
+            "--workload",
+            "tests.fixtures.user_workloads:raises_with_control_sequences",
+        ],
+        {},
+        "cannot build the model txt.exe",
+    ),
+    ("unknown option", ["run", "--colour"], {}, "unrecognized arguments: --colour"),
+    ("missing option value", ["run", "--cell-timeout"], {}, "expected one argument"),
+    ("unknown command", ["frobnicate"], {}, "invalid choice: 'frobnicate'"),
+    (
+        "pin into a folder",
+        ["env", "pin", "--out", "pins"],
+        {"pins/keep": ""},
+        "is a folder; name the manifest file",
+    ),
+    (
+        "pin under a file",
+        ["env", "pin", "--out", "a-file/env.json"],
+        {"a-file": "keep"},
+        "cannot be written",
+    ),
+    (
+        "pin to an impossible path",
+        ["env", "pin", "--out", "/proc/no-such-dir/env.json"],
+        {},
+        "cannot be written",
+    ),
+    (
+        "pin over a manifest",
+        ["env", "pin", "--out", "env.json"],
+        {"env.json": "pinned"},
+        "env.json already exists; pass --force",
+    ),
+    (
+        "pin over a lock",
+        ["env", "pin", "--out", "env.json"],
+        {"env.lock.txt": "pinned"},
+        "env.lock.txt already exists",
+    ),
+    (
+        "diff of a missing manifest",
+        ["env", "diff", "a.json", "b.json"],
+        {},
+        "a.json does not exist",
+    ),
+    (
+        "diff of a non-manifest",
+        ["env", "diff", "a.json", "a.json"],
+        {"a.json": "[1]"},
+        "is not a workbench environment manifest",
+    ),
+]
+
+
+def _create(root, files):
+    for name, content in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+
+
+def _snapshot(root):
+    return {
+        str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in root.rglob("*")
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "files", "phrase"), [c[1:] for c in BAD_INPUTS], ids=[c[0] for c in BAD_INPUTS]
+)
+def test_bad_input_is_one_sentence_and_exit_2(tmp_path, monkeypatch, capsys, args, files, phrase):
+    monkeypatch.chdir(tmp_path)
+    _create(tmp_path, files)
+    before = _snapshot(tmp_path)
+    try:
+        code = main(args)
+    except SystemExit as exc:  # argparse's own errors
+        code = exc.code
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("workbench: error: "), err
+    assert phrase in lines[0]
+    assert "Traceback" not in err and "\x1b" not in err and "\u202e" not in err
+    assert _snapshot(tmp_path) == before, "bad input writes nothing and changes nothing"
+
+
+def test_the_table_counts_every_class():
+    assert len(BAD_INPUTS) >= 60
+    assert len({c[0] for c in BAD_INPUTS}) == len(BAD_INPUTS)
+
+
+def test_pin_replaces_a_manifest_only_with_force(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["env", "pin", "--out", "env.json"]) == 0
+    first = (tmp_path / "env.json").read_text()
+    assert main(["env", "pin", "--out", "env.json"]) == 2
+    assert (tmp_path / "env.json").read_text() == first, "the pinned manifest is kept"
+    assert main(["env", "pin", "--out", "env.json", "--force"]) == 0
+    assert json.loads((tmp_path / "env.json").read_text())["kind"] == json.loads(first)["kind"]
+    assert "pass --force" in capsys.readouterr().err
