@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup run test test-main test-xla lint xla-venv
+.PHONY: setup run test test-main test-xla test-slurm lint xla-venv
 
 setup: $(STAMP)
 
@@ -52,3 +52,8 @@ $(XLA_STAMP): pyproject.toml
 test-xla: $(XLA_STAMP)
 	$(XLA_VENV)/bin/python -m pip install --quiet --no-deps -e .
 	PJRT_DEVICE=CPU $(XLA_VENV)/bin/python -m pytest -m xla $(PYTEST_ARGS)
+
+# The fleet templates on a real single-node Slurm cluster (munged, slurmctld, slurmd from Debian's
+# packages): an array over a two-item matrix, then the collect job. Needs root; skips otherwise.
+test-slurm: $(STAMP)
+	bash tests/slurm/local_cluster.sh
