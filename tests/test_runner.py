@@ -101,7 +101,7 @@ def test_an_occupied_or_unwritable_out_is_bad_input_and_loses_nothing(tmp_path):
 
     blocker = tmp_path / "a-file"
     blocker.write_text("keep me")
-    with pytest.raises(BadInput, match="is not writable"):
+    with pytest.raises(BadInput, match="cannot be used: Not a directory; choose another --out"):
         prepare_out_dir(RunRequest(out=blocker / "run"), "seed-mlp", "cpu")
     assert blocker.read_text() == "keep me"
 

@@ -36,13 +36,13 @@ from workbench.errors import (
     one_line,
 )
 from workbench.kernel import private_kernelspec
-from workbench.params import notebook_parameters, validate
+from workbench.params import Parameter, notebook_parameters, validate
 from workbench.redact import scrub_data, scrub_text
 from workbench.report import UnsafeReport, export_html, write_index
 from workbench.scorecard import run_verdict, verdict_from_data
 from workbench.targets import TARGET_NAMES, get_target, resolve_target_name
 from workbench.terminal import strip_control
-from workbench.workload import WorkloadSpec
+from workbench.workload import Workload, WorkloadSpec
 from workbench.workloads import DEFAULT_WORKLOAD
 
 # Set by the runner itself; users choose them with --workload / --target / --out.
@@ -348,8 +348,18 @@ def update_latest(reports_root: Path, out: Path) -> None:
     os.replace(tmp, link)
 
 
-def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
-    """Run the selected notebooks; returns the exit code (see workbench.errors)."""
+@dataclass
+class CheckedRequest:
+    """A request that passed every check that needs no kernel: what the run will execute."""
+
+    notebooks: list[Path]
+    declared: dict[str, dict[str, Parameter]]
+    per_notebook: dict[str, dict[str, Any]]  # each notebook's coerced -p values
+    workload: Workload
+
+
+def check_request(request: RunRequest) -> CheckedRequest:
+    """Everything a run would reject, rejected now (BadInput), before anything is written."""
     if request.target not in TARGET_NAMES:
         raise BadInput(
             f"Unknown target {request.target!r}; choose one of {', '.join(TARGET_NAMES)}."
@@ -376,6 +386,14 @@ def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
     given = {k: v for params in per_notebook.values() for k, v in params.items()}
     # Loaded once here so that a bad workload is rejected before any notebook starts.
     workload = WorkloadSpec.from_params({**given, "workload": request.workload}).load()
+    return CheckedRequest(notebooks, declared, per_notebook, workload)
+
+
+def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
+    """Run the selected notebooks; returns the exit code (see workbench.errors)."""
+    checked = check_request(request)
+    notebooks, declared, per_notebook = checked.notebooks, checked.declared, checked.per_notebook
+    workload = checked.workload
     target, reason = resolve_target_name(request.target)
     validation = get_target(target).validation_statement()
     out = prepare_out_dir(request, workload.name, target)

@@ -56,22 +56,14 @@ def run_matrix_item(
 ) -> int:
     from workbench.fleet.matrix import check_item, load_matrix
     from workbench.fleet.root import claim
-    from workbench.runner import DEFAULT_CELL_TIMEOUT_S, RunRequest, run
+    from workbench.runner import run
 
     matrix = load_matrix(matrix_file)
     item = matrix.item(resolve_index(index))
     check_item(item, str(matrix.path))
     root = Path(out or "reports")
     claim(root, matrix)
-    request = RunRequest(
-        workload=item.workload,
-        target=item.target,
-        only=item.only,
-        parameters=item.parameters,
-        show_code=show_code,
-        cell_timeout=cell_timeout or DEFAULT_CELL_TIMEOUT_S,
-        reports_root=root / item.name,
-    )
+    request = item.request(root, show_code, cell_timeout)
     print(
         f"workbench: matrix item {item.index} ({item.name}) -> {root / item.name}",
         file=sys.stderr,

@@ -20,13 +20,14 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from workbench.errors import BadInput
-from workbench.params import notebook_parameters, validate
-from workbench.targets import TARGET_NAMES
+
+if TYPE_CHECKING:
+    from workbench.runner import RunRequest
 
 ITEM_KEYS = ("name", "workload", "target", "only", "parameters")
 DEFAULT_KEYS = ("workload", "target", "only", "parameters")
@@ -41,6 +42,22 @@ class MatrixItem:
     target: str = "auto"
     only: list[str] = field(default_factory=list)
     parameters: dict[str, Any] = field(default_factory=dict)
+
+    def request(
+        self, root: Path, show_code: bool = False, cell_timeout: int | None = None
+    ) -> RunRequest:
+        """The run this item stands for, writing under ROOT/<item name>/."""
+        from workbench.runner import DEFAULT_CELL_TIMEOUT_S, RunRequest
+
+        return RunRequest(
+            workload=self.workload,
+            target=self.target,
+            only=self.only,
+            parameters=self.parameters,
+            show_code=show_code,
+            cell_timeout=cell_timeout or DEFAULT_CELL_TIMEOUT_S,
+            reports_root=root / self.name,
+        )
 
 
 @dataclass(frozen=True)
@@ -139,28 +156,16 @@ def load_matrix(path: str | Path) -> Matrix:
 
 
 def check_item(item: MatrixItem, where: str) -> None:
-    """BadInput, in one sentence naming the item, for anything the run would reject."""
-    from workbench.runner import select_notebooks
-    from workbench.workload import WorkloadSpec
+    """BadInput, in one sentence naming the item, for anything its run would reject."""
+    from workbench.runner import check_request
 
     try:
-        if item.target not in TARGET_NAMES:
-            raise BadInput(
-                f"unknown target {item.target!r}; choose one of {', '.join(TARGET_NAMES)}"
-            )
         reserved = sorted(set(item.parameters) & set(RUNNER_SET))
         if reserved:
             raise BadInput(
                 f"parameter {reserved[0]!r} is set by the item's own key, not parameters"
             )
-        notebooks = select_notebooks(item.only)
-        declared = {p.stem: notebook_parameters(p) for p in notebooks}
-        given = {
-            k: v
-            for params in validate(item.parameters, declared).values()
-            for k, v in params.items()
-        }
-        WorkloadSpec.from_params({**given, "workload": item.workload}).load()
+        check_request(item.request(Path("reports")))
     except BadInput as exc:
         raise BadInput(
             f"{where}: item {item.index} ({item.name}): {str(exc).rstrip('.')}."
