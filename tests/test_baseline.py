@@ -250,7 +250,7 @@ def test_loss_that_goes_nan_is_flagged_at_its_step():
     assert data["configs"][0]["nonfinite_step"] == 4
     # The verdict and the headline say it, not only a table.
     assert baseline_verdict(result).status == "blocker"
-    assert data["verdict"]["status"] == "blocker"
+    assert result_data(result)["verdict"].status == "blocker"
     assert "the loss became NaN or Inf at step 4 (warm-up)" in result.headline()
     assert data["headline"] == result.headline()
 
@@ -334,7 +334,9 @@ def test_real_torch_compile_runs_all_four_configurations(tmp_path):
     steady = data["configs"][0]["phases"][2]
     assert steady["phase"] == "steady" and len(steady["measurement"]["times"]) == 4
     assert data["headline"] == result.headline()
-    assert "NaN" not in result.headline() and data["verdict"] == "info", "finite losses pass"
+    assert "NaN" not in result.headline(), "finite losses are not a NaN finding"
+    # No step raised and no loss diverged: not a blocker (a loaded machine may make it noisy).
+    assert data["verdict"]["status"] in ("pass", "attention"), data["verdict"]
 
 
 def test_host_peak_memory_is_per_phase_where_the_os_allows():
