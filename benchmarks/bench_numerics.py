@@ -24,6 +24,7 @@ few milliseconds and the per-tensor bookkeeping weighs most, and 64.
 
 from __future__ import annotations
 
+import copy
 import statistics
 import time
 
@@ -45,12 +46,10 @@ PRECISIONS_TIMED = ("fp32", "bf16-autocast")
 def ratios_for(batch_size: int | None) -> dict[str, float]:
     workload = load_workload(WORKLOAD, batch_size=batch_size)
     cpu = get_target("cpu")
-    state = workload.build_model("cpu").state_dict()
+    initial = workload.build_model("cpu")
 
     def build() -> torch.nn.Module:
-        model = workload.build_model("cpu")
-        model.load_state_dict(state)
-        return model
+        return copy.deepcopy(initial)  # as run_numerics builds every run
 
     batch = workload.batch("cpu")
     inputs, targets = batch

@@ -14,7 +14,8 @@ from torch import nn
 
 from workbench.numerics import compare as numerics
 from workbench.numerics import plots as numerics_plots
-from workbench.numerics.records import OWN, FirstDivergence
+from workbench.numerics.metrics import own_error
+from workbench.numerics.records import OWN, Attribution, FirstDivergence
 from workbench.targets.cpu import CpuTarget
 from workbench.workload import Workload
 
@@ -87,9 +88,10 @@ def test_layer_errors_name_layers_with_their_type_and_mark_the_first_divergence(
 def test_layer_errors_name_the_diverging_layer_and_its_factor(result):
     diverged = copy.deepcopy(result)
     run = diverged.runs[1]
-    attribution = run.attributions[0]
-    attribution.cause = OWN
-    attribution.own.factor = 123.0
+    output = torch.linspace(-1, 1, 64)
+    own = own_error("0", "Linear", output, output, output, output.double())
+    own.factor = 123.0
+    attribution = Attribution("0", OWN, own, "its own")
     comparison = run.layers[0]
     run.first_divergence = FirstDivergence("0", "Linear", 1, comparison, attribution)
     figure = numerics_plots.layer_errors(diverged)

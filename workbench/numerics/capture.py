@@ -414,7 +414,8 @@ def capture_training(
             }
             first["task"] = _task_metric(task_metric, outputs, targets)
             first["predictions"] = _predictions(outputs)
-        optimizer.step()  # the last update is what the held-out score after training sees
+        if step < steps - 1 or evaluate is not None:
+            optimizer.step()  # the last update is only observed by the held-out score
         # A lazy-tensor target cuts its graph here: one graph per step, as a training loop runs.
         spec.target.synchronize()
         losses.append(loss.detach())

@@ -146,9 +146,11 @@ def first_divergences(result: NumericsResult) -> None:
         show.table(
             rows,
             caption=(
-                "Every layer the dynamo rule flags in the full run, re-run alone on the "
-                "reference's inputs at the run's precision: own when its own error exceeds "
-                f"{result.settings.cost.band_factor:g}x its band, inherited otherwise"
+                "Every flagged layer (the dynamo rule fails it and its full-run error exceeds "
+                f"{result.settings.cost.band_factor:g}x one rounding of its output), re-run "
+                "alone on the reference's inputs at the run's precision: own when its own "
+                f"error exceeds {result.settings.cost.band_factor:g}x its band, inherited "
+                "otherwise"
             ),
         )
     )
