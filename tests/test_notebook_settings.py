@@ -75,10 +75,17 @@ def test_numerics_settings_take_each_parameter_and_zero_tolerances_mean_per_dtyp
         "multiplier": 4.0,
         "rtol": 0.0,
         "atol": 0.0,
+        "band_factor": 16.0,
+        "loss_tolerance": 0.05,
+        "metric_tolerance": 0.1,
+        "validation_batches": 2,
     }
     settings = NumericsSettings.from_params(params)
     assert settings.precisions == ("fp32",) and settings.compiled_precisions == ()
     assert settings.steps == 3 and settings.rule.multiplier == 4.0
+    cost = settings.cost
+    assert (cost.band_factor, cost.loss_tolerance, cost.metric_tolerance) == (16.0, 0.05, 0.1)
+    assert settings.validation_batches == 2
     assert settings.rule.rtol is None and settings.rule.atol is None
     explicit = NumericsSettings.from_params(params | {"rtol": 1e-3, "atol": 1e-4})
     assert (explicit.rule.rtol, explicit.rule.atol) == (1e-3, 1e-4)

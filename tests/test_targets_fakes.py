@@ -330,6 +330,9 @@ class FakeTorchXla:
     def wait_device_ops(self, devices: list[str] | None = None) -> None:
         self.calls.append("wait_device_ops")
 
+    def set_rng_state(self, seed: int, device: str | None = None) -> None:
+        self.calls.append(f"set_rng_state({seed}, {device})")
+
     def clear_all(self) -> None:
         self.counters.clear()
         self.metrics.clear()
@@ -340,6 +343,7 @@ class FakeTorchXla:
         root.sync = self.sync
         xla_model = ModuleType("torch_xla.core.xla_model")
         xla_model.wait_device_ops = self.wait_device_ops
+        xla_model.set_rng_state = self.set_rng_state
         xla_model.xla_device_kind = lambda device=None: self.device_kind
         metrics = ModuleType("torch_xla.debug.metrics")
         metrics.counter_names = lambda: list(self.counters)
@@ -425,6 +429,14 @@ def test_xla_synchronize_cuts_the_graph_then_waits(fake_xla: FakeTorchXla) -> No
     """neuron.md 2.3: torch_xla.sync() ends the step; xm.wait_device_ops() waits for execution."""
     XlaTarget().synchronize()
     assert fake_xla.calls == ["sync", "wait_device_ops"]
+
+
+def test_xla_manual_seed_seeds_the_xla_generator_and_torch(fake_xla: FakeTorchXla) -> None:
+    """neuron.md's GPU-to-Neuron table: torch.cuda.manual_seed becomes xm.set_rng_state on the
+    XLA path (its device draws from its own generator), alongside torch.manual_seed."""
+    XlaTarget().manual_seed(1234)
+    assert fake_xla.calls == ["set_rng_state(1234, xla:0)"]
+    assert torch.initial_seed() == 1234
 
 
 def test_xla_cpu_is_not_trainium_and_says_what_it_validates(fake_xla: FakeTorchXla) -> None:

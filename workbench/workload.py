@@ -82,6 +82,9 @@ class Workload:
     sequence_length: int | None = None  # set for sequence workloads: throughput counts tokens
     task_metric: Callable[[torch.Tensor, torch.Tensor], float] | None = accuracy
     task_metric_name: str = "accuracy"
+    # () -> held-out (inputs, targets) batches on the CPU, for the validation metric of notebook
+    # 03; None: a few batches of batch_maker drawn with another seed than the training batch's.
+    evaluation_batches: Callable[[], Iterable[Batch]] | None = None
     seed: int = DEFAULT_SEED
     description: str = ""
     spec: str = ""  # what the user typed to get this workload

@@ -11,8 +11,11 @@ the loss trajectory. Hooks on every leaf module record each leaf's output in exe
   (Polygraphy's "mark all" hazard, methods.md d4), so the final outputs, loss, gradients and
   trajectory come from the compiled model without hooks.
 
-Dropout modules are switched off (every run draws its own masks, so they could not agree);
-everything else stays in training mode, so batch norm normalizes with batch statistics.
+Dropout modules are switched off (a compiled run or another device draws its own masks, so
+they could not agree); everything else stays in training mode, so batch norm normalizes with
+batch statistics. Every run seeds the target's generators with the workload's seed before its
+first step, so whatever else draws random numbers (functional dropout such as
+scaled_dot_product_attention's dropout_p) draws the same stream in every run on one device.
 """
 
 from __future__ import annotations
@@ -176,7 +179,7 @@ def float_tensors(value: Any) -> list[torch.Tensor]:
     return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor) and t.is_floating_point()]
 
 
-def _to_cpu(value: Any) -> Any:
+def to_cpu(value: Any) -> Any:
     return tree_map(
         lambda t: t.detach().to("cpu", copy=True) if isinstance(t, torch.Tensor) else t, value
     )
@@ -198,6 +201,7 @@ class LayerCall:
 
     call_key: str
     module_name: str  # the name in its own model (get_submodule reaches it)
+    module_type: str  # its class name, for tables and figures ("Linear")
     input_dtypes: list[torch.dtype]  # of the tensors among its inputs, in tree order
     inputs: tuple[tuple[Any, ...], dict[str, Any]] | None = None  # kept for the reference only
 
@@ -245,7 +249,9 @@ class LayerRecorder:
                     lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t,
                     (args, kwargs),
                 )
-            self.calls[key] = LayerCall(key, name, [t.dtype for t in tensors], kept)
+            self.calls[key] = LayerCall(
+                key, name, type(module).__name__, [t.dtype for t in tensors], kept
+            )
 
         return hook
 
@@ -281,7 +287,7 @@ class LayerRecorder:
                 tensors.append(LayerTensor(name, key, index, value.to("cpu")))
         for call in self.calls.values():
             if call.inputs is not None:
-                call.inputs = _to_cpu(call.inputs)
+                call.inputs = to_cpu(call.inputs)
         return LayerCapture(tensors, self.calls)
 
 
@@ -331,6 +337,16 @@ class TrainingCapture:
     task_metric_initial: float | None  # on step 1's outputs
     task_metric_final: float | None  # on the last step's outputs (weights after N-1 updates)
     predictions: torch.Tensor | None  # arg-max of step 1's outputs over the last dim
+    held_out_before: Any = None  # what `evaluate` returned at the initial weights
+    held_out_after: Any = None  # and after all N updates
+
+
+def as_fp32_cpu(outputs: Any) -> Any:
+    """A model's outputs on the CPU in fp32: the metric is the judge, not part of the recipe."""
+    return tree_map(
+        lambda t: t.float() if isinstance(t, torch.Tensor) and t.is_floating_point() else t,
+        to_cpu(outputs),
+    )
 
 
 def _task_metric(
@@ -340,12 +356,7 @@ def _task_metric(
 ) -> float | None:
     if metric is None:
         return None
-    # Evaluated in fp32 on the CPU: the metric is the judge, not part of the recipe under test.
-    as_fp32 = tree_map(
-        lambda t: t.float() if isinstance(t, torch.Tensor) and t.is_floating_point() else t,
-        _to_cpu(outputs),
-    )
-    return float(metric(as_fp32, targets.to("cpu")))
+    return float(metric(as_fp32_cpu(outputs), targets.to("cpu")))
 
 
 def _predictions(outputs: Any) -> torch.Tensor | None:
@@ -365,11 +376,17 @@ def capture_training(
     steps: int,
     task_metric: Callable[[torch.Tensor, torch.Tensor], float] | None = None,
     recorder: LayerRecorder | None = None,
+    seed: int = 0,
+    evaluate: Callable[[nn.Module, Callable[..., Any]], Any] | None = None,
 ) -> TrainingCapture:
     """`steps` training steps of the placed `model` on one fixed batch (forward, loss,
-    backward, then the optimizer update that the next step observes); see module docs."""
+    backward, optimizer update), the target seeded with `seed` first; see module docs.
+    `evaluate(model, forward)` scores held-out data before the first step and after the last
+    update, through the same (possibly compiled) forward."""
     optimizer = make_optimizer(model)
     forward = spec.forward_of(model)
+    held_out_before = evaluate(model, forward) if evaluate else None
+    spec.target.manual_seed(seed)
     losses: list[torch.Tensor] = []
     first: dict[str, Any] = {}
     last_outputs: Any = None
@@ -393,8 +410,8 @@ def capture_training(
             }
             first["task"] = _task_metric(task_metric, outputs, targets)
             first["predictions"] = _predictions(outputs)
-        if step < steps - 1:  # the last update would never be observed
-            optimizer.step()
+        if step < steps - 1 or evaluate is not None:
+            optimizer.step()  # the last update is only observed by the held-out score
         # A lazy-tensor target cuts its graph here: one graph per step, as a training loop runs.
         spec.target.synchronize()
         losses.append(loss.detach())
@@ -407,4 +424,6 @@ def capture_training(
         task_metric_initial=first["task"],
         task_metric_final=_task_metric(task_metric, last_outputs, targets),
         predictions=first["predictions"],
+        held_out_before=held_out_before,
+        held_out_after=evaluate(model, forward) if evaluate else None,
     )

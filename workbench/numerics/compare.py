@@ -1,17 +1,22 @@
 """Numerics: does the target (device, precision, compiled) compute what the reference computes?
 
-The reference is fp32 eager on the CPU, with an fp64 run of the same weights and batch as the
-error yardstick. Every run starts from the same initial weights (the state dict is copied) and
-the same fixed batch (notebook 01's reference artifact when it matches, else the workload's
-seeded batch). Per run this compares every leaf module's output in execution order, the final
-outputs, the loss, every parameter's gradient after one backward, the loss trajectory over N
-optimizer steps and the workload's task metric. Metrics come first (metrics.py), then the
-verdict rule judges them; the first failing layer is re-run on the reference's inputs to tell
-its own error from the error it inherited.
+The reference is fp32 eager on the CPU, run twice with the same seed (two runs that differ are
+reported, and every verdict is judged against their spread), with an fp64 run of the same
+weights and batch as the error yardstick. Every run starts from the same initial weights (the
+state dict is copied), the same fixed batch (notebook 01's reference artifact when it matches,
+else the workload's seeded batch) and the same seed. Per run this compares every leaf module's
+output in execution order, the final outputs, the loss, every parameter's gradient after one
+backward, the loss trajectory over N optimizer steps, the task metric, and the loss and task
+metric on held-out batches before and after the trajectory. Metrics come first (metrics), then
+verdicts judge them (verdicts). Every layer the dynamo rule flags is re-run alone on the
+reference's inputs: its own error against its precision band says whether it diverges itself
+or carries error from upstream.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 import os
 import re
 from collections.abc import Callable
@@ -21,14 +26,19 @@ from time import perf_counter
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_map
 
 from workbench.baseline.reference import BASELINE_REFERENCE_FILE, load_reference, state_sha256
 from workbench.environment.manifest import legacy_setting
 from workbench.errors import BadInput, WorkbenchError, describe_error
+from workbench.numerics import records, verdicts
 from workbench.numerics.capture import (
+    AUTOCAST,
+    CAST,
     FP32,
     FP64,
     PRECISIONS,
+    LayerCall,
     LayerCapture,
     LayerRecorder,
     ModelBuilder,
@@ -40,7 +50,15 @@ from workbench.numerics.capture import (
     float_tensors,
     rerun_layer,
 )
-from workbench.numerics.metrics import VerdictRule, compute_metrics, judge
+from workbench.numerics.metrics import (
+    UNIT_ROUNDOFF,
+    PrecisionCostRule,
+    VerdictRule,
+    compute_metrics,
+    judge,
+    own_error,
+)
+from workbench.numerics.nonfinite import find_first_nonfinite, first_nonfinite_step
 from workbench.numerics.records import (
     INHERITED,
     OWN,
@@ -54,11 +72,14 @@ from workbench.numerics.records import (
     MatchedCheck,
     NumericsResult,
     NumericsSettings,
+    Reproducibility,
     RunResult,
-    RunVerdict,
     TaskComparison,
+    TensorVerdict,
     Unmatched,
+    ValidationComparison,
 )
+from workbench.numerics.validation import HeldOutBatches, HeldOutScore, evaluator, held_out_batches
 from workbench.redact import redact_environment
 from workbench.targets import get_target
 from workbench.targets.base import CompileFailed, Target
@@ -74,6 +95,9 @@ NUMERICS_VARIABLES = (
 )
 
 
+Spread = dict[tuple[str, str], float]  # (kind, name) -> RMSE between the two reference runs
+
+
 @dataclass
 class ReferenceRuns:
     spec: RunSpec
@@ -85,13 +109,66 @@ class ReferenceRuns:
     fp64_error: str | None
     dropout_disabled: list[str]
     build: ModelBuilder
+    held_out: HeldOutBatches
+    reproducibility: Reproducibility
+    spread: Spread  # empty when the two reference runs agree exactly
+    trajectory_spread: float  # largest relative loss difference of the two runs (and held out)
+    metric_spread: float  # their held-out task metric difference
     _fp64_model: torch.nn.Module | None = field(default=None, repr=False)
+    # Re-runs shared by every run: fp64 on the reference's inputs, and rounding alone per dtype.
+    _fp64_outputs: dict[str, list[torch.Tensor]] = field(default_factory=dict, repr=False)
+    _rounded: dict[tuple[Any, ...], list[torch.Tensor]] = field(default_factory=dict, repr=False)
 
     def fp64_model(self) -> torch.nn.Module:
         """The fp64 model at the initial weights, for layer re-runs: built when first needed."""
         if self._fp64_model is None:
             self._fp64_model, _ = prepared_model(self.build, self.fp64_spec)
         return self._fp64_model
+
+    def fp64_on_reference_inputs(self, call_key: str) -> list[torch.Tensor]:
+        """The fp64 layer fed the reference's inputs: what every run's re-run is measured by."""
+        if call_key not in self._fp64_outputs:
+            assert self.fp64_layers is not None
+            inputs = self.layers.calls[call_key].inputs
+            assert inputs is not None  # the reference keeps every layer's inputs
+            self._fp64_outputs[call_key] = rerun_layer(
+                self.fp64_model(), self.fp64_layers.calls[call_key], inputs, self.fp64_spec
+            )
+        return self._fp64_outputs[call_key]
+
+    def rounded(
+        self, call: LayerCall, weight_dtype: torch.dtype, output_dtypes: tuple[torch.dtype, ...]
+    ) -> list[torch.Tensor]:
+        """The exact (fp64) layer on the reference's inputs rounded to the dtypes `call` got,
+        weights rounded to `weight_dtype`, outputs rounded to `output_dtypes`: what a perfect
+        kernel at the run's precision gives."""
+        key = (call.call_key, tuple(call.input_dtypes), weight_dtype, output_dtypes)
+        if key not in self._rounded:
+            assert self.fp64_layers is not None
+            inputs = self.layers.calls[call.call_key].inputs
+            assert inputs is not None
+            fp64_call = self.fp64_layers.calls[call.call_key]
+            module = copy.deepcopy(self.fp64_model().get_submodule(fp64_call.module_name))
+            with torch.no_grad():
+                for parameter in module.parameters():
+                    parameter.copy_(parameter.to(weight_dtype).to(torch.float64))
+            position = iter(call.input_dtypes)
+
+            def round_input(tensor: Any) -> Any:
+                if not isinstance(tensor, torch.Tensor):
+                    return tensor
+                dtype = next(position)
+                if not tensor.is_floating_point():
+                    return tensor
+                return tensor.to(dtype).to(torch.float64)
+
+            args, kwargs = tree_map(round_input, inputs)
+            with torch.no_grad():
+                outputs = float_tensors(module(*args, **kwargs))
+            self._rounded[key] = [
+                t.to(dtype) for t, dtype in zip(outputs, output_dtypes, strict=False)
+            ]
+        return self._rounded[key]
 
 
 def prepared_model(build: ModelBuilder, spec: RunSpec) -> tuple[torch.nn.Module, list[str]]:
@@ -108,6 +185,7 @@ def _train(
     workload: Workload,
     steps: int,
     recorder: LayerRecorder | None,
+    held_out: HeldOutBatches | None,
 ) -> TrainingCapture:
     inputs, targets = batch
     return capture_training(
@@ -120,6 +198,8 @@ def _train(
         steps=steps,
         task_metric=workload.task_metric,
         recorder=recorder,
+        seed=workload.seed,
+        evaluate=evaluator(held_out, spec, workload) if held_out else None,
     )
 
 
@@ -129,40 +209,132 @@ def _capture_run(
     spec: RunSpec,
     workload: Workload,
     steps: int,
+    held_out: HeldOutBatches | None,
     *,
     keep_inputs: bool,
 ) -> tuple[LayerCapture, TrainingCapture, list[str]]:
     """An eager run whose first training step also records every layer."""
     model, dropout = prepared_model(build, spec)
     recorder = LayerRecorder(model, keep_inputs=keep_inputs)
-    training = _train(model, spec, batch, workload, steps, recorder)
+    training = _train(model, spec, batch, workload, steps, recorder, held_out)
     return recorder.capture(), training, dropout
 
 
+def _output_names(count: int) -> list[str]:
+    return ["outputs"] if count == 1 else [f"outputs[{i}]" for i in range(count)]
+
+
+def _named_tensors(layers: LayerCapture, training: TrainingCapture) -> dict[tuple[str, str], Any]:
+    named: dict[tuple[str, str], Any] = {("layer", t.key): t.value for t in layers.tensors}
+    outputs = zip(_output_names(len(training.outputs)), training.outputs, strict=True)
+    named |= {("output", n): t for n, t in outputs}
+    named[("loss", "loss")] = training.loss
+    named |= {("gradient", n): t for n, t in training.gradients.items()}
+    named[("trajectory", "losses")] = torch.tensor(training.losses, dtype=torch.float64)
+    return named
+
+
+def _relative_gap(run: list[float], reference: list[float]) -> tuple[float, int | None]:
+    """Largest |run - reference| / |reference| over the steps, and the (1-based) step."""
+    worst, at = 0.0, None
+    for step, (a, b) in enumerate(zip(run, reference, strict=False), 1):
+        gap = abs(a - b) / abs(b) if b else abs(a - b)
+        if not math.isfinite(gap):
+            return math.inf, step
+        if gap > worst:
+            worst, at = gap, step
+    return worst, at
+
+
+def reproducibility_of(
+    first: tuple[LayerCapture, TrainingCapture], second: tuple[LayerCapture, TrainingCapture]
+) -> tuple[Reproducibility, Spread, float, float]:
+    """Two identically seeded reference runs, tensor by tensor: exact agreement, or the spread
+    every verdict is then judged against (dynamo's eager_two_runs_differ)."""
+    a, b = _named_tensors(*first), _named_tensors(*second)
+    spread: Spread = {}
+    largest, where = 0.0, None
+    for key, value in a.items():
+        other = b.get(key)
+        if other is None or other.shape != value.shape or torch.equal(value, other):
+            continue
+        difference = (value.double() - other.double()).nan_to_num()
+        spread[key] = float(difference.square().mean().sqrt())
+        biggest = float(difference.abs().max())
+        if biggest > largest:
+            largest, where = biggest, f"{key[0]} {key[1]}"
+    trajectory_spread, _ = _relative_gap(second[1].losses, first[1].losses)
+    metric_spread = 0.0
+    held = (first[1].held_out_after, second[1].held_out_after)
+    if all(isinstance(h, HeldOutScore) for h in held):
+        one, two = held
+        trajectory_spread = max(trajectory_spread, abs(one.loss - two.loss) / abs(one.loss or 1.0))
+        if one.metric is not None and two.metric is not None:
+            metric_spread = abs(one.metric - two.metric)
+            if metric_spread and where is None:
+                largest, where = metric_spread, "held-out task metric"
+    if not spread and not trajectory_spread and not metric_spread:
+        note = "Two identically seeded reference runs computed identical numbers."
+        return Reproducibility(True, 0.0, None, note), spread, 0.0, 0.0
+    note = (
+        f"The reference is not deterministic: two identically seeded runs differ, by up to "
+        f"{largest:.3g} in {where}; every verdict is judged against the spread of the two "
+        "(nothing is widened beyond it). Look for unseeded randomness or nondeterministic "
+        "kernels (torch.use_deterministic_algorithms)."
+    )
+    return Reproducibility(False, largest, where, note), spread, trajectory_spread, metric_spread
+
+
 def run_references(
-    build: ModelBuilder, batch: Batch, workload: Workload, steps: int, reference_target: Target
+    build: ModelBuilder,
+    batch: Batch,
+    workload: Workload,
+    steps: int,
+    reference_target: Target,
+    held_out: HeldOutBatches | None = None,
 ) -> ReferenceRuns:
-    """The fp32 eager reference (with its layer inputs kept) and the fp64 yardstick."""
+    """The fp32 eager reference twice (the first keeps its layer inputs) and the fp64 yardstick."""
+    held_out = held_out or held_out_batches(workload, 1)
     spec = RunSpec(reference_target, FP32)
     fp64_spec = RunSpec(reference_target, FP64)
     try:
         layers, training, dropout = _capture_run(
-            build, batch, spec, workload, steps, keep_inputs=True
+            build, batch, spec, workload, steps, held_out, keep_inputs=True
+        )
+        # The second run keeps no inputs and re-runs nothing: it only has to agree.
+        again_layers, again, _ = _capture_run(
+            build, batch, spec, workload, steps, held_out, keep_inputs=False
         )
     except Exception as exc:
         raise WorkbenchError(
             f"The reference run ({spec.label}) of workload {workload.name!r} failed, so there "
             f"is nothing to compare against: {describe_error(exc)}"
         ) from exc
+    reproducibility, spread, trajectory_spread, metric_spread = reproducibility_of(
+        (layers, training), (again_layers, again)
+    )
     fp64_layers = fp64_training = fp64_error = None
     try:
         fp64_layers, fp64_training, _ = _capture_run(
-            build, batch, fp64_spec, workload, steps, keep_inputs=False
+            build, batch, fp64_spec, workload, steps, None, keep_inputs=False
         )
     except Exception as exc:  # some ops have no float64 kernel: closeness still judges
         fp64_error = str(describe_error(exc))
     return ReferenceRuns(
-        spec, layers, training, fp64_spec, fp64_layers, fp64_training, fp64_error, dropout, build
+        spec,
+        layers,
+        training,
+        fp64_spec,
+        fp64_layers,
+        fp64_training,
+        fp64_error,
+        dropout,
+        build,
+        held_out,
+        reproducibility,
+        spread,
+        trajectory_spread,
+        metric_spread,
     )
 
 
@@ -173,10 +345,13 @@ def _compare(
     reference: torch.Tensor,
     fp64: torch.Tensor | None,
     rule: VerdictRule,
+    spread: float | None = None,
+    module_type: str = "",
 ) -> Comparison:
     rtol, atol = rule.tolerances(target.dtype, reference.dtype)
     metrics = compute_metrics(name, kind, target, reference, fp64, rtol=rtol, atol=atol)
-    return Comparison(metrics, judge(metrics, rule))
+    metrics.reference_spread = spread
+    return Comparison(metrics, judge(metrics, rule), module_type)
 
 
 def _pair(
@@ -207,14 +382,58 @@ def compare_layers(
     layers: LayerCapture, refs: ReferenceRuns, rule: VerdictRule
 ) -> tuple[list[Comparison], Unmatched]:
     """Each target layer output against the reference's of the same name, in target order."""
-    target = {t.key: t.value for t in layers.tensors}
+    target = {t.key: t for t in layers.tensors}
     reference = {t.key: t.value for t in refs.layers.tensors}
     fp64 = {t.key: t.value for t in refs.fp64_layers.tensors} if refs.fp64_layers else {}
     names, unmatched = _pair(
-        target, reference, [t.key for t in layers.tensors], [t.key for t in refs.layers.tensors]
+        {k: t.value for k, t in target.items()},
+        reference,
+        [t.key for t in layers.tensors],
+        [t.key for t in refs.layers.tensors],
     )
-    comparisons = [_compare(n, "layer", target[n], reference[n], fp64.get(n), rule) for n in names]
+    comparisons = [
+        _compare(
+            n,
+            "layer",
+            target[n].value,
+            reference[n],
+            fp64.get(n),
+            rule,
+            refs.spread.get(("layer", n)),
+            layers.calls[target[n].call_key].module_type,
+        )
+        for n in names
+    ]
     return comparisons, unmatched
+
+
+def _flagged(comparison: Comparison, cost: PrecisionCostRule) -> bool:
+    """Whether a layer is re-run to find whose error it is: the dynamo rule fails it, and its
+    error in the full run exceeds band_factor times the band of one rounding of its output
+    (u x RMS, at least the reference's own error). A 16-bit run fails the dynamo rule nearly
+    everywhere; only a layer this far off can hold an error of its own above its band."""
+    if comparison.verdict.passed:
+        return False
+    metrics = comparison.metrics
+    if metrics.new_nonfinite or metrics.target_rmse_vs_fp64 is None:
+        return True
+    u = UNIT_ROUNDOFF.get(getattr(torch, metrics.target_dtype), UNIT_ROUNDOFF[torch.float32])
+    floor = max(
+        u * metrics.reference_rms,
+        metrics.reference_rmse_vs_fp64 or 0.0,
+        metrics.reference_spread or 0.0,
+    )
+    return metrics.target_rmse_vs_fp64 > cost.band_factor * floor
+
+
+def _weight_dtype(spec: RunSpec, output_dtype: torch.dtype) -> torch.dtype:
+    """The dtype the run's layer computed its weights in: the cast dtype, autocast's dtype for
+    an op autocast lowered (its output says so), fp32 otherwise."""
+    if spec.precision.method == CAST:
+        return spec.precision.dtype
+    if spec.precision.method == AUTOCAST:
+        return output_dtype
+    return torch.float32
 
 
 def attribute(
@@ -223,51 +442,47 @@ def attribute(
     model: Callable[[], torch.nn.Module],
     spec: RunSpec,
     refs: ReferenceRuns,
-    rule: VerdictRule,
+    cost: PrecisionCostRule,
 ) -> Attribution:
     """Re-run the target's `layer` (a leaf of `model()`, the run's placed model at the initial
-    weights) on the reference's inputs, and the fp64 layer on the same inputs as the yardstick:
-    failing again there means the error is the layer's own."""
+    weights) on the reference's inputs, and measure its own error against its precision band:
+    far above the band, the error is the layer's own; within it, inherited from upstream."""
     tensor = layers.by_key()[layer]
-    reference_tensor = refs.layers.by_key()[layer]
+    call = layers.calls[tensor.call_key]
+    if refs.fp64_layers is None:
+        return Attribution(layer, UNKNOWN, None, "no fp64 run to measure its own error against")
     try:
         reference_call = refs.layers.calls[tensor.call_key]
         assert reference_call.inputs is not None  # the reference keeps every layer's inputs
-        call = layers.calls[tensor.call_key]
-        isolated = rerun_layer(model(), call, reference_call.inputs, spec)[tensor.index]
-        fp64 = None
-        if refs.fp64_layers is not None:
-            fp64_call = refs.fp64_layers.calls[tensor.call_key]
-            fp64 = rerun_layer(refs.fp64_model(), fp64_call, reference_call.inputs, refs.fp64_spec)[
-                tensor.index
-            ]
+        outputs = rerun_layer(model(), call, reference_call.inputs, spec)
+        fp64 = refs.fp64_on_reference_inputs(tensor.call_key)[tensor.index]
+        dtypes = tuple(t.dtype for t in outputs)
+        own = outputs[tensor.index]
+        rounded = refs.rounded(call, _weight_dtype(spec, own.dtype), dtypes)[tensor.index]
     except Exception as exc:  # the layer could not be run alone: say so, keep the run
         return Attribution(
             layer, UNKNOWN, None, f"re-running {layer} alone failed: {describe_error(exc)}"
         )
-    comparison = _compare(
-        layer, "layer re-run on reference inputs", isolated, reference_tensor.value, fp64, rule
+    measured = own_error(
+        layer, call.module_type, own, rounded, refs.layers.by_key()[layer].value, fp64
     )
-    if comparison.verdict.passed:
+    factor = f"{measured.factor:.3g}x" if math.isfinite(measured.factor) else "NaN/Inf, not"
+    if measured.factor > cost.band_factor:
         note = (
-            f"{layer} fed the reference's inputs passes ({comparison.verdict.reason}): its "
-            "error is inherited from upstream"
+            f"{layer} fed the reference's inputs adds {factor} its {measured.dtype} band on its "
+            f"own (at most {cost.band_factor:g}x): the error is its own"
         )
-        return Attribution(layer, INHERITED, comparison, note)
+        return Attribution(layer, OWN, measured, note)
     note = (
-        f"{layer} fed the reference's inputs still fails ({comparison.verdict.reason}): the "
-        "error is its own"
+        f"{layer} fed the reference's inputs stays at {factor} its {measured.dtype} band: its "
+        "error is inherited from upstream"
     )
-    return Attribution(layer, OWN, comparison, note)
+    return Attribution(layer, INHERITED, measured, note)
 
 
 def _trajectory(losses: list[float], dtype: torch.dtype) -> torch.Tensor:
     # Each loss was a `dtype` value: rebuilt in that dtype, the rule judges it at its tolerances.
     return torch.tensor(losses, dtype=torch.float64).to(dtype)
-
-
-def _output_names(count: int) -> list[str]:
-    return ["outputs"] if count == 1 else [f"outputs[{i}]" for i in range(count)]
 
 
 def compare_training(
@@ -277,19 +492,34 @@ def compare_training(
     rule: VerdictRule,
     task_name: str,
 ) -> None:
-    """Outputs, loss, gradients, trajectory and task metric of one run, into `result`."""
+    """Outputs, loss, gradients, trajectory, task metric and held-out score, into `result`."""
     ref, fp64 = refs.training, refs.fp64_training
+    spread = refs.spread
     names, target_names = _output_names(len(ref.outputs)), _output_names(len(training.outputs))
     target_out = dict(zip(target_names, training.outputs, strict=True))
     reference_out = dict(zip(names, ref.outputs, strict=True))
     fp64_out = dict(zip(names, fp64.outputs, strict=True)) if fp64 else {}
     paired, result.unmatched_outputs = _pair(target_out, reference_out, target_names, names)
     result.outputs = [
-        _compare(n, "output", target_out[n], reference_out[n], fp64_out.get(n), rule)
+        _compare(
+            n,
+            "output",
+            target_out[n],
+            reference_out[n],
+            fp64_out.get(n),
+            rule,
+            spread.get(("output", n)),
+        )
         for n in paired
     ]
     result.loss = _compare(
-        "loss", "loss", training.loss, ref.loss, fp64.loss if fp64 else None, rule
+        "loss",
+        "loss",
+        training.loss,
+        ref.loss,
+        fp64.loss if fp64 else None,
+        rule,
+        spread.get(("loss", "loss")),
     )
     paired, result.unmatched_gradients = _pair(
         training.gradients, ref.gradients, list(training.gradients), list(ref.gradients)
@@ -302,6 +532,7 @@ def compare_training(
             ref.gradients[n],
             fp64.gradients.get(n) if fp64 else None,
             rule,
+            spread.get(("gradient", n)),
         )
         for n in paired
     ]
@@ -313,6 +544,10 @@ def compare_training(
         _trajectory(ref.losses, ref.loss.dtype),
         _trajectory(fp64.losses, torch.float64) if fp64 else None,
         rule,
+        spread.get(("trajectory", "losses")),
+    )
+    result.trajectory_deviation, result.trajectory_worst_step = _relative_gap(
+        training.losses, ref.losses
     )
     agreement = None
     if training.predictions is not None and ref.predictions is not None:
@@ -326,9 +561,31 @@ def compare_training(
         target_final=training.task_metric_final,
         prediction_agreement=agreement,
     )
+    result.validation = _validation(training, ref)
 
 
-def run_verdict(result: RunResult) -> RunVerdict:
+def _validation(training: TrainingCapture, ref: TrainingCapture) -> ValidationComparison:
+    after, reference = training.held_out_after, ref.held_out_after
+    loss_deviation = metric_difference = None
+    if after is not None and reference is not None:
+        loss_deviation = abs(after.loss - reference.loss) / abs(reference.loss or 1.0)
+        if not math.isfinite(after.loss):
+            loss_deviation = math.inf
+        if after.metric is not None and reference.metric is not None:
+            metric_difference = after.metric - reference.metric
+    return ValidationComparison(
+        before=training.held_out_before,
+        after=after,
+        reference_before=ref.held_out_before,
+        reference_after=reference,
+        loss_deviation=loss_deviation,
+        metric_difference=metric_difference,
+        metric_allowance=None,
+        loss_allowance=None,
+    )
+
+
+def tensor_verdict(result: RunResult) -> TensorVerdict:
     checked = result.final_comparisons
     failed = [c.name for c in checked if not c.verdict.passed]
     unmatched = [
@@ -351,7 +608,7 @@ def run_verdict(result: RunResult) -> RunVerdict:
             parts.append(f"{len(failed)} of {len(checked)} tensors fail ({shown})")
         parts += unmatched
         summary = "; ".join(parts)
-    return RunVerdict(passed, len(checked), failed, summary)
+    return TensorVerdict(passed, len(checked), failed, summary)
 
 
 def _phase_of(exc: BaseException, phase: str, spec: RunSpec) -> str:
@@ -360,6 +617,13 @@ def _phase_of(exc: BaseException, phase: str, spec: RunSpec) -> str:
     if isinstance(exc, CompileFailed) or (spec.compiled and isinstance(exc, dynamo_errors)):
         return "compile"
     return phase
+
+
+def _turned_nonfinite(result: RunResult) -> bool:
+    """NaN/Inf in a loss, or in a step-1 tensor where the reference is finite."""
+    if first_nonfinite_step(result.losses) is not None:
+        return True
+    return any(c.metrics.new_nonfinite for c in (*result.layers, *result.final_comparisons))
 
 
 def compare_run(
@@ -390,7 +654,7 @@ def compare_run(
         else:
             recorder = LayerRecorder(model)
         phase = "training"
-        training = _train(model, spec, batch, workload, settings.steps, recorder)
+        training = _train(model, spec, batch, workload, settings.steps, recorder, refs.held_out)
         if recorder is not None:
             layers = recorder.capture()
         phase = "layers"
@@ -403,24 +667,41 @@ def compare_run(
             return untrained
 
         result.layers, result.unmatched_layers = compare_layers(layers, refs, rule)
-        failing = [c for c in result.layers if not c.verdict.passed]
-        # Eager re-runs are cheap; a compiled re-run compiles the layer alone, so compiled runs
-        # attribute only their first diverging layer.
-        for comparison in failing[:1] if spec.compiled else failing:
-            result.attributions.append(
-                attribute(comparison.name, layers, initial_model, spec, refs, rule)
-            )
-        if failing:
-            first = failing[0]
+        flagged = [c for c in result.layers if _flagged(c, settings.cost)]
+        # A compiled run's layers are re-run eager at its precision: one compile per layer would
+        # cost minutes, and what the compiler adds is the device-fidelity verdict's question.
+        rerun_spec = RunSpec(spec.target, spec.precision) if spec.compiled else spec
+        result.attributions = [
+            attribute(c.name, layers, initial_model, rerun_spec, refs, settings.cost)
+            for c in flagged
+        ]
+        first_own = next((a for a in result.attributions if a.cause == OWN), None)
+        if first_own is not None:
+            comparison = next(c for c in result.layers if c.name == first_own.layer)
             result.first_divergence = FirstDivergence(
-                first.name,
-                result.layers.index(first) + 1,
-                first,
-                result.attributions[0],
+                first_own.layer,
+                comparison.module_type,
+                result.layers.index(comparison) + 1,
+                comparison,
+                first_own,
             )
         task_name = workload.task_metric_name if workload.task_metric else ""
         compare_training(result, training, refs, rule, task_name)
-        result.verdict = run_verdict(result)
+        result.tensors = tensor_verdict(result)
+        if _turned_nonfinite(result):
+            phase = "non-finite replay"
+            model, _ = prepared_model(build, spec)
+            inputs, targets = batch
+            result.nonfinite = find_first_nonfinite(
+                model,
+                spec.place(inputs),
+                targets.to(spec.target.device),
+                spec,
+                loss_fn=workload.loss_fn,
+                make_optimizer=workload.make_optimizer,
+                steps=settings.steps,
+                seed=workload.seed,
+            )
     except Exception as exc:  # recorded; the other runs are still compared
         result.status = "failed"
         result.failed_phase = _phase_of(exc, phase, spec)
@@ -614,32 +895,50 @@ def run_numerics(
     started = perf_counter()
     reference_target = get_target("cpu")
     initial = workload.build_model("cpu")
-    state = {k: v.detach().clone() for k, v in initial.state_dict().items()}
 
     def build() -> torch.nn.Module:
-        # The same weights in every run: the workload's model with the first build's state dict.
-        model = workload.build_model("cpu")
-        model.load_state_dict(state)
-        return model
+        # The same weights in every run: a copy of one build, without re-running its init.
+        return copy.deepcopy(initial)
 
     batch, source = load_batch(workload, build, baseline_artifact, settings.rule)
-    refs = run_references(build, batch, workload, settings.steps, reference_target)
-    log(f"reference {refs.spec.label} and yardstick {refs.fp64_spec.label} captured")
+    held_out = held_out_batches(workload, settings.validation_batches)
+    refs = run_references(
+        build, batch, workload, settings.steps, reference_target, held_out=held_out
+    )
+    log(f"reference {refs.spec.label} (twice) and yardstick {refs.fp64_spec.label} captured")
+    if not refs.reproducibility.deterministic:
+        log(refs.reproducibility.note)
     runs = []
     for spec, role in plan_runs(target, reference_target, settings):
         result = compare_run(spec, build, batch, refs, workload, settings, role=role)
+        if result.status == "ok":
+            result.precision_cost = verdicts.precision_cost(
+                result, settings.cost, refs.trajectory_spread, refs.metric_spread
+            )
         runs.append(result)
         log(f"{result.label}: {_log_line(result)}")
-    add_matched_checks(runs, str(reference_target.device), settings.rule)
-    return NumericsResult(
+    reference_device = str(reference_target.device)
+    add_matched_checks(runs, reference_device, settings.rule)
+    for result in runs:
+        if result.status == "ok":
+            result.fidelity = verdicts.fidelity(result, reference_device)
+        result.verdict = verdicts.run_verdict(result)
+    before, after = refs.training.held_out_before, refs.training.held_out_after
+    data = NumericsResult(
         workload=workload.describe(),
         target=target.describe(),
         settings=settings,
-        rule_statement=settings.rule.statement(),
+        rule_statement=f"{settings.rule.statement()} {settings.cost.statement()}",
         reference_label=refs.spec.label,
         yardstick_label=refs.fp64_spec.label,
         fp64_error=refs.fp64_error,
         batch=source,
+        reproducibility=refs.reproducibility,
+        held_out_source=held_out.source,
+        held_out_samples=held_out.samples,
+        task_metric=workload.task_metric_name if workload.task_metric else None,
+        reference_held_out=(before, after),
+        notes=_notes(workload, refs),
         reference_losses=refs.training.losses,
         fp64_losses=refs.fp64_training.losses if refs.fp64_training else None,
         dropout_disabled=refs.dropout_disabled,
@@ -647,14 +946,31 @@ def run_numerics(
         runs=runs,
         wall_seconds=perf_counter() - started,
     )
+    log(f"verdict: {records.notebook_verdict(data).status}")
+    return data
+
+
+def _notes(workload: Workload, refs: ReferenceRuns) -> list[str]:
+    """What could not be compared, one sentence each; every other comparison still ran."""
+    notes = []
+    if not refs.training.outputs:
+        notes.append(
+            f"The model of workload {workload.name!r} returns no floating-point tensor that can "
+            "be found (outputs are searched through tuples, lists and dicts), so outputs are not "
+            "compared; layers, loss, gradients, the trajectory and the held-out loss still are."
+        )
+    if workload.task_metric is None:
+        notes.append(
+            f"Workload {workload.name!r} has no task metric, so none is compared on held-out "
+            "data; give its Workload a task_metric to have one judged (the held-out loss still is)."
+        )
+    return notes
 
 
 def _log_line(result: RunResult) -> str:
     if result.status != "ok":
         return f"could not run ({result.failed_phase}): {result.error}"
-    assert result.verdict is not None
-    text = ("PASS" if result.verdict.passed else "FAIL") + f", {result.verdict.summary}"
-    if result.first_divergence:
-        fd = result.first_divergence
-        text += f"; first diverging layer {fd.layer} ({fd.attribution.cause})"
+    assert result.tensors is not None and result.precision_cost is not None
+    text = f"dynamo rule vs fp32 reference: {result.tensors.summary}"
+    text += f"; precision cost {result.precision_cost.status}: {result.precision_cost.reason}"
     return text + f" [{result.seconds:.1f} s]"

@@ -11,16 +11,21 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from workbench import scorecard
 from workbench.errors import BadInput
 from workbench.numerics.capture import CAST, FP64, PRECISIONS
 from workbench.numerics.metrics import (
     DTYPE_TOLERANCES,
-    RULE_NONFINITE,
+    OwnError,
+    PrecisionCostRule,
     TensorMetrics,
     Verdict,
     VerdictRule,
     dtype_name,
 )
+from workbench.numerics.nonfinite import NonFinite
+from workbench.numerics.validation import DEFAULT_VALIDATION_BATCHES, HeldOutScore
+from workbench.scorecard import ATTENTION, BLOCKER, PASS, Finding, judge
 
 DEFAULT_PRECISIONS = ("fp32", "bf16-autocast", "bf16-cast", "fp16-autocast", "fp16-cast")
 DEFAULT_COMPILED_PRECISIONS = ("fp32", "bf16-autocast")
@@ -36,6 +41,14 @@ OWN = "own"
 INHERITED = "inherited"
 UNKNOWN = "unknown"
 
+# A run's verdict uses the scorecard's words, and "could not run" besides.
+COULD_NOT_RUN = "could not run"
+# A judgement of one question (device fidelity or precision cost).
+JUDGED_PASS = "pass"
+JUDGED_FAIL = "fail"
+TRIVIAL = "trivially true"  # fidelity of an eager run on the reference's own device
+NOT_JUDGED = "not judged"
+
 
 @dataclass(frozen=True)
 class NumericsSettings:
@@ -43,12 +56,16 @@ class NumericsSettings:
     compiled_precisions: tuple[str, ...] = DEFAULT_COMPILED_PRECISIONS  # compiled runs
     steps: int = DEFAULT_STEPS  # optimizer steps in each loss trajectory
     rule: VerdictRule = field(default_factory=VerdictRule)
+    cost: PrecisionCostRule = field(default_factory=PrecisionCostRule)
+    validation_batches: int = (
+        DEFAULT_VALIDATION_BATCHES  # held-out batches when the workload has none
+    )
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> NumericsSettings:
         """The settings from notebook 03's parameters; rtol and atol of 0 mean per-dtype values."""
         default = cls()
-        rule = default.rule
+        rule, cost = default.rule, default.cost
         return cls(
             precisions=tuple(params.get("precisions", default.precisions)),
             compiled_precisions=tuple(
@@ -62,6 +79,12 @@ class NumericsSettings:
                 params.get("rtol") or rule.rtol,
                 params.get("atol") or rule.atol,
             ),
+            cost=PrecisionCostRule(
+                params.get("band_factor", cost.band_factor),
+                params.get("loss_tolerance", cost.loss_tolerance),
+                params.get("metric_tolerance", cost.metric_tolerance),
+            ),
+            validation_batches=params.get("validation_batches", default.validation_batches),
         )
 
     def __post_init__(self) -> None:
@@ -81,6 +104,10 @@ class NumericsSettings:
             raise BadInput("precisions and compiled_precisions are both empty: nothing to compare.")
         if self.steps < 1:
             raise BadInput(f"steps {self.steps}: use at least 1 optimizer step.")
+        if self.validation_batches < 1:
+            raise BadInput(
+                f"validation_batches {self.validation_batches}: use at least 1 held-out batch."
+            )
 
 
 @dataclass
@@ -89,6 +116,12 @@ class Comparison:
 
     metrics: TensorMetrics
     verdict: Verdict
+    module_type: str = ""  # a layer's class name ("Linear"); empty for other tensors
+
+    @property
+    def title(self) -> str:
+        """The name with the module type, as tables and figures show a layer: "0 (Linear)"."""
+        return f"{self.name} ({self.module_type})" if self.module_type else self.name
 
     @property
     def name(self) -> str:
@@ -101,16 +134,23 @@ class Attribution:
 
     layer: str
     cause: str  # own, inherited, or unknown when the re-run failed
-    isolated: Comparison | None  # the layer re-run on the reference's inputs
+    own: OwnError | None  # the layer re-run on the reference's inputs, against its band
     note: str
 
 
 @dataclass
 class FirstDivergence:
+    """The first layer, in execution order, whose own error is far above its band."""
+
     layer: str
+    module_type: str
     position: int  # 1-based, in the target's execution order
     full_run: Comparison  # the layer's output in the full target run
     attribution: Attribution
+
+    @property
+    def title(self) -> str:
+        return f"{self.layer} ({self.module_type})"
 
 
 @dataclass
@@ -146,11 +186,65 @@ class TaskComparison:
 
 
 @dataclass
-class RunVerdict:
+class TensorVerdict:
+    """The dynamo rule on the run's final tensors against the fp32 reference."""
+
     passed: bool
     checked: int  # tensors judged: outputs, loss, gradients, trajectory
     failed: list[str]
     summary: str
+
+
+@dataclass
+class Judgement:
+    """The answer to one question about a run, with the rule that decided it."""
+
+    status: str  # pass, fail, trivially true, not judged
+    reason: str  # one line; for a failure, the rule that failed and its numbers
+    failed: list[str] = field(default_factory=list)  # the rules that failed
+
+    @property
+    def passed(self) -> bool:
+        return self.status in (JUDGED_PASS, TRIVIAL)
+
+
+@dataclass
+class RunVerdict:
+    """Machine-readable: blocker (NaN/Inf, or device fidelity fails), attention (precision
+    cost fails, or the run could not run), else pass."""
+
+    status: str  # pass, attention, blocker, could not run
+    reason: str  # one line
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASS
+
+
+@dataclass
+class ValidationComparison:
+    """A run's held-out loss and task metric before and after its trajectory, next to the
+    reference's; the deviations are what the precision-cost verdict judges."""
+
+    before: HeldOutScore | None
+    after: HeldOutScore | None
+    reference_before: HeldOutScore | None
+    reference_after: HeldOutScore | None
+    loss_deviation: float | None  # |run - reference| / |reference|, held-out loss after training
+    metric_difference: float | None  # run - reference, task metric after training
+    metric_allowance: float | None  # how far the metric may move (tolerance, widened by spread)
+    loss_allowance: float | None
+    passed: bool | None = None  # None: nothing held out could be scored
+
+
+@dataclass
+class Reproducibility:
+    """Whether two identically seeded reference runs computed the same numbers."""
+
+    deterministic: bool
+    largest_difference: float  # max |run 1 - run 2| over every compared tensor and loss
+    where: str | None  # the tensor holding it
+    note: str
 
 
 @dataclass
@@ -179,12 +273,19 @@ class RunResult:
     losses: list[float] = field(default_factory=list)
     task: TaskComparison | None = None
     first_divergence: FirstDivergence | None = None
-    attributions: list[Attribution] = field(default_factory=list)
+    attributions: list[Attribution] = field(default_factory=list)  # every flagged layer
     unmatched_layers: Unmatched = field(default_factory=Unmatched)
     unmatched_outputs: Unmatched = field(default_factory=Unmatched)
     unmatched_gradients: Unmatched = field(default_factory=Unmatched)
-    verdict: RunVerdict | None = None
+    tensors: TensorVerdict | None = None
     matched: MatchedCheck | None = None
+    trajectory_deviation: float | None = None  # max over steps |run - reference| / |reference|
+    trajectory_worst_step: int | None = None
+    validation: ValidationComparison | None = None
+    nonfinite: NonFinite | None = None
+    fidelity: Judgement | None = None
+    precision_cost: Judgement | None = None
+    verdict: RunVerdict | None = None
     seconds: float = 0.0
 
     @property
@@ -224,6 +325,12 @@ class NumericsResult:
     yardstick_label: str
     fp64_error: str | None  # why the fp64 run failed: verdicts then use closeness only
     batch: BatchSource
+    reproducibility: Reproducibility
+    held_out_source: str  # where the held-out batches came from
+    held_out_samples: int
+    task_metric: str | None  # its name; None when the workload has none
+    reference_held_out: tuple[HeldOutScore | None, HeldOutScore | None]  # before, after
+    notes: list[str]  # one sentence each: what could not be compared, and why
     reference_losses: list[float]
     fp64_losses: list[float] | None
     dropout_disabled: list[str]  # dropout modules switched off in every run
@@ -247,9 +354,7 @@ _OWN_ADVICE = {
         "keep it in fp32, or use bf16 autocast (fp32 weights); pure bf16 training on Trainium "
         "wants stochastic rounding (NEURON_RT_STOCHASTIC_ROUNDING_EN=1) or fp32 master weights"
     ),
-    "bf16-autocast": (
-        "keep it in fp32 (run it outside autocast) if the loss curve or the task metric suffers"
-    ),
+    "bf16-autocast": "keep it in fp32 (run it outside autocast)",
     "fp32 compiled": (
         "the compiler changes its result: compare it compiled and eager, and look for "
         "reduced-precision settings (float32 matmul precision, NEURON_CC_FLAGS --auto-cast)"
@@ -261,11 +366,11 @@ _OWN_ADVICE = {
 }
 
 
-def _short(run: RunResult) -> str:
+def short_label(run: RunResult) -> str:
     return f"{run.run['precision']} {'compiled' if run.run['compiled'] else 'eager'}"
 
 
-def _own_advice(run: RunResult) -> str:
+def own_advice(run: RunResult) -> str:
     precision = run.run["precision"]
     if precision.startswith("fp16"):
         return _OWN_ADVICE["fp16"]
@@ -274,138 +379,145 @@ def _own_advice(run: RunResult) -> str:
     return _OWN_ADVICE[precision]
 
 
-def _first_nonfinite_step(losses: list[float]) -> int | None:
-    return next((i for i, v in enumerate(losses, 1) if not math.isfinite(v)), None)
+NUMERICS_RULE = (
+    "blocker: a run computes NaN/Inf or fails device fidelity; attention: a run's precision cost "
+    "exceeds its tolerance, or a run could not run; pass otherwise"
+)
+
+
+def notebook_verdict(result: NumericsResult) -> scorecard.Verdict:
+    """Notebook 03's verdict over its target runs, by NUMERICS_RULE."""
+    findings = []
+    for run in result.target_runs:
+        if run.verdict is None:
+            continue
+        if run.verdict.status == BLOCKER:
+            findings.append(Finding(BLOCKER, run.verdict.reason))
+        elif run.verdict.status in (ATTENTION, COULD_NOT_RUN):
+            findings.append(Finding(ATTENTION, run.verdict.reason))
+    judged = sum(run.verdict is not None for run in result.target_runs)
+    return judge(
+        findings,
+        NUMERICS_RULE,
+        f"all {judged} runs on {result.target['name']} keep device fidelity and stay within "
+        "their precision's cost",
+    )
+
+
+def _count(runs: list[RunResult], judged: str, status: str) -> int:
+    return sum(1 for r in runs if getattr(r, judged) and getattr(r, judged).status == status)
 
 
 def headline(result: NumericsResult) -> str:
-    """One sentence that reads the result."""
+    """One line: blockers first (NaN/Inf with their step and tensor), then both verdicts."""
     runs = result.target_runs
-    ok = [r for r in runs if r.status == "ok" and r.verdict is not None]
-    passed = [r for r in ok if r.verdict and r.verdict.passed]
-    text = (
-        f"On {result.target['name']}, {len(passed)} of {len(runs)} runs match "
-        f"{result.reference_label} under the fp64 RMSE rule"
-    )
-    if passed:
-        text += f" ({', '.join(_short(r) for r in passed)})"
-    failing = [r for r in ok if r.verdict and not r.verdict.passed]
-    if failing:
-        first = failing[0]
-        divergence = first.first_divergence
-        if divergence:
-            cause = divergence.attribution.cause
-            text += f"; {_short(first)} first diverges at {divergence.layer} ({cause} error)"
-        elif first.verdict:
-            text += f"; {_short(first)} fails at {first.verdict.failed[0]}"
+    ok = [r for r in runs if r.status == "ok"]
+    parts = [
+        f"Blocker: {r.nonfinite.sentence(short_label(r))}" for r in ok if r.nonfinite is not None
+    ]
+    unfaithful = [r for r in ok if r.fidelity and r.fidelity.status == JUDGED_FAIL]
+    parts += [
+        f"Blocker: {short_label(r)} does not compute what the CPU computes at its precision"
+        for r in unfaithful
+        if r.nonfinite is None
+    ]
+    trivial = _count(ok, "fidelity", TRIVIAL)
+    judged = [r for r in ok if r.fidelity and r.fidelity.status in (JUDGED_PASS, JUDGED_FAIL)]
+    faithful = sum(1 for r in judged if r.fidelity is not None and r.fidelity.passed)
+    fidelity = f"device fidelity on {result.target['name']}: "
+    pieces = []
+    if judged:
+        pieces.append(f"{faithful} of {len(judged)} runs match the CPU at their precision")
+    if trivial:
+        pieces.append(
+            f"trivially true for {trivial} eager run{'s' if trivial > 1 else ''} on the "
+            "reference's own CPU"
+        )
+    parts.append(fidelity + (", ".join(pieces) or "not judged"))
+    within = [r for r in ok if r.precision_cost and r.precision_cost.passed]
+    cost = f"precision cost: {len(within)} of {len(runs)} runs within tolerance"
+    attention = [r for r in ok if r.verdict and r.verdict.status == ATTENTION]
+    if attention:
+        first = attention[0]
+        # The first failed rule only: the run's row and the reading give the rest.
+        rule = first.precision_cost.reason.split("; ")[0] if first.precision_cost else ""
+        cost += f", {short_label(first)} needs attention: {rule}"
+    parts.append(cost)
     broken = [r for r in runs if r.status != "ok"]
     if broken:
-        text += f"; {len(broken)} could not run"
-    return text + "."
+        parts.append(f"{len(broken)} could not run ({', '.join(short_label(r) for r in broken)})")
+    return "; ".join(parts) + "."
 
 
-def _task_clause(run: RunResult, steps: int) -> str:
-    task = run.task
-    if task is None or not task.name or task.reference_final is None:
-        return ""
-    return (
-        f"; {task.name} after {steps} steps {task.target_final:.4g} against the reference's "
-        f"{task.reference_final:.4g}"
-    )
-
-
-def _failing_reading(run: RunResult, steps: int) -> tuple[str, str]:
-    """(kind, sentence) for a run whose verdict failed."""
-    label = run.label
-    precision = run.run["precision"]
+def _divergence_sentence(run: RunResult) -> str:
     divergence = run.first_divergence
-    task = _task_clause(run, steps)
-    nan_step = _first_nonfinite_step(run.losses)
-    if divergence and divergence.full_run.verdict.rule == RULE_NONFINITE:
-        return "fail", (
-            f"{label}: NaN/Inf first appears in layer {divergence.layer} "
-            f"({divergence.attribution.cause} error): {_own_advice(run)}."
-        )
-    if nan_step is not None:
-        return "fail", (
-            f"{label}: the loss becomes NaN/Inf at step {nan_step} of {steps} while the "
-            "reference's stays finite: pure 16-bit training keeps weights and optimizer state "
-            "in 16 bits, where small values (Adam's squared gradients, its eps 1e-8) underflow "
-            "and large ones overflow; train with autocast (fp32 weights) or bf16."
-        )
-    if run.matched is not None and run.matched.passed:
-        where = f" (first diverging layer {divergence.layer}, as on the CPU)" if divergence else ""
-        return "warn", (
-            f"{label} differs from fp32 no more than {precision} does in {run.matched.baseline}"
-            f"{where}: the target adds no error beyond the precision's own; accept it if the "
-            f"loss curve and the task metric hold{task}."
-        )
-    extra = ""
-    if run.matched is not None:
-        extra = f" It also exceeds {precision}'s own error on the CPU ({run.matched.summary})."
-    if divergence and divergence.attribution.cause == OWN:
-        # A 16-bit run differing from fp32 in its own layers is the precision's trade-off, to
-        # weigh against the loss curve; an fp32 run doing so computes something else.
-        kind = "warn" if run.run["precision"] != "fp32" else "fail"
-        others = [a.layer for a in run.attributions if a.cause == OWN][1:]
-        also = ""
-        if others:
-            shown = ", ".join(others[:5]) + (
-                f" and {len(others) - 5} more" if len(others) > 5 else ""
-            )
-            also = f" (later layers that also diverge on their own: {shown})"
-        return kind, (
-            f"{label}: layer {divergence.layer} diverges on its own in {precision}{also}: "
-            f"{_own_advice(run)}{task}.{extra}"
-        )
-    if divergence and divergence.attribution.cause == INHERITED:
-        return "fail", (
-            f"{label}: the first diverging recorded layer, {divergence.layer}, inherits its "
-            "error: it arises in code between recorded layers (functional ops in a parent "
-            "module's forward, such as attention or a residual add, before "
-            f"{divergence.layer}); move that code into a module, or bisect it, to find the "
-            f"op{task}.{extra}"
-        )
-    if divergence:
-        return "fail", (
-            f"{label}: first diverging layer {divergence.layer}; {divergence.attribution.note}"
-            f"{task}.{extra}"
-        )
-    assert run.verdict is not None
-    if run.verdict.failed == ["trajectory"]:
-        return "warn", (
-            f"{label}: one step matches, but the loss trajectory drifts over {steps} steps: "
-            f"the optimizer accumulates the difference{task}.{extra}"
-        )
-    failed = ", ".join(run.verdict.failed[:3]) or run.verdict.summary
-    return "fail", (
-        f"{label}: every recorded layer matches but {failed} fail: the difference arises after "
-        f"the last leaf module or in the backward pass{task}.{extra}"
+    assert divergence is not None and divergence.attribution.own is not None
+    own = divergence.attribution.own
+    others = [a.layer for a in run.attributions if a.cause == OWN and a.layer != divergence.layer]
+    also = ""
+    if others:
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        also = f" Later layers that also diverge on their own: {shown}."
+    inherited = sum(1 for a in run.attributions if a.cause == INHERITED)
+    carried = f" {inherited} flagged layers only carry error from upstream." if inherited else ""
+    return (
+        f"{run.label}: first divergence at layer {divergence.title}, whose own error is "
+        f"{_factor(own.factor)} its {own.dtype} band (own RMSE {own.own_rmse:.3g} against "
+        f"{own.band:.3g} from rounding alone): {own_advice(run)}.{also}{carried}"
     )
+
+
+def _factor(value: float) -> str:
+    return "NaN/Inf, not" if not math.isfinite(value) else f"{value:.3g}x"
+
+
+def _run_reading(run: RunResult) -> list[tuple[str, str]]:
+    items: list[tuple[str, str]] = []
+    if run.nonfinite is not None:
+        items.append(
+            (
+                "fail",
+                f"{run.nonfinite.sentence(run.label)}. Pure 16-bit training keeps weights and "
+                "optimizer state in 16 bits, where small values (Adam's squared gradients, its "
+                "eps 1e-8) underflow and large ones overflow: train with autocast (fp32 "
+                "weights) or bf16.",
+            )
+        )
+    if run.fidelity is not None and run.fidelity.status == JUDGED_FAIL:
+        items.append(
+            (
+                "fail",
+                f"{run.label} does not compute what the CPU computes at {run.run['precision']}: "
+                f"{run.fidelity.reason}.",
+            )
+        )
+    if run.first_divergence is not None:
+        items.append(("warn", _divergence_sentence(run)))
+    cost = run.precision_cost
+    if cost is not None and not cost.passed and run.first_divergence is None and not run.nonfinite:
+        items.append(("warn", f"{run.label}: precision cost fails: {cost.reason}."))
+    return items
 
 
 def reading(result: NumericsResult) -> list[tuple[str, str]]:
     """What to do, as (kind, sentence) pairs: kind is one of markup.BANNER_KINDS."""
-    steps = result.settings.steps
     items: list[tuple[str, str]] = []
-    runs = result.target_runs
-    ok = [r for r in runs if r.status == "ok" and r.verdict is not None]
-    if ok and all(r.verdict and r.verdict.passed for r in ok) and len(ok) == len(runs):
-        items.append(
-            (
-                "ok",
-                f"Every run matches the reference under the rule: {result.target['name']} "
-                "computes the same thing at these precisions.",
-            )
-        )
+    verdict = notebook_verdict(result)
+    if verdict.status == PASS:
+        items.append(("ok", f"Every run passes: {verdict.reason}."))
+    reproducibility = result.reproducibility
+    if not reproducibility.deterministic:
+        items.append(("warn", reproducibility.note))
     for run in result.runs:
         if run.status != "ok":
             first_line = (run.error or "").splitlines()[0] if run.error else ""
             items.append(("fail", f"{run.label} could not run ({run.failed_phase}): {first_line}"))
-        elif run.role == ROLE_TARGET and run.verdict is not None and not run.verdict.passed:
-            items.append(_failing_reading(run, steps))
-        if run.status == "ok" and run.unmatched_layers:
+            continue
+        if run.role == ROLE_TARGET:
+            items += _run_reading(run)
+        if run.unmatched_layers:
             items.append(("warn", f"{run.label}: {run.unmatched_layers.describe('layers')}."))
+    items += [("warn", note) for note in result.notes]
     if result.fp64_error:
         items.append(
             (
@@ -436,14 +548,49 @@ def reading(result: NumericsResult) -> list[tuple[str, str]]:
     return items
 
 
+def _score(score: HeldOutScore | None) -> dict[str, Any] | None:
+    return asdict(score) if score is not None else None
+
+
+def validation_data(result: NumericsResult) -> dict[str, Any]:
+    """The held-out comparison: before and after the trajectory, reference vs every run."""
+    cost = result.settings.cost
+    before, after = result.reference_held_out
+    return {
+        "source": result.held_out_source,
+        "samples": result.held_out_samples,
+        "task_metric": result.task_metric,
+        "loss_tolerance": cost.loss_tolerance,
+        "metric_tolerance": cost.metric_tolerance,
+        "tolerance_means": (
+            "held-out loss: |run - reference| / |reference| <= loss_tolerance; task metric: "
+            "|run - reference| <= metric_tolerance x max(1, |reference|); both widened by the "
+            "two reference runs' spread"
+        ),
+        "reference": {"before": _score(before), "after": _score(after)},
+        "runs": [
+            {
+                "run": run.label,
+                **asdict(run.validation),
+            }
+            for run in result.runs
+            if run.validation is not None
+        ],
+    }
+
+
 def result_data(result: NumericsResult) -> dict[str, Any]:
     """The 03_numerics.json payload: every metric, verdicts with their rule, the settings."""
     rule = result.settings.rule
+    cost = result.settings.cost
     return {
         "headline": headline(result),
+        "verdict": notebook_verdict(result),
         "reading": [{"kind": kind, "text": text} for kind, text in reading(result)],
         "rule": {
             "statement": result.rule_statement,
+            "fidelity": rule.statement(),
+            "precision_cost": cost.statement(),
             "multiplier": rule.multiplier,
             "low_precision_multiplier": rule.low_precision_multiplier,
             "rmse_atol": rule.rmse_atol,
@@ -453,6 +600,9 @@ def result_data(result: NumericsResult) -> dict[str, Any]:
                 dtype_name(d): {"rtol": rtol, "atol": atol}
                 for d, (rtol, atol) in DTYPE_TOLERANCES.items()
             },
+            "band_factor": cost.band_factor,
+            "loss_tolerance": cost.loss_tolerance,
+            "metric_tolerance": cost.metric_tolerance,
             "max_rel_denominator": "max(|reference|, atol)",
             "cast_means": f"{CAST}: weights and float inputs converted with .to(dtype)",
             "loss_scaling": "none: fp16 runs use no GradScaler, so gradient underflow shows",
@@ -463,15 +613,19 @@ def result_data(result: NumericsResult) -> dict[str, Any]:
             "fp64_error": result.fp64_error,
             "losses": result.reference_losses,
             "fp64_losses": result.fp64_losses,
+            "reproducibility": asdict(result.reproducibility),
         },
+        "validation": validation_data(result),
         "batch": asdict(result.batch),
         "settings": {
             "precisions": list(result.settings.precisions),
             "compiled_precisions": list(result.settings.compiled_precisions),
             "steps": result.settings.steps,
+            "validation_batches": result.settings.validation_batches,
         },
         "numerics_settings": result.numerics_settings,
         "dropout_disabled": result.dropout_disabled,
+        "notes": result.notes,
         "runs": [asdict(run) for run in result.runs],
         "wall_seconds": result.wall_seconds,
     }

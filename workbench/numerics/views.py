@@ -9,56 +9,73 @@ from IPython.display import display
 
 from workbench import markup as show
 from workbench.numerics.metrics import budget_of
-from workbench.numerics.records import NumericsResult, RunResult, headline, reading
+from workbench.numerics.records import (
+    ATTENTION,
+    BLOCKER,
+    OWN,
+    PASS,
+    NumericsResult,
+    RunResult,
+    headline,
+    notebook_verdict,
+    reading,
+)
+
+VERDICT_KINDS = {PASS: "ok", ATTENTION: "warn", BLOCKER: "fail"}
 
 
 def _verdict_cell(run: RunResult) -> str:
-    if run.status != "ok" or run.verdict is None:
+    if run.verdict is None:
+        return ""
+    if run.status != "ok":
         return f"could not run ({run.failed_phase})"
-    return "pass" if run.verdict.passed else "FAIL"
+    return run.verdict.status.upper() if run.verdict.status != PASS else PASS
+
+
+def _judgement_cell(judgement: Any) -> str:
+    return f"{judgement.status}: {judgement.reason}" if judgement else ""
 
 
 def _divergence_cell(run: RunResult) -> str:
-    if run.first_divergence is None:
+    divergence = run.first_divergence
+    if divergence is None:
         return "" if run.status == "ok" else "-"
-    return f"{run.first_divergence.layer} ({run.first_divergence.attribution.cause})"
+    own = divergence.attribution.own
+    factor = f", {own.factor:.3g}x its band" if own is not None else ""
+    return f"{divergence.title}{factor}"
 
 
 def _nonfinite_cell(run: RunResult) -> str:
-    counts = [c.metrics.new_nonfinite for c in (*run.layers, *run.final_comparisons)]
-    total = sum(counts)
-    return f"{total} new" if total else "none new"
+    if run.nonfinite is not None:
+        return run.nonfinite.sentence("first").split(": ", 1)[1]
+    return "none"
 
 
-def _loss_delta(run: RunResult) -> float | None:
-    if run.loss is None:
-        return None
-    return run.loss.metrics.max_abs
+def _metric_cell(run: RunResult) -> str:
+    validation = run.validation
+    if validation is None or validation.after is None or validation.reference_after is None:
+        return ""
+    if validation.after.metric is None or validation.reference_after.metric is None:
+        return ""
+    return f"{validation.reference_after.metric:.4g} -> {validation.after.metric:.4g}"
 
 
 def verdict_rows(result: NumericsResult) -> list[dict[str, Any]]:
     rows = []
     for run in result.runs:
-        task = run.task
         rows.append(
             {
                 "run": run.label,
                 "role": run.role,
                 "verdict": _verdict_cell(run),
-                "what fails": (
-                    run.verdict.summary if run.verdict else (run.error or "").splitlines()[0][:160]
-                ),
-                "first diverging layer": _divergence_cell(run),
-                "vs same precision on CPU": run.matched.summary if run.matched else "",
-                "outputs max abs": run.outputs[0].metrics.max_abs if run.outputs else None,
-                "loss |diff|": _loss_delta(run),
-                "final loss": run.losses[-1] if run.losses else None,
-                "task metric (ref -> run)": (
-                    f"{task.name} {task.reference_final:.4g} -> {task.target_final:.4g}"
-                    if task and task.name and task.reference_final is not None
-                    else ""
-                ),
+                "device fidelity": _judgement_cell(run.fidelity),
+                "precision cost": _judgement_cell(run.precision_cost),
+                "first divergence": _divergence_cell(run),
                 "NaN/Inf": _nonfinite_cell(run) if run.status == "ok" else "",
+                "loss trajectory, max deviation": run.trajectory_deviation,
+                f"held-out {result.task_metric or 'metric'} (ref -> run)": _metric_cell(run),
+                "final loss": run.losses[-1] if run.losses else None,
+                "error": (run.error or "").splitlines()[0][:160] if run.error else "",
                 "seconds": run.seconds,
             }
         )
@@ -66,11 +83,15 @@ def verdict_rows(result: NumericsResult) -> list[dict[str, Any]]:
 
 
 def verdicts(result: NumericsResult) -> None:
-    """The headline, the rule in words, and one verdict row per run."""
-    runs = result.target_runs
-    all_pass = all(r.status == "ok" and r.verdict and r.verdict.passed for r in runs)
-    display(show.banner(headline(result), "ok" if all_pass else "fail"))
-    display(show.banner(f"Rule: {result.rule_statement}", "info"))
+    """The headline, the notebook's verdict, both rules in words, and one row per run."""
+    verdict = notebook_verdict(result)
+    display(show.banner(headline(result), VERDICT_KINDS[verdict.status]))
+    display(show.verdict_banner(verdict))
+    rule, cost = result.settings.rule, result.settings.cost
+    display(show.banner(f"Device fidelity rule: {rule.statement()}", "info"))
+    display(show.banner(cost.statement(), "info"))
+    reproducibility = result.reproducibility
+    display(show.banner(reproducibility.note, "ok" if reproducibility.deterministic else "warn"))
     display(
         show.table(
             verdict_rows(result),
@@ -83,42 +104,102 @@ def verdicts(result: NumericsResult) -> None:
 
 
 def divergence_rows(result: NumericsResult) -> list[dict[str, Any]]:
+    """Every layer the dynamo rule flags, per run, with its own error against its band."""
     rows = []
     for run in result.runs:
+        by_name = {c.name: c for c in run.layers}
         divergence = run.first_divergence
-        if divergence is None:
-            continue
-        isolated = divergence.attribution.isolated
-        rows.append(
-            {
-                "run": run.label,
-                "layer": divergence.layer,
-                "position": f"{divergence.position} of {len(run.layers)}",
-                "cause": divergence.attribution.cause,
-                "RMSE vs fp64, full run": divergence.full_run.metrics.target_rmse_vs_fp64,
-                "RMSE vs fp64, on reference inputs": (
-                    isolated.metrics.target_rmse_vs_fp64 if isolated else None
-                ),
-                "budget": budget_of(divergence.full_run.metrics, result.settings.rule),
-                "max abs, full run": divergence.full_run.metrics.max_abs,
-                "max abs, on reference inputs": isolated.metrics.max_abs if isolated else None,
-                "why": divergence.full_run.verdict.reason,
-            }
-        )
+        for attribution in run.attributions:
+            comparison = by_name[attribution.layer]
+            own = attribution.own
+            rows.append(
+                {
+                    "run": run.label,
+                    "layer": comparison.title,
+                    "position": f"{run.layers.index(comparison) + 1} of {len(run.layers)}",
+                    "cause": attribution.cause
+                    + (
+                        " (first divergence)"
+                        if divergence and divergence.layer == comparison.name
+                        else ""
+                    ),
+                    "own error / band": own.factor if own else None,
+                    "own RMSE vs fp64": own.own_rmse if own else None,
+                    "band (rounding alone)": own.band if own else None,
+                    "amplification": own.amplification if own else None,
+                    "RMSE vs fp64, full run": comparison.metrics.target_rmse_vs_fp64,
+                    "dynamo budget": budget_of(comparison.metrics, result.settings.rule),
+                    "note": attribution.note,
+                }
+            )
     return rows
 
 
 def first_divergences(result: NumericsResult) -> None:
     rows = divergence_rows(result)
+    diverging = [r.label for r in result.runs if r.first_divergence is not None]
+    if not diverging:
+        display(show.banner("No run has a layer whose own error is far above its band.", "ok"))
     if not rows:
-        display(show.banner("No run has a diverging layer.", "ok"))
         return
     display(
         show.table(
             rows,
             caption=(
-                "First diverging layer per run: its error in the full run, and re-run alone on "
-                "the reference's inputs (own: still fails there; inherited: passes there)"
+                "Every flagged layer (the dynamo rule fails it and its full-run error exceeds "
+                f"{result.settings.cost.band_factor:g}x one rounding of its output), re-run "
+                "alone on the reference's inputs at the run's precision: own when its own "
+                f"error exceeds {result.settings.cost.band_factor:g}x its band, inherited "
+                "otherwise"
+            ),
+        )
+    )
+
+
+def validation_rows(result: NumericsResult) -> list[dict[str, Any]]:
+    before, after = result.reference_held_out
+    metric = result.task_metric
+    rows = []
+    for run in result.runs:
+        validation = run.validation
+        if run.status != "ok" or validation is None or validation.after is None:
+            continue
+        row: dict[str, Any] = {
+            "run": run.label,
+            "verdict": {True: "pass", False: "FAIL", None: ""}[validation.passed],
+            "loss before (ref / run)": _pair(before, validation.before, "loss"),
+            "loss after (ref / run)": _pair(after, validation.after, "loss"),
+            "loss deviation": validation.loss_deviation,
+            "loss tolerance": validation.loss_allowance,
+        }
+        if metric:
+            row |= {
+                f"{metric} before (ref / run)": _pair(before, validation.before, "metric"),
+                f"{metric} after (ref / run)": _pair(after, validation.after, "metric"),
+                f"{metric} difference": validation.metric_difference,
+                f"{metric} tolerance": validation.metric_allowance,
+            }
+        rows.append(row)
+    return rows
+
+
+def _pair(reference: Any, run: Any, field: str) -> str:
+    values = [
+        getattr(score, field, None) if score is not None else None for score in (reference, run)
+    ]
+    if any(v is None for v in values):
+        return ""
+    return f"{values[0]:.4g} / {values[1]:.4g}"
+
+
+def validation_table(result: NumericsResult) -> None:
+    """The held-out loss and task metric, before and after the trajectory, reference vs run."""
+    display(
+        show.table(
+            validation_rows(result),
+            caption=(
+                f"Held-out data: {result.held_out_source} ({result.held_out_samples} samples), "
+                f"in eval mode, after {result.settings.steps} optimizer steps"
             ),
         )
     )
@@ -140,14 +221,15 @@ def sweep_rows(result: NumericsResult) -> list[dict[str, Any]]:
     rows = []
     for name in names:
         reference = next((layers[name] for layers in by_run if name in layers), None)
-        row: dict[str, Any] = {"layer": name}
+        row: dict[str, Any] = {"layer": reference.title if reference else name}
         if reference is not None:
             row["fp32 reference vs fp64"] = reference.metrics.reference_relative_l2_vs_fp64
         for run, layers in zip(runs, by_run, strict=True):
             comparison = layers.get(name)
             cell: float | str | None = comparison.metrics.relative_l2 if comparison else None
-            if comparison and not comparison.verdict.passed:
-                cell = f"{cell:.3g} (fails)"
+            attribution = run.attribution(name)
+            if attribution is not None and attribution.cause == OWN and attribution.own:
+                cell = f"{cell:.3g} (own: {attribution.own.factor:.3g}x its band)"
             row[run.run["precision"]] = cell
         rows.append(row)
     return rows
@@ -205,8 +287,9 @@ def training_rows(result: NumericsResult) -> list[dict[str, Any]]:
         rows.append(
             {
                 "run": run.label,
-                "trajectory": "pass" if run.trajectory.verdict.passed else "FAIL",
-                "max |loss diff| over steps": run.trajectory.metrics.max_abs,
+                "trajectory, dynamo rule": "pass" if run.trajectory.verdict.passed else "FAIL",
+                "max relative deviation": run.trajectory_deviation,
+                "at step": run.trajectory_worst_step,
                 "final loss (reference)": result.reference_losses[-1],
                 "final loss (run)": run.losses[-1] if run.losses else None,
                 "task metric": task.name if task else "",

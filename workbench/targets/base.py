@@ -133,6 +133,14 @@ class Target(ABC):
     def synchronize(self) -> None:
         """Block until all queued work on the device has finished (call before reading a clock)."""
 
+    def manual_seed(self, seed: int) -> None:
+        """Seed every random stream a run on this target draws from (dropout, random init).
+
+        torch.manual_seed covers the CPU, CUDA and a PrivateUse1 device such as native
+        TorchNeuron (neuron.md: torch.neuron.manual_seed); a target with its own generator adds it.
+        """
+        torch.manual_seed(seed)
+
     def reset_peak_memory(self) -> None:  # noqa: B027 - a no-op is right without a reading
         """Start a new device-memory peak window (no-op where the target has no reading)."""
 

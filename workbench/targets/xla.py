@@ -131,6 +131,13 @@ class XlaTarget(Target):
         torch_xla.sync()
         xm.wait_device_ops()
 
+    def manual_seed(self, seed: int) -> None:
+        import torch_xla.core.xla_model as xm
+
+        # The XLA device draws from its own generator, which torch.manual_seed does not reach.
+        super().manual_seed(seed)
+        xm.set_rng_state(seed, device=str(self.device))
+
     def device_memory(self) -> DeviceMemory | None:
         if not self.is_trainium:
             return None

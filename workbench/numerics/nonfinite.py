@@ -1,0 +1,112 @@
+"""Where a run's numbers first stop being finite: the step, and the first NaN/Inf tensor.
+
+A run whose loss turns NaN or Inf is replayed (every run is seeded, so the replay computes the
+same values) with a check after every tensor the training loop produces, in the order it
+produces them: each leaf module's output in the forward, the loss, each parameter's gradient,
+and each parameter after the optimizer update. The first one that holds a NaN or Inf is named.
+Only failing runs pay for the replay and its device synchronizations.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from workbench.numerics.capture import RunSpec, float_tensors, leaf_modules, normalize_name
+
+
+@dataclass
+class NonFinite:
+    """The first NaN/Inf of a run."""
+
+    step: int | None  # first optimizer step (1-based) whose loss is NaN or Inf
+    loss: float | None  # that loss
+    tensor: str | None  # the first non-finite tensor, in the order training computes them
+    where: str  # that tensor in words: "parameter 0.bias after the optimizer update of step 5"
+
+    def sentence(self, label: str) -> str:
+        loss = "the loss stays finite"
+        if self.step is not None:
+            loss = f"loss becomes {_kind(self.loss)} at step {self.step}"
+        return f"{label}: {loss}; first non-finite tensor: {self.where}"
+
+
+def _kind(value: float | None) -> str:
+    return "NaN" if value is None or math.isnan(value) else "Inf"
+
+
+def _finite(tensor: torch.Tensor) -> bool:
+    return bool(torch.isfinite(tensor).all())
+
+
+def first_nonfinite_step(losses: list[float]) -> int | None:
+    return next((i for i, v in enumerate(losses, 1) if not math.isfinite(v)), None)
+
+
+def find_first_nonfinite(
+    model: nn.Module,
+    inputs: tuple[Any, ...],
+    targets: torch.Tensor,
+    spec: RunSpec,
+    *,
+    loss_fn: Callable[[Any, torch.Tensor], torch.Tensor],
+    make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
+    steps: int,
+    seed: int,
+) -> NonFinite:
+    """Replay the trajectory of the placed `model` (fresh initial weights) up to its first
+    NaN/Inf loss, checking every tensor in the order training computes it."""
+    optimizer = make_optimizer(model)
+    forward = spec.forward_of(model)
+    found: list[tuple[str, str]] = []  # (tensor, where): only the first is kept
+    current = {"step": 0}
+    handles = []
+    # Hooks inside a compiled graph would break it; a compiled replay names graph-level tensors.
+    if not spec.compiled:
+        for name, module in leaf_modules(model):
+
+            def check(module: nn.Module, _args: Any, output: Any, name: str = name) -> None:
+                if not found and not all(_finite(t) for t in float_tensors(output)):
+                    layer = f"layer {normalize_name(name)} ({type(module).__name__})"
+                    found.append((layer, f"{layer}, in the forward of step {current['step']}"))
+
+            handles.append(module.register_forward_hook(check))
+    spec.target.manual_seed(seed)
+    first_step = first_loss = None
+    try:
+        for step in range(1, steps + 1):
+            current["step"] = step
+            optimizer.zero_grad(set_to_none=True)
+            with spec.autocast():
+                outputs = forward(*inputs)
+                loss = loss_fn(outputs, targets)
+            if not found and not all(_finite(t) for t in float_tensors(outputs)):
+                found.append(("the outputs", f"the outputs, in the forward of step {step}"))
+            loss_value = float(loss.detach().float())
+            if not math.isfinite(loss_value):
+                first_step, first_loss = step, loss_value
+                if not found:
+                    found.append(("the loss", f"the loss of step {step}"))
+                break
+            loss.backward()
+            for name, parameter in model.named_parameters():
+                if not found and parameter.grad is not None and not _finite(parameter.grad):
+                    gradient = f"gradient of {normalize_name(name)}"
+                    found.append((gradient, f"{gradient}, in the backward of step {step}"))
+            optimizer.step()
+            for name, parameter in model.named_parameters():
+                if not found and not _finite(parameter.detach()):
+                    tensor = f"parameter {normalize_name(name)}"
+                    found.append((tensor, f"{tensor}, after the optimizer update of step {step}"))
+            spec.target.synchronize()
+    finally:
+        for handle in handles:
+            handle.remove()
+    if not found:
+        return NonFinite(first_step, first_loss, None, "none found when the run was replayed")
+    return NonFinite(first_step, first_loss, *found[0])

@@ -1,0 +1,161 @@
+"""The two questions a run answers, each judged by its own stated rule, and the run's verdict.
+
+Device fidelity: does the run compute what the CPU computes at the same precision? An fp32 run
+is judged against the fp32 reference, a 16-bit run against the CPU eager run of its precision,
+both with the dynamo rule (metrics.judge). An eager run on the reference's own CPU is that CPU
+run, so its fidelity is trivially true, and the report says so.
+
+Precision cost: what does this precision do to this model? No layer may add, on the reference's
+inputs, far more error than its precision's rounding alone gives; every loss stays finite; the
+loss trajectory, the held-out loss and the held-out task metric stay within stated tolerances
+of the reference's, widened by the spread of the two reference runs.
+
+The run's verdict: blocker when it turns NaN/Inf or fails device fidelity, attention when its
+precision cost fails or it could not run, pass otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+
+from workbench.numerics.capture import FP32
+from workbench.numerics.metrics import PrecisionCostRule, metric_allowance
+from workbench.numerics.records import (
+    ATTENTION,
+    BLOCKER,
+    COULD_NOT_RUN,
+    JUDGED_FAIL,
+    JUDGED_PASS,
+    NOT_JUDGED,
+    PASS,
+    TRIVIAL,
+    Judgement,
+    RunResult,
+    RunVerdict,
+)
+
+
+def _percent(value: float) -> str:
+    return f"{value * 100:.3g}%"
+
+
+def fidelity(run: RunResult, reference_device: str) -> Judgement:
+    on_reference_cpu = run.run["device"] == reference_device and not run.run["compiled"]
+    if on_reference_cpu:
+        return Judgement(
+            TRIVIAL,
+            f"eager on the reference's own {reference_device}: this run is the CPU's "
+            f"{run.run['precision']} computation, so there is no device to tell apart",
+        )
+    if run.run["precision"] == FP32.name:
+        assert run.tensors is not None
+        status = JUDGED_PASS if run.tensors.passed else JUDGED_FAIL
+        failed = [] if run.tensors.passed else ["dynamo rule against the fp32 reference"]
+        return Judgement(status, f"against the fp32 reference: {run.tensors.summary}", failed)
+    if run.matched is None:
+        return Judgement(
+            NOT_JUDGED,
+            f"no CPU eager {run.run['precision']} run completed to compare it with",
+        )
+    status = JUDGED_PASS if run.matched.passed else JUDGED_FAIL
+    failed = [] if run.matched.passed else [f"dynamo rule against {run.matched.baseline}"]
+    return Judgement(status, run.matched.summary, failed)
+
+
+def precision_cost(
+    run: RunResult, rule: PrecisionCostRule, trajectory_spread: float, metric_spread: float
+) -> Judgement:
+    """`trajectory_spread`: the two reference runs' largest relative loss difference over the
+    steps (and on held-out data); `metric_spread`: their held-out metric difference."""
+    failed: list[tuple[str, str]] = []
+    passed: list[str] = []
+    if run.nonfinite is not None:
+        # Every later number is NaN or follows from one: the first non-finite tensor says it all.
+        if run.validation is not None:
+            run.validation.passed = False
+        return Judgement(
+            JUDGED_FAIL, run.nonfinite.sentence("NaN/Inf").split(": ", 1)[1], ["finite"]
+        )
+    divergence = run.first_divergence
+    if divergence is not None and divergence.attribution.own is not None:
+        own = divergence.attribution.own
+        factor = "NaN/Inf" if not math.isfinite(own.factor) else f"{own.factor:.3g}x"
+        failed.append(
+            (
+                "layer band",
+                f"layer {divergence.title} adds {factor} its {own.dtype} band on its own "
+                f"(at most {rule.band_factor:g}x)",
+            )
+        )
+    else:
+        passed.append(f"no layer above {rule.band_factor:g}x its band")
+    allowance = rule.loss_tolerance + trajectory_spread
+    if run.trajectory_deviation is not None:
+        deviation = run.trajectory_deviation
+        if deviation > allowance:
+            failed.append(
+                (
+                    "loss trajectory",
+                    f"the loss trajectory deviates {_percent(deviation)} from the reference's "
+                    f"at step {run.trajectory_worst_step} (tolerance {_percent(allowance)})",
+                )
+            )
+        else:
+            passed.append(
+                f"loss trajectory within {_percent(deviation)} (tolerance {_percent(allowance)})"
+            )
+    validation = run.validation
+    if validation is not None and validation.loss_deviation is not None:
+        held_out_ok = True
+        if validation.loss_deviation > allowance or not math.isfinite(validation.loss_deviation):
+            held_out_ok = False
+            failed.append(
+                (
+                    "held-out loss",
+                    "the held-out loss after training deviates "
+                    f"{_percent(validation.loss_deviation)} from the reference's (tolerance "
+                    f"{_percent(allowance)})",
+                )
+            )
+        validation.loss_allowance = allowance
+        reference = validation.reference_after
+        if validation.metric_difference is not None and reference and reference.metric is not None:
+            metric_room = metric_allowance(rule.metric_tolerance, reference.metric) + metric_spread
+            validation.metric_allowance = metric_room
+            difference = validation.metric_difference
+            assert validation.after is not None
+            if not abs(difference) <= metric_room:
+                held_out_ok = False
+                failed.append(
+                    (
+                        "held-out metric",
+                        f"the held-out task metric after training is {validation.after.metric:.4g} "
+                        f"against the reference's {reference.metric:.4g} (difference "
+                        f"{difference:+.3g}, tolerance {metric_room:.3g})",
+                    )
+                )
+            else:
+                passed.append(
+                    f"held-out metric {validation.after.metric:.4g} vs {reference.metric:.4g}"
+                )
+        validation.passed = held_out_ok
+    if failed:
+        return Judgement(JUDGED_FAIL, "; ".join(text for _, text in failed), [n for n, _ in failed])
+    return Judgement(JUDGED_PASS, "; ".join(passed))
+
+
+def run_verdict(run: RunResult) -> RunVerdict:
+    label = run.label
+    if run.status != "ok":
+        return RunVerdict(COULD_NOT_RUN, f"{label} could not run ({run.failed_phase})")
+    if run.nonfinite is not None:
+        return RunVerdict(BLOCKER, run.nonfinite.sentence(label))
+    assert run.fidelity is not None and run.precision_cost is not None
+    if run.fidelity.status == JUDGED_FAIL:
+        return RunVerdict(BLOCKER, f"{label}: device fidelity fails: {run.fidelity.reason}")
+    if not run.precision_cost.passed:
+        return RunVerdict(ATTENTION, f"{label}: precision cost fails: {run.precision_cost.reason}")
+    fidelity_words = "trivially true" if run.fidelity.status == TRIVIAL else run.fidelity.status
+    return RunVerdict(
+        PASS, f"{label}: device fidelity {fidelity_words}; precision cost within tolerance"
+    )
