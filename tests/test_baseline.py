@@ -44,8 +44,14 @@ from workbench.baseline.reference import (
 )
 from workbench.baseline.views import raise_on_step_failure
 from workbench.errors import BadInput, WorkbenchError
-from workbench.results import write_json_atomic
-from workbench.targets.base import CompileCounters
+from workbench.results import _jsonable, write_json_atomic
+from workbench.targets.base import (
+    CAUSE_FIRST,
+    CAUSE_GRAPH_BREAK,
+    CAUSE_GUARD,
+    CAUSE_NEW_SHAPE,
+    CompileCounters,
+)
 from workbench.targets.cpu import CpuTarget
 from workbench.timing import HostPeakRss, Measurement, WarmupRule, quantile, theil_sen_drift
 from workbench.workload import Workload, load_workload
@@ -230,6 +236,61 @@ def test_a_recompile_during_steady_state_is_counted(monkeypatch):
     assert result.phase(PHASE_STEADY).first_step == 6
     assert result.steady_recompiles >= 1
     assert result.phase(PHASE_WARMUP).compile.recompiles == 0
+    # The ledger names the recompile's cause, phase and step, from Dynamo's own records.
+    steady = result.steady_compiles()
+    assert [(e.cause, e.step) for e in steady] == [(CAUSE_NEW_SHAPE, 8)]
+    assert "size mismatch" in steady[0].detail and "expected 8, actual 9" in steady[0].detail
+    assert result.ledger[0].cause == CAUSE_FIRST and result.ledger[0].phase == PHASE_FIRST_CALL
+    assert "new input shape at step 8" in result.steady_recompile_sentence()
+
+
+def test_the_ledger_names_a_guard_failure_that_is_not_a_shape(monkeypatch):
+    """Real Dynamo: a Python flag the graph specialized on changes at step 7 (steady state)."""
+    clock = FakeClock([0.001] * 100)
+    monkeypatch.setattr(baseline, "perf_counter", clock)
+    torch._dynamo.reset()
+    config = {"scale": True}
+
+    def body_fn(x: torch.Tensor) -> torch.Tensor:
+        return (x * 2).sum() if config["scale"] else x.sum()
+
+    compiled = torch.compile(body_fn, backend="eager")
+    calls = itertools.count(1)
+
+    def body() -> torch.Tensor:
+        config["scale"] = next(calls) < 7
+        return compiled(torch.ones(8))
+
+    settings = BaselineSettings(steady_steps=5, warmup=WarmupRule(4, 0.1, 10))
+    result = measure(fake_prepared(clock, body), CpuTarget(), settings, log=quiet)
+    (entry,) = result.steady_compiles()
+    assert entry.cause == CAUSE_GUARD and entry.step == 7
+    assert "scale" in entry.detail, entry.detail
+
+
+def test_the_ledger_names_a_graph_break_with_its_reason_and_user_line(monkeypatch):
+    """Real Dynamo: `.item()` in the middle of the function breaks the graph."""
+    clock = FakeClock([0.001] * 100)
+    monkeypatch.setattr(baseline, "perf_counter", clock)
+    torch._dynamo.reset()
+
+    def breaking(x: torch.Tensor) -> torch.Tensor:
+        y = x.sin()
+        if y.sum().item() > -100:  # the graph break
+            y = y * 2
+        return y.cos().sum()
+
+    compiled = torch.compile(breaking, backend="eager")
+    settings = BaselineSettings(steady_steps=3, warmup=WarmupRule(4, 0.5, 4))
+    result = measure(
+        fake_prepared(clock, lambda: compiled(torch.ones(4))), CpuTarget(), settings, log=quiet
+    )
+    breaks = [e for e in result.ledger if e.cause == CAUSE_GRAPH_BREAK]
+    assert len(breaks) == 1 and breaks[0].phase == PHASE_FIRST_CALL
+    assert "item()" in breaks[0].detail
+    line = breaking.__code__.co_firstlineno + 2
+    assert breaks[0].location.startswith(f"{__file__}:{line} in breaking"), breaks[0].location
+    assert result.steady_recompiles == 0
 
 
 # --- whole configurations, real torch ------------------------------------------------------------
@@ -246,7 +307,7 @@ def test_loss_that_goes_nan_is_flagged_at_its_step():
     assert train.phase_of_step(4) == PHASE_WARMUP
     assert result.config(INFER, EAGER).nonfinite_step is None  # eval mode stays finite
     assert result.failures == []
-    data = json.loads(json.dumps(result_data(result), default=str))
+    data = json.loads(json.dumps(_jsonable(result_data(result))))
     assert data["configs"][0]["nonfinite_step"] == 4
     # The verdict and the headline say it, not only a table.
     assert baseline_verdict(result).status == "blocker"
@@ -334,7 +395,13 @@ def test_real_torch_compile_runs_all_four_configurations(tmp_path):
     steady = data["configs"][0]["phases"][2]
     assert steady["phase"] == "steady" and len(steady["measurement"]["times"]) == 4
     assert data["headline"] == result.headline()
-    assert "NaN" not in result.headline() and data["verdict"] == "info", "finite losses pass"
+    assert "NaN" not in result.headline(), "finite losses pass"
+    assert not any("NaN" in f["reason"] for f in data["verdict"]["findings"])
+    # The ledger: the compiled first call compiles (forward, then backward), steady state never.
+    ledger = [e for e in data["compile_ledger"] if e["kind"] == TRAIN and e["mode"] == COMPILED]
+    assert ledger[0]["phase"] == "first_call" and ledger[0]["cause"] == CAUSE_FIRST
+    assert ledger[0]["seconds"] > 0 and ledger[0]["step"] == 1
+    assert not [e for e in data["compile_ledger"] if e["phase"] == "steady"]
 
 
 def test_host_peak_memory_is_per_phase_where_the_os_allows():

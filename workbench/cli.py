@@ -31,6 +31,7 @@ CONFIG_TYPES: dict[str, tuple[type, ...]] = {
     "parameters": (dict,),
     "show_code": (bool,),
     "cell_timeout": (int,),
+    "compile_cache": (str,),
 }
 CONFIG_KEYS = tuple(CONFIG_TYPES)
 _TYPE_WORDS = {
@@ -104,6 +105,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         parameters=parameters,
         show_code=args.show_code or config.get("show_code", False),
         cell_timeout=DEFAULT_CELL_TIMEOUT_S if cell_timeout is None else cell_timeout,
+        compile_cache=args.compile_cache or config.get("compile_cache") or "",
     )
     return run(request, progress=lambda line: print(line, file=sys.stderr, flush=True))
 
@@ -204,6 +206,12 @@ def build_parser() -> argparse.ArgumentParser:
     run_p.add_argument("--show-code", action="store_true", help="show code cells in the HTML")
     run_p.add_argument(
         "--cell-timeout", type=int, help="seconds one cell may run, 1 or more (3600)"
+    )
+    run_p.add_argument(
+        "--compile-cache",
+        metavar="DIR",
+        help="compile cache folder shared by runs (~/.cache/workbench/compile-cache; a "
+        "subfolder per compiler version); off for none",
     )
     run_p.add_argument("--matrix", help="matrix file: run one of its items (with --index)")
     run_p.add_argument(

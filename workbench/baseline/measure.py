@@ -10,6 +10,8 @@ later comparison can re-derive each number.
 from __future__ import annotations
 
 import math
+import time
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,7 @@ from workbench.baseline.records import (
     BaselineSettings,
     ConfigResult,
     CounterDelta,
+    LedgerEntry,
     MemoryUse,
     PhaseResult,
     StepFailure,
@@ -189,8 +192,12 @@ class _ConfigRunner:
             disable=not self.progress_bars,
         )
         failure: BaseException | None = None
+        # Wall-clock step starts place each compile the target reports at its step.
+        phase_started = time.time()
+        step_starts: list[float] = []
         try:
             while len(times) < max_steps and not (stop and stop(times)):
+                step_starts.append(time.time())
                 start = perf_counter()
                 value = self.prepared.step()
                 self.target.synchronize()
@@ -212,13 +219,28 @@ class _ConfigRunner:
             converged=bool(stop(times)) if stop and failure is None else None,
         )
         self.result.phases.append(record)
+        self._ledger(phase, first_step, phase_started, step_starts)
         # Read back after the phase, so host transfers never land inside a timed step.
         self.result.losses.extend(float(loss) for loss in losses)
         if failure is not None:
             self._fail(phase, self.next_step, failure)
             return False
         self.log(f"{self.name}: {_phase_line(record)}")
+        if phase == PHASE_STEADY and self.result.steady_compiles():
+            self.log(
+                f"{self.name}: steady-state compile: {self.result.steady_compiles()[0].sentence()}"
+            )
         return True
+
+    def _ledger(
+        self, phase: str, first_step: int, started: float, step_starts: list[float]
+    ) -> None:
+        """The phase's compiles in the ledger, each at the step during which it started."""
+        for event in self.target.compile_events(started):
+            index = max(bisect_right(step_starts, event.started_at) - 1, 0)
+            step = first_step + index
+            kind, mode = self.prepared.kind, self.prepared.mode
+            self.result.ledger.append(LedgerEntry.of(event, kind, mode, phase, step))
 
     def _keep(self, value: torch.Tensor, losses: list[torch.Tensor]) -> None:
         """Training keeps every (scalar) loss; inference only its first and latest output, so

@@ -12,7 +12,7 @@ from workbench.baseline.checklist import Checklist
 from workbench.baseline.reference import ReferenceSummary
 from workbench.errors import BadInput
 from workbench.scorecard import ATTENTION, BLOCKER, PASS, Finding, Verdict, judge
-from workbench.targets.base import CompileCounters
+from workbench.targets.base import CompileCounters, CompileEvent
 from workbench.timing import (
     FLUCTUATION_SEVERE,
     RATIO_INTERVAL_METHOD,
@@ -163,6 +163,54 @@ class PhaseResult:
 
 
 @dataclass
+class LedgerEntry:
+    """One compile in the ledger: the configuration, phase and step it happened in, and what
+    the target's compiler said about it (CompileEvent's fields)."""
+
+    kind: str
+    mode: str
+    phase: str
+    step: int
+    graph_id: str
+    cause: str
+    seconds: float | None
+    detail: str = ""
+    location: str = ""
+    cache: str | None = None
+    saved_seconds: float | None = None
+
+    @classmethod
+    def of(cls, event: CompileEvent, kind: str, mode: str, phase: str, step: int) -> LedgerEntry:
+        return cls(
+            kind,
+            mode,
+            phase,
+            step,
+            event.graph_id,
+            event.cause,
+            event.seconds,
+            event.detail,
+            event.location,
+            event.cache,
+            event.saved_seconds,
+        )
+
+    def sentence(self) -> str:
+        """The cause first, then where: what a headline or a verdict reason quotes."""
+        text = f"{self.cause} at step {self.step}"
+        if self.detail:
+            text += f" ({_short(self.detail)})"
+        if self.location:
+            text += f" in {self.location}"
+        return text
+
+
+def _short(text: str, limit: int = 160) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+@dataclass
 class StepFailure:
     kind: str
     mode: str
@@ -191,6 +239,7 @@ class ConfigResult:
     nonfinite_step: int | None = None  # first step whose loss was NaN or Inf
     failure: StepFailure | None = None
     torch_messages: list[MessageGroup] = field(default_factory=list)  # torch's warnings, grouped
+    ledger: list[LedgerEntry] = field(default_factory=list)  # every compile, oldest first
 
     def phase(self, name: str) -> PhaseResult | None:
         return next((p for p in self.phases if p.phase == name), None)
@@ -210,6 +259,17 @@ class ConfigResult:
     def steady_recompiles(self) -> int:
         phase = self.phase(PHASE_STEADY)
         return phase.compile.recompiles if phase else 0
+
+    def steady_compiles(self) -> list[LedgerEntry]:
+        return [entry for entry in self.ledger if entry.phase == PHASE_STEADY]
+
+    def steady_recompile_sentence(self) -> str:
+        """'N recompile(s) during steady state' with the first one's cause, where recorded."""
+        text = f"{self.steady_recompiles} recompile(s) during steady state"
+        entries = self.steady_compiles()
+        if entries:
+            return f"{text}, first: {entries[0].sentence()}"
+        return f"{text} (the compiler recorded no cause)"
 
     @property
     def warmup_converged(self) -> bool | None:
@@ -368,7 +428,7 @@ class BaselineResult:
             text = (text + ", but " if text else f"{label}: ") + f"compile failed ({reason})"
         flagged = [c for c in configs if c.steady_recompiles]
         if flagged:
-            text += f", with {flagged[0].steady_recompiles} recompile(s) during steady state"
+            text += f", with {flagged[0].steady_recompile_sentence()}"
         diverged = next((c for c in configs if c.nonfinite_step), None)
         if diverged:
             # Timings of a step whose loss is NaN are timings of a broken model: this leads.
@@ -404,11 +464,7 @@ def baseline_verdict(result: BaselineResult) -> Verdict:
                 Finding(BLOCKER, f"{name}: loss becomes NaN/Inf at step {config.nonfinite_step}")
             )
         if config.steady_recompiles:
-            findings.append(
-                Finding(
-                    BLOCKER, f"{name}: {config.steady_recompiles} recompile(s) during steady state"
-                )
-            )
+            findings.append(Finding(BLOCKER, f"{name}: {config.steady_recompile_sentence()}"))
         if config.warmup_converged is False:
             findings.append(Finding(ATTENTION, f"{name}: warm-up hit its cap without settling"))
         if config.steady is not None and config.steady.relative_iqr > FLUCTUATION_SEVERE:
@@ -467,6 +523,7 @@ def result_data(result: BaselineResult) -> dict[str, Any]:
         "settings": asdict(result.settings),
         "throughput_unit": result.throughput_unit,
         "configs": [_config_data(c) for c in result.configs],
+        "compile_ledger": [asdict(e) for c in result.configs for e in c.ledger],
         "comparison": [asdict(p) | {"sentence": p.sentence()} for p in result.paybacks()],
         "failures": [asdict(f) for f in result.failures],
         "compile_failures": [asdict(f) for f in result.compile_failures],

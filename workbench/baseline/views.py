@@ -279,3 +279,43 @@ def raise_on_step_failure(result: BaselineResult) -> None:
             f"{len(result.failures)} configuration(s) failed: {listed}. The report above shows "
             "every configuration; fix the step and run notebook 01 again."
         )
+
+
+def compile_ledger(result: BaselineResult, cache: Any = None) -> None:
+    """Every compile with its phase, step, time and cause; then what the compile cache did.
+
+    `cache` is the run's CompileCache (context.RunContext.compile_cache), None when unknown.
+    """
+    rows = [
+        {
+            "configuration": f"{entry.kind}/{entry.mode}",
+            "phase": PHASE_LABELS[entry.phase],
+            "step": entry.step,
+            "graph": entry.graph_id,
+            "compile time": _seconds(entry.seconds),
+            "cause": entry.cause,
+            "detail": entry.detail or "",
+            "user code": entry.location or "",
+            "cache": entry.cache or "n/a",
+            "saved by the cache": _seconds(entry.saved_seconds) if entry.cache == "hit" else "",
+        }
+        for config in result.configs
+        for entry in config.ledger
+    ]
+    if rows:
+        display(show.table(rows, caption="Compile ledger: every compile, in order"))
+    else:
+        display(show.banner("The compiler recorded no compile in any phase.", "info"))
+    if cache is None:
+        return
+    display(show.banner(cache.sentence, "ok" if cache.in_use else "warn"))
+    counters = cache.counters
+    if counters is not None:
+        saved = _seconds(counters.saved_seconds) if counters.saved_seconds is not None else "n/a"
+        hits = "not counted" if counters.hits is None else counters.hits
+        facts = {"hits": hits, "misses": counters.misses, "compile time saved": saved}
+        facts |= dict(counters.extra)
+        facts["counted by"] = counters.source
+        display(show.key_values(facts, caption="Compile cache, this notebook's process"))
+    if cache.miss_explanation():
+        display(show.banner(cache.miss_explanation(), "warn"))

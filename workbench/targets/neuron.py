@@ -17,13 +17,15 @@ import torch
 from workbench.targets import detect
 from workbench.targets.base import (
     Availability,
+    CacheCounters,
     CompileCounters,
+    CompileEvent,
     DeviceMemory,
     MemoryReading,
     Target,
     nth_visible,
 )
-from workbench.targets.dynamo_counters import dynamo_compile_counters
+from workbench.targets.dynamo_counters import dynamo_compile_counters, dynamo_compile_events
 
 _US_PER_SECOND = 1e6
 # How the Neuron runtime and compiler report running out of memory, on both torch-neuronx paths
@@ -50,6 +52,13 @@ def _torch_neuron() -> Any:
     """The `torch.neuron` module, which exists only once TorchNeuron has registered it (torch
     imports it through its backend entry point), so no type stub can describe it."""
     return torch.neuron  # type: ignore[attr-defined]
+
+
+def _neff_count(folder: str) -> int:
+    """Compiled NEFFs under `folder` (the documented layout: .../MODULE_<hash>/model.neff)."""
+    from pathlib import Path
+
+    return sum(1 for _ in Path(folder).rglob("*.neff"))
 
 
 def _graph_compile_seconds(record: Any) -> float:
@@ -168,6 +177,46 @@ class NeuronTarget(Target):
                     for record in records
                 ]
             },
+        )
+
+    def compile_events(self, since: float) -> list[CompileEvent]:
+        # torch.compile(backend="neuron") is Dynamo-based: its recompile reasons and graph
+        # breaks are Dynamo's (neuron.md 2.6: TORCH_LOGS="graph_breaks,recompiles").
+        return dynamo_compile_events(since)
+
+    def compiler_versions(self) -> dict[str, str]:
+        versions = super().compiler_versions()
+        for package in ("torch-neuronx", "neuronx-cc"):
+            version = detect.installed_version(package)
+            if version:
+                versions[package] = version
+        return versions
+
+    def use_compile_cache(self, folder: str | None) -> str:
+        if folder is None:
+            os.environ["TORCH_NEURONX_NEFF_DISABLE_CACHE"] = "1"
+            return "TorchNeuron's NEFF cache is off (TORCH_NEURONX_NEFF_DISABLE_CACHE=1)"
+        # Both caches are read from the environment when the first graph compiles (neuron.md
+        # 2.8); NEURON_COMPILE_CACHE_URL is also what neuron_parallel_compile fills.
+        os.environ["NEURON_COMPILE_CACHE_URL"] = os.path.join(folder, "neuron")
+        os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] = os.path.join(folder, "neff")
+        self._cache_folder = folder
+        self._neffs_at_start = _neff_count(folder)
+        return (
+            f"the Neuron compile cache in {os.environ['NEURON_COMPILE_CACHE_URL']} and "
+            f"TorchNeuron's NEFF cache in {os.environ['TORCH_NEURONX_NEFF_CACHE_DIR']}"
+        )
+
+    def cache_counters(self) -> CacheCounters | None:
+        folder = getattr(self, "_cache_folder", None)
+        if folder is None:
+            return None
+        # TorchNeuron documents no hit counter: what a run stored is what it missed.
+        return CacheCounters(
+            hits=None,
+            misses=_neff_count(folder) - self._neffs_at_start,
+            saved_seconds=None,
+            source="NEFF files added to the cache folder during this run (each one a miss)",
         )
 
     def start_fallback_tracking(self) -> None:

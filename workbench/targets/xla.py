@@ -18,8 +18,11 @@ import torch
 
 from workbench.targets import detect
 from workbench.targets.base import (
+    CAUSE_NEW_XLA_GRAPH,
     Availability,
+    CacheCounters,
     CompileCounters,
+    CompileEvent,
     DeviceMemory,
     InferenceAnalysis,
     MemoryReading,
@@ -210,6 +213,83 @@ class XlaTarget(Target):
                 "CachedCompile counters, since process start or the last start_fallback_tracking"
             ),
             extra=extra,
+        )
+
+    def compile_events(self, since: float) -> list[CompileEvent]:
+        import torch_xla.debug.metrics as met
+
+        # CompileTime keeps one (end time in epoch seconds, nanoseconds) sample per compile.
+        # torch_xla compiles a traced graph only when its hash is not in the computation cache,
+        # so every sample is a graph (or shape) it had not seen in this process.
+        data = met.metric_data("CompileTime")
+        events = []
+        for number, (ended, nanoseconds) in enumerate(data[2] if data else (), 1):
+            seconds = nanoseconds / _NS_PER_SECOND
+            if ended - seconds < since:
+                continue
+            events.append(
+                CompileEvent(
+                    started_at=ended - seconds,
+                    seconds=seconds,
+                    graph_id=f"xla compile {number}",
+                    cause=CAUSE_NEW_XLA_GRAPH,
+                    detail=(
+                        "the traced graph's hash was not in torch_xla's computation cache "
+                        "(UncachedCompile)"
+                    ),
+                )
+            )
+        return events
+
+    def compiler_versions(self) -> dict[str, str]:
+        versions = super().compiler_versions()
+        for package in ("torch-xla", "torch-neuronx", "neuronx-cc", "libneuronxla"):
+            version = detect.installed_version(package)
+            if version:
+                versions[package] = version
+        return versions
+
+    def use_compile_cache(self, folder: str | None) -> str:
+        if _pjrt_device() == "NEURON":
+            # On a Trn1 the compile cache is torch-neuronx's: neuronx-cc's NEFFs, keyed by graph
+            # hash, compiler version and flags (neuron.md 2.8), also what
+            # neuron_parallel_compile fills.
+            if folder is None:
+                return (
+                    "the Neuron compile cache stays where NEURON_COMPILE_CACHE_URL or "
+                    "--cache_dir points (default /var/tmp/neuron-compile-cache)"
+                )
+            os.environ["NEURON_COMPILE_CACHE_URL"] = os.path.join(folder, "neuron")
+            return f"the Neuron compile cache in {os.environ['NEURON_COMPILE_CACHE_URL']}"
+        if folder is None:
+            return "torch_xla's persistent compilation cache is off"
+        import _XLAC  # torch_xla's C extension, loaded by torch_xla itself
+        import torch_xla.runtime as xr
+
+        if _XLAC._xla_computation_cache_is_initialized():
+            return (
+                "torch_xla's persistent compilation cache was not set: something compiled "
+                "before the cache folder was given, and it can only be set before that"
+            )
+        path = os.path.join(folder, "xla")
+        xr.initialize_cache(path, readonly=False)
+        return f"torch_xla's persistent compilation cache in {path}"
+
+    def cache_counters(self) -> CacheCounters | None:
+        import torch_xla.debug.metrics as met
+
+        def count(name: str) -> int:
+            return int(met.counter_value(name) or 0)
+
+        return CacheCounters(
+            hits=count("PersistentCacheHit"),
+            misses=count("PersistentCacheMiss") + count("PersistentCacheDeserializeFailure"),
+            saved_seconds=None,
+            source=(
+                "torch_xla.debug.metrics counters PersistentCacheHit, PersistentCacheMiss and "
+                "PersistentCacheDeserializeFailure"
+            ),
+            extra={"deserialize_failures": count("PersistentCacheDeserializeFailure")},
         )
 
     def start_fallback_tracking(self) -> None:
