@@ -53,7 +53,15 @@ from workbench.targets.base import (
     CompileCounters,
 )
 from workbench.targets.cpu import CpuTarget
-from workbench.timing import HostPeakRss, Measurement, WarmupRule, quantile, theil_sen_drift
+from workbench.targets.neuron import NeuronTarget
+from workbench.timing import (
+    ChildPeakRss,
+    HostPeakRss,
+    Measurement,
+    WarmupRule,
+    quantile,
+    theil_sen_drift,
+)
 from workbench.workload import Workload, load_workload
 
 QUICK = BaselineSettings(steady_steps=4, warmup=WarmupRule(window=4, threshold=0.5, max_steps=6))
@@ -666,3 +674,67 @@ def test_settings_reject_nonsense():
         BaselineSettings(steady_steps=1)
     with pytest.raises(BadInput):
         BaselineSettings(modes=("jit",))
+
+
+# --- compiler host memory ---------------------------------------------------------------------
+
+
+def test_child_peak_rss_sees_a_compiler_sized_child_process():
+    """A real child process that holds 200 MiB for a second, as a compiler worker would."""
+    import subprocess
+    import sys
+
+    holder = (
+        "b = bytearray(200 * 2**20); b[::4096] = b'x' * len(b[::4096]); import time; time.sleep(1)"
+    )
+    with ChildPeakRss(interval=0.02) as workers:
+        subprocess.run([sys.executable, "-c", holder], check=True)
+    assert workers.samples >= 3
+    assert workers.peak >= 200 * 2**20
+    assert "python" in workers.largest[0] and workers.largest[1] >= 200 * 2**20
+
+
+class FakeNeuronCompilerTarget(CpuTarget):
+    """CPU for the steps, with the Neuron targets' reading of compiler failures."""
+
+    compiler_host_oom = NeuronTarget.compiler_host_oom
+
+
+# The compiler's own text for host-RAM exhaustion, as Neuron users report it (neuron.md section 6,
+# item 7: -9 and "[F137] ... insufficient system memory").
+F137 = (
+    "RuntimeError: neuronx-cc failed: [F137] neuronx-cc terminated abnormally - "
+    "insufficient system memory"
+)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [F137, "subprocess.CalledProcessError: Command '['neuronx-cc', 'compile']' died with -9."],
+)
+def test_a_compile_killed_for_host_ram_is_named_with_its_remedy(text):
+    """Fake that follows the documented contract: the compile raises the compiler's F137 text
+    (or its -9 exit) on the first call; torch-neuronx and neuronx-cc cannot run here."""
+
+    def step() -> torch.Tensor:
+        raise RuntimeError(text)
+
+    prepared = PreparedStep(
+        TRAIN, COMPILED, step, 8, 8, torch.zeros(8), nn.functional.cross_entropy
+    )
+    result = measure(prepared, FakeNeuronCompilerTarget(), QUICK, log=quiet)
+    diagnosis = result.failure.diagnosis
+    assert diagnosis.startswith("neuronx-cc ran out of host memory")
+    assert "fewer parallel compile jobs" in diagnosis and "more host RAM" in diagnosis
+    assert diagnosis in result.failure.summary()
+
+
+def test_an_ordinary_step_failure_gets_no_host_ram_diagnosis():
+    def step() -> torch.Tensor:
+        raise RuntimeError("shape mismatch in aten::mm")
+
+    prepared = PreparedStep(
+        TRAIN, COMPILED, step, 8, 8, torch.zeros(8), nn.functional.cross_entropy
+    )
+    result = measure(prepared, FakeNeuronCompilerTarget(), QUICK, log=quiet)
+    assert result.failure.diagnosis == "" and "shape mismatch" in result.failure.summary()

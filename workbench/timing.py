@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,6 +194,58 @@ class HostPeakRss:
         if self._has_vmhwm:
             return self._vmhwm()
         return int(psutil.Process().memory_info().rss)
+
+
+class ChildPeakRss:
+    """Peak resident memory of this process's child processes (compiler workers: Inductor's
+    compile pool and the C++ compiler it calls, neuronx-cc), sampled with psutil from a thread.
+
+    The kernel keeps no peak for a process tree, and a compiler process may live a fraction of a
+    second, so this samples every `interval` seconds: a peak between two samples is missed, and
+    the reading is a lower bound. `peak` is the largest sum over the children alive at one
+    sample; `largest` names the single biggest child seen.
+    """
+
+    def __init__(self, interval: float = 0.05) -> None:
+        self.interval = interval
+        self.peak = 0
+        self.largest = ("", 0)  # (process name, RSS in bytes)
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> ChildPeakRss:
+        self._thread = threading.Thread(target=self._run, name="child-rss", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample()  # children still alive at the end count too
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def _sample(self) -> None:
+        total = 0
+        try:
+            children = psutil.Process().children(recursive=True)
+        except psutil.Error:
+            return
+        for child in children:
+            try:
+                rss = int(child.memory_info().rss)
+                name = child.name()
+            except psutil.Error:  # it exited between the listing and the reading
+                continue
+            total += rss
+            if rss > self.largest[1]:
+                self.largest = (name, rss)
+        self.samples += 1
+        self.peak = max(self.peak, total)
 
 
 def format_seconds(seconds: float) -> str:

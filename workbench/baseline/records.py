@@ -115,6 +115,9 @@ class MemoryUse:
     host_peak_rss: int | None  # bytes
     device_peak_allocated: int | None
     device_peak_reserved: int | None
+    # First call only (where compiles happen): the compiler's worker processes, sampled.
+    compiler_peak_rss: int | None = None
+    compiler_largest_process: str | None = None  # "name: bytes" of the biggest one seen
 
 
 @dataclass
@@ -219,10 +222,14 @@ class StepFailure:
     error: str  # "ExceptionType: message"
     location: str  # innermost frame: file:line in function
     compile_failure: bool = False  # compiled mode failed where eager of the same kind ran
+    # The target's name for the failure with its remedy, e.g. the compiler killed for host RAM.
+    diagnosis: str = ""
 
     def summary(self) -> str:
         first_line = self.error.splitlines()[0] if self.error else ""
         where = PHASE_LABELS[self.phase] + (f" step {self.step}" if self.step else "")
+        if self.diagnosis:
+            return f"{self.kind}/{self.mode} failed in {where}: {self.diagnosis}"
         return f"{self.kind}/{self.mode} failed in {where}: {first_line}"
 
 
@@ -533,6 +540,11 @@ def result_data(result: BaselineResult) -> dict[str, Any]:
         "sources": {
             "timing": "time.perf_counter around each step, target synchronized before reading",
             "host_memory": result.host_memory_source,
+            "compiler_memory": (
+                "psutil RSS of this process's child processes (compile workers, the C++ "
+                "compiler, neuronx-cc), summed and sampled every 50 ms during the first call: "
+                "a lower bound"
+            ),
             "device_memory": result.device_memory_source,
             "compile_counters": result.compile_counter_source,
             "compile_caches": COMPILE_CACHE_NOTE,

@@ -66,6 +66,7 @@ def _headline_row(config: ConfigResult, unit: str) -> dict[str, Any]:
         "host peak (steady)": _mib(steady_phase.memory.host_peak_rss if steady_phase else None),
         "graphs compiled": compiled_graphs,
         "compile time": _seconds(sum(compile_seconds) if compile_seconds else None),
+        "compiler workers peak RSS": _mib(first.memory.compiler_peak_rss if first else None),
         "steady recompiles": config.steady_recompiles,
         "loss first / last": "n/a"
         if config.loss_first is None
@@ -118,6 +119,7 @@ def _phase_row(config: ConfigResult, phase: PhaseResult) -> dict[str, Any]:
         "device peak reserved": _mib(phase.memory.device_peak_reserved),
         "graphs compiled": "n/a" if phase.compile.graphs is None else phase.compile.graphs,
         "compile time": _seconds(phase.compile.compile_seconds),
+        "compiler workers peak RSS": _mib(phase.memory.compiler_peak_rss),
     }
 
 

@@ -232,6 +232,12 @@ class Target(ABC):
                 return match.group(0)
         return None
 
+    @classmethod
+    def compiler_host_oom(cls, text: str) -> str | None:
+        """One sentence naming `text` (a compile's error or output) as the compiler killed for
+        lack of host memory, with the remedy; None when it is not that."""
+        return None
+
     def device_memory(self) -> DeviceMemory | None:
         """Memory one worker can use on its device; None where the target has no device memory
         of its own (host RAM, shared with everything else on the machine)."""

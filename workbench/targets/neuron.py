@@ -8,6 +8,7 @@ the op-tracking calls need `import torch_neuronx`, and they import it inside the
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -40,6 +41,29 @@ NEURON_OUT_OF_MEMORY_PATTERNS: tuple[str, ...] = (
     r"insufficient system memory",
     r"neuronx-cc[^\n]*(?:-9\b|SIGKILL|[Kk]illed)",  # compiler killed by the kernel's OOM killer
 )
+# neuronx-cc out of host RAM: its own F137 error, or the kernel's OOM killer (-9 / SIGKILL)
+# (neuron.md section 6, item 7).
+NEURON_COMPILER_HOST_OOM_PATTERNS: tuple[str, ...] = (
+    r"\[F137\][^\n]*",
+    r"insufficient system memory",
+    r"neuronx-cc[^\n]*(?:-9\b|SIGKILL|[Kk]illed)",
+)
+
+
+def neuron_compiler_host_oom(text: str) -> str | None:
+    """neuronx-cc killed for host RAM, named as such with its remedy; None otherwise."""
+    for pattern in NEURON_COMPILER_HOST_OOM_PATTERNS:
+        match = re.search(pattern, text)
+        if match:
+            return (
+                f"neuronx-cc ran out of host memory ({match.group(0).strip()[:120]}): the "
+                "compiler needs host RAM, not device memory; run fewer compiles at once (fewer "
+                "parallel compile jobs or training processes compiling on this host) or use an "
+                "instance with more host RAM"
+            )
+    return None
+
+
 # TorchNeuron's per-graph compile record splits the time into these three phases.
 _COMPILE_PHASES_US = (
     "torch_neuronx_fx_passes_us",
@@ -178,6 +202,10 @@ class NeuronTarget(Target):
                 ]
             },
         )
+
+    @classmethod
+    def compiler_host_oom(cls, text: str) -> str | None:
+        return neuron_compiler_host_oom(text)
 
     def compile_events(self, since: float) -> list[CompileEvent]:
         # torch.compile(backend="neuron") is Dynamo-based: its recompile reasons and graph

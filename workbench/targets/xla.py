@@ -29,7 +29,7 @@ from workbench.targets.base import (
     Target,
     UnsupportedOp,
 )
-from workbench.targets.neuron import NEURON_OUT_OF_MEMORY_PATTERNS
+from workbench.targets.neuron import NEURON_OUT_OF_MEMORY_PATTERNS, neuron_compiler_host_oom
 
 # `.item()`, `.tolist()` and printing a tensor read one value back to the host through this op.
 # torch_xla counts it like a fallback, but it is a host sync, not a missing lowering.
@@ -214,6 +214,11 @@ class XlaTarget(Target):
             ),
             extra=extra,
         )
+
+    @classmethod
+    def compiler_host_oom(cls, text: str) -> str | None:
+        # On a Trn1, torch-neuronx hands every XLA graph to neuronx-cc.
+        return neuron_compiler_host_oom(text)
 
     def compile_events(self, since: float) -> list[CompileEvent]:
         import torch_xla.debug.metrics as met
