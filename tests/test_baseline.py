@@ -145,6 +145,22 @@ def fake_prepared(clock: FakeClock, step_body=None) -> PreparedStep:
 # --- statistics -------------------------------------------------------------------------------
 
 
+def test_a_burst_of_noise_is_left_out_of_the_robust_median_and_kept_raw():
+    steady = [0.001 + 0.00001 * (i % 3) for i in range(20)]
+    burst = [0.004, 0.006, 0.005, 0.007, 0.009, 0.008, 0.006, 0.005]  # other load, 8 steps
+    m = Measurement(steady[:10] + burst + steady[10:])
+    assert m.discarded == list(range(10, 18))
+    assert m.robust_median == pytest.approx(0.00101, abs=1e-5)
+    assert m.median > m.robust_median, "the plain median is dragged up by the burst"
+    assert len(m.times) == 28 and m.times[10:18] == burst
+
+
+def test_ordinary_jitter_discards_nothing():
+    m = Measurement([0.001, 0.0011, 0.00095, 0.00105, 0.0012, 0.001, 0.00098, 0.00102])
+    assert m.discarded == [] and m.robust_median == m.median
+    assert Measurement([0.002] * 10).discarded == []
+
+
 def test_measurement_stats_are_derived_from_raw_samples():
     samples = [0.5, 0.1, 0.4, 0.2, 0.3, 0.9, 0.6, 0.7, 0.8, 1.0]
     m = Measurement(samples)

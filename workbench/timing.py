@@ -54,6 +54,18 @@ def ratio_of_medians_interval(
     return quantile(ratios, tail), quantile(ratios, 1 - tail)
 
 
+# A steady step cannot run faster than its own cost, but other load can slow a burst of steps:
+# samples far above the median are noise, not the step. MAD x 1.4826 estimates the standard
+# deviation of normal noise; the floor keeps a near-constant series from discarding jitter.
+OUTLIER_MADS = 5.0
+OUTLIER_FLOOR = 0.02  # of the median
+OUTLIER_RULE = (
+    f"samples slower than median + {OUTLIER_MADS:g} x max(1.4826 x MAD, "
+    f"{OUTLIER_FLOOR:.0%} of the median) are left out of the robust median (a burst of other "
+    "load slows steps; nothing makes a step faster than its cost); the raw samples keep them"
+)
+
+
 @dataclass
 class Measurement:
     """Raw per-step times in seconds and the statistics derived from them.
@@ -73,6 +85,8 @@ class Measurement:
     relative_iqr: float = field(init=False)
     has_warnings: bool = field(init=False)
     warnings: list[str] = field(init=False)
+    robust_median: float = field(init=False)  # median of the samples OUTLIER_RULE keeps
+    discarded: list[int] = field(init=False)  # indices into `times` that OUTLIER_RULE left out
 
     def __post_init__(self) -> None:
         if not self.times:
@@ -86,6 +100,12 @@ class Measurement:
         self.p90 = quantile(ordered, 0.90)
         self.p99 = quantile(ordered, 0.99)
         self.relative_iqr = self.iqr / self.median if self.median > 0 else math.inf
+        deviations = sorted(abs(t - self.median) for t in ordered)
+        spread = max(1.4826 * quantile(deviations, 0.5), OUTLIER_FLOOR * self.median)
+        limit = self.median + OUTLIER_MADS * spread
+        self.discarded = [i for i, t in enumerate(self.times) if t > limit]
+        kept = sorted(t for t in self.times if t <= limit)
+        self.robust_median = quantile(kept, 0.5)
         self.warnings = []
         if self.relative_iqr > FLUCTUATION_SEVERE:
             self.warnings.append(

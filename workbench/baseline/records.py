@@ -15,6 +15,7 @@ from workbench.scorecard import ATTENTION, BLOCKER, PASS, Finding, Verdict, judg
 from workbench.targets.base import CompileCounters, CompileEvent
 from workbench.timing import (
     FLUCTUATION_SEVERE,
+    OUTLIER_RULE,
     RATIO_INTERVAL_METHOD,
     Measurement,
     WarmupRule,
@@ -260,7 +261,9 @@ class ConfigResult:
     def throughput(self) -> float | None:
         """Items per second at the steady-state median."""
         steady = self.steady
-        return self.items_per_step / steady.median if steady and steady.median > 0 else None
+        if steady is None or steady.robust_median <= 0:
+            return None
+        return self.items_per_step / steady.robust_median
 
     @property
     def steady_recompiles(self) -> int:
@@ -357,7 +360,7 @@ def compile_payback(eager: ConfigResult, compiled: ConfigResult) -> CompilePayba
         return None
     if first.measurement is None:
         return None
-    e, c = eager.steady.median, compiled.steady.median
+    e, c = eager.steady.robust_median, compiled.steady.robust_median
     low, high = ratio_of_medians_interval(eager.steady.times, compiled.steady.times)
     cost = first.measurement.total - c
     speedup = e / c if c > 0 else math.inf
@@ -426,7 +429,7 @@ class BaselineResult:
         eager = self.config(kind, EAGER)
         if not text and eager and eager.steady and eager.throughput:
             text = (
-                f"{label}: eager median {format_seconds(eager.steady.median)} "
+                f"{label}: eager median {format_seconds(eager.steady.robust_median)} "
                 f"({eager.throughput:,.0f} {self.throughput_unit})"
             )
         failed_compile = next((c.failure for c in configs if c.failure), None)
@@ -511,6 +514,9 @@ def _config_data(config: ConfigResult) -> dict[str, Any]:
         "warmup_steps": warmup.steps if warmup else None,
         "warmup_converged": config.warmup_converged,
         "steady_recompiles": config.steady_recompiles,
+        # The median every number above uses, and the raw steady samples it left out.
+        "steady_robust_median": config.steady.robust_median if config.steady else None,
+        "steady_discarded": config.steady.discarded if config.steady else [],
     }
 
 
@@ -539,6 +545,7 @@ def result_data(result: BaselineResult) -> dict[str, Any]:
         "reference": asdict(result.reference),
         "sources": {
             "timing": "time.perf_counter around each step, target synchronized before reading",
+            "steady_median": OUTLIER_RULE,
             "host_memory": result.host_memory_source,
             "compiler_memory": (
                 "psutil RSS of this process's child processes (compile workers, the C++ "

@@ -40,6 +40,15 @@ def _rate(value: float | None, unit: str) -> str:
     return "n/a" if value is None else f"{value:,.0f} {unit}"
 
 
+def _left_out(steady: Any) -> str:
+    """Which steady samples the robust median left out (steps numbered within the phase)."""
+    if steady is None or not steady.discarded:
+        return "none"
+    shown = ", ".join(f"#{i + 1} ({format_seconds(steady.times[i])})" for i in steady.discarded[:5])
+    more = len(steady.discarded) - 5
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
 def _headline_row(config: ConfigResult, unit: str) -> dict[str, Any]:
     first = config.phase(PHASE_FIRST_CALL)
     warmup = config.phase(PHASE_WARMUP)
@@ -59,7 +68,8 @@ def _headline_row(config: ConfigResult, unit: str) -> dict[str, Any]:
         "status": config_status(config),
         "first call": _seconds(first.measurement.total if first and first.measurement else None),
         "warm-up": warmup_text,
-        "steady median": _seconds(steady.median if steady else None),
+        "steady median": _seconds(steady.robust_median if steady else None),
+        "steady samples left out": _left_out(steady),
         "IQR": f"{steady.relative_iqr:.0%}" if steady else "n/a",
         "p99": _seconds(steady.p99 if steady else None),
         "throughput": _rate(config.throughput, unit),
