@@ -29,8 +29,11 @@ from workbench.compile_cache import (
     stamp_name,
 )
 from workbench.errors import BadInput
+from workbench.prewarm import prewarm
 from workbench.runner import RunRequest, run
+from workbench.targets.base import PrewarmCommand
 from workbench.targets.cpu import CpuTarget
+from workbench.targets.xla import XlaTarget, neuron_cache_url
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -215,3 +218,86 @@ def test_xla_a_second_run_with_the_same_cache_is_served_or_its_misses_explained(
         assert f"{failures} cached graph(s)" in warm["explained"], warm["explained"]
         assert "PersistentCacheDeserializeFailure" in warm["explained"]
     assert all(e["cause"] == "new XLA graph hash" for e in warm["ledger"])
+
+
+# --- pre-warming --------------------------------------------------------------------------------
+
+# A stand-in for neuron_parallel_compile that follows its documented contract (neuron.md 2.5):
+# it runs the given command with NEURON_EXTRACT_GRAPHS_ONLY set, then compiles what it saw into
+# NEURON_COMPILE_CACHE_URL. This fake records the command, the cache URL and the command's
+# output instead of compiling; the real tool and neuronx-cc cannot run here.
+FAKE_PARALLEL_COMPILE = """#!/bin/sh
+record="$(dirname "$0")/record.txt"
+echo "cache=$NEURON_COMPILE_CACHE_URL" > "$record"
+echo "argv=$*" >> "$record"
+NEURON_EXTRACT_GRAPHS_ONLY=1 "$@" >> "$record" 2>&1
+"""
+
+
+def fake_tool(folder: Path) -> Path:
+    tool = folder / "neuron_parallel_compile"
+    tool.write_text(FAKE_PARALLEL_COMPILE)
+    tool.chmod(0o755)
+    return tool
+
+
+def test_prewarm_without_a_compile_tool_is_one_sentence_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert prewarm("seed-mlp", "cpu", str(tmp_path), 2, []) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no ahead-of-time compile tool" in err
+
+
+def test_xla_prewarm_names_neuron_parallel_compile_when_it_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    plan = XlaTarget.prewarm_command(["python", "step"], str(tmp_path / "stamp"))
+    assert isinstance(plan, str)
+    assert "neuron_parallel_compile is not installed" in plan
+    assert str(tmp_path / "stamp" / "neuron") in plan
+
+
+def test_xla_prewarm_fills_the_runs_own_neuron_cache_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fake that follows the documented contract: on PATH as neuron_parallel_compile."""
+    tool = fake_tool(tmp_path)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    plan = XlaTarget.prewarm_command(["python", "step"], str(tmp_path / "stamp"))
+    assert isinstance(plan, PrewarmCommand)
+    assert plan.argv == [str(tool), "python", "step"]
+    # The folder a run on a Trn1 points NEURON_COMPILE_CACHE_URL at, so its lookups hit.
+    assert plan.env == {"NEURON_COMPILE_CACHE_URL": neuron_cache_url(str(tmp_path / "stamp"))}
+
+
+@pytest.mark.xla
+def test_xla_prewarm_runs_the_workloads_graphs_through_the_tool(tmp_path: Path) -> None:
+    """torch-xla 2.9 on XLA:CPU runs the step command for real, under a fake
+    neuron_parallel_compile that follows its documented contract (see FAKE_PARALLEL_COMPILE);
+    the real tool and neuronx-cc are not exercised here."""
+    pytest.importorskip("torch_xla")
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    fake_tool(tools)
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "workbench"), "prewarm", "--target", "xla"]
+        + ["--compile-cache", str(tmp_path / "cache"), "--steps", "1"],
+        cwd=REPO,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "PJRT_DEVICE": "CPU",
+            "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}",
+        },
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = (tools / "record.txt").read_text()
+    stamped = next((tmp_path / "cache").iterdir())
+    assert f"cache={stamped / 'neuron'}" in record and "torch-xla-2.9" in stamped.name
+    for config in ("train/eager", "train/compiled", "infer/eager", "infer/compiled"):
+        assert f"prewarm step: {config} ran 1 step(s)" in record, record[-2000:]

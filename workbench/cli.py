@@ -131,6 +131,12 @@ def _run_matrix_item(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_prewarm(args: argparse.Namespace) -> int:
+    from workbench.prewarm import prewarm
+
+    return prewarm(args.workload, args.target, args.compile_cache, args.steps, args.param)
+
+
 def cmd_env_pin(args: argparse.Namespace) -> int:
     from workbench.environment.manifest import pin
 
@@ -220,6 +226,17 @@ def build_parser() -> argparse.ArgumentParser:
         "$JOB_COMPLETION_INDEX or $AWS_BATCH_JOB_ARRAY_INDEX (with --matrix, --out is ROOT)",
     )
     run_p.set_defaults(func=cmd_run)
+
+    prewarm_p = sub.add_parser(
+        "prewarm",
+        help="fill the compile cache before a scheduled run (neuron_parallel_compile on Trn1)",
+    )
+    prewarm_p.add_argument("--workload", default=DEFAULT_WORKLOAD)
+    prewarm_p.add_argument("--target", default="auto", help="auto, cpu, cuda, xla or neuron")
+    prewarm_p.add_argument("--compile-cache", default="", metavar="DIR")
+    prewarm_p.add_argument("--steps", type=int, default=2, help="steps per configuration (2)")
+    prewarm_p.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE")
+    prewarm_p.set_defaults(func=cmd_prewarm)
 
     matrix_p = sub.add_parser(
         "matrix", help="list a matrix file's items with their index, and check every one"

@@ -31,6 +31,20 @@ def default_cache_root() -> Path:
     return Path(base) / "workbench" / "compile-cache"
 
 
+def cache_root(requested: str) -> Path:
+    """The folder a `compile_cache` value names: the default when empty."""
+    return Path(requested).expanduser() if requested.strip() else default_cache_root()
+
+
+def stamped_folder(requested: str, versions: dict[str, str]) -> Path:
+    """This version set's folder under the requested root, created with its stamp file."""
+    folder = cache_root(requested) / stamp_name(versions)
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / STAMP_FILE).exists():
+        _write_stamp(folder / STAMP_FILE, versions)
+    return folder
+
+
 def stamp_name(versions: dict[str, str]) -> str:
     """The subfolder for these versions, e.g. `torch-2.13.0+cpu`, readable and path-safe."""
     text = "_".join(f"{name}-{version}" for name, version in sorted(versions.items()))
@@ -90,7 +104,7 @@ def open_compile_cache(requested: str, target: Target) -> CompileCache:
             versions,
             wiring=target.use_compile_cache(None),
         )
-    root = Path(requested).expanduser() if requested.strip() else default_cache_root()
+    root = cache_root(requested)
     folder = root / stamp_name(versions)
     others = sorted(
         p.name for p in _subfolders(root) if p.name != folder.name and (p / STAMP_FILE).exists()

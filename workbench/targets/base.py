@@ -113,6 +113,15 @@ class CacheCounters:
 
 
 @dataclass(frozen=True)
+class PrewarmCommand:
+    """A pre-compile command and the environment it needs on top of the current one."""
+
+    argv: list[str]
+    env: dict[str, str]
+    description: str
+
+
+@dataclass(frozen=True)
 class UnsupportedOp:
     """An op a target's analyzer rejects, where it failed, and the Python call that made it."""
 
@@ -185,10 +194,21 @@ class Target(ABC):
         the target's compiler keeps no per-compile record."""
         return []
 
-    def compiler_versions(self) -> dict[str, str]:
+    @classmethod
+    def compiler_versions(cls) -> dict[str, str]:
         """The versions a compiled artifact depends on: a cache written under other versions is
         not reused (its folder is stamped with them)."""
         return {"torch": torch.__version__}
+
+    @classmethod
+    def prewarm_command(cls, step: list[str], cache_folder: str) -> PrewarmCommand | str:
+        """How to fill `cache_folder` (this run's stamped folder) ahead of a scheduled run by
+        running `step` (a command that runs the workload's graphs) through the target's
+        ahead-of-time compile tool; or the sentence that says why that cannot be done here."""
+        return (
+            f"target {cls.name} has no ahead-of-time compile tool: its compile cache fills on "
+            "the first run and serves the runs after it"
+        )
 
     def use_compile_cache(self, folder: str | None) -> str:
         """Point the target's on-disk compile caches at `folder` (None: turn them off) before

@@ -120,7 +120,8 @@ class CudaTarget(Target):
     def cache_counters(self) -> CacheCounters | None:
         return inductor_cache_counters()
 
-    def compiler_versions(self) -> dict[str, str]:
+    @classmethod
+    def compiler_versions(cls) -> dict[str, str]:
         import importlib.metadata
 
         versions = super().compiler_versions() | {"cuda": str(torch.version.cuda)}

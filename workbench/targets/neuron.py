@@ -212,7 +212,8 @@ class NeuronTarget(Target):
         # breaks are Dynamo's (neuron.md 2.6: TORCH_LOGS="graph_breaks,recompiles").
         return dynamo_compile_events(since)
 
-    def compiler_versions(self) -> dict[str, str]:
+    @classmethod
+    def compiler_versions(cls) -> dict[str, str]:
         versions = super().compiler_versions()
         for package in ("torch-neuronx", "neuronx-cc"):
             version = detect.installed_version(package)

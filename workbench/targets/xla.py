@@ -9,6 +9,7 @@ module's functions: its import registers the PJRT runtime, and on a Trn1 it can 
 from __future__ import annotations
 
 import os
+import shutil
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
@@ -26,6 +27,7 @@ from workbench.targets.base import (
     DeviceMemory,
     InferenceAnalysis,
     MemoryReading,
+    PrewarmCommand,
     Target,
     UnsupportedOp,
 )
@@ -43,6 +45,15 @@ _CORE_MEMORY_BY_KIND = {"NC_v2": 16 << 30}
 
 def _major_minor(version: str) -> str:
     return ".".join(version.split("+")[0].split(".")[:2])
+
+
+PARALLEL_COMPILE = "neuron_parallel_compile"
+
+
+def neuron_cache_url(folder: str) -> str:
+    """The Neuron compile cache inside a run's stamped cache folder; runs and pre-warming agree
+    on it, so what neuron_parallel_compile fills is what the next run looks up."""
+    return os.path.join(folder, "neuron")
 
 
 def _pjrt_device() -> str:
@@ -216,6 +227,27 @@ class XlaTarget(Target):
         )
 
     @classmethod
+    def prewarm_command(cls, step: list[str], cache_folder: str) -> PrewarmCommand | str:
+        tool = shutil.which(PARALLEL_COMPILE)
+        if tool is None:
+            return (
+                f"{PARALLEL_COMPILE} is not installed here (it comes with the XLA-based "
+                "torch-neuronx on a Trn1 host), so nothing was pre-compiled: the first scheduled "
+                f"run compiles every graph into {neuron_cache_url(cache_folder)}"
+            )
+        # neuron_parallel_compile runs the command once in graph-extraction mode (its outputs
+        # are garbage), then compiles every graph it saw into NEURON_COMPILE_CACHE_URL
+        # (neuron.md 2.5). Flags other than the step count must match the scheduled run's, or
+        # its lookups miss: NEURON_CC_FLAGS is inherited unchanged.
+        return PrewarmCommand(
+            argv=[tool, *step],
+            env={
+                "NEURON_COMPILE_CACHE_URL": neuron_cache_url(cache_folder),
+            },
+            description=f"{PARALLEL_COMPILE} into {neuron_cache_url(cache_folder)}",
+        )
+
+    @classmethod
     def compiler_host_oom(cls, text: str) -> str | None:
         # On a Trn1, torch-neuronx hands every XLA graph to neuronx-cc.
         return neuron_compiler_host_oom(text)
@@ -246,7 +278,8 @@ class XlaTarget(Target):
             )
         return events
 
-    def compiler_versions(self) -> dict[str, str]:
+    @classmethod
+    def compiler_versions(cls) -> dict[str, str]:
         versions = super().compiler_versions()
         for package in ("torch-xla", "torch-neuronx", "neuronx-cc", "libneuronxla"):
             version = detect.installed_version(package)
@@ -264,7 +297,7 @@ class XlaTarget(Target):
                     "the Neuron compile cache stays where NEURON_COMPILE_CACHE_URL or "
                     "--cache_dir points (default /var/tmp/neuron-compile-cache)"
                 )
-            os.environ["NEURON_COMPILE_CACHE_URL"] = os.path.join(folder, "neuron")
+            os.environ["NEURON_COMPILE_CACHE_URL"] = neuron_cache_url(folder)
             return f"the Neuron compile cache in {os.environ['NEURON_COMPILE_CACHE_URL']}"
         if folder is None:
             return "torch_xla's persistent compilation cache is off"
