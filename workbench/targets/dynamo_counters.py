@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections import Counter
 from typing import Any
 
@@ -139,26 +140,37 @@ def _cache_lookups(record: Any) -> tuple[int, int]:
 
 def use_inductor_cache(folder: str | None, extra_env: dict[str, str] | None = None) -> str:
     """Inductor's FX-graph, AOT-autograd and autotune caches under `folder` (None: off). Set
-    through the environment, so compile workers and trial processes inherit the same cache."""
-    import torch._functorch.config as functorch_config
-    import torch._inductor.config as inductor_config
-
+    through the environment, so compile workers and trial processes inherit the same cache,
+    and without importing Inductor (two seconds) in a notebook that may never compile."""
     enabled = folder is not None
     if enabled:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(str(folder), "inductor")
         for name, value in (extra_env or {}).items():
             os.environ[name] = os.path.join(str(folder), value)
-    os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "1" if enabled else "0"
-    os.environ["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "1" if enabled else "0"
-    inductor_config.fx_graph_cache = enabled
-    inductor_config.autotune_local_cache = enabled
-    functorch_config.enable_autograd_cache = enabled
+    for name in _CACHE_SWITCHES:
+        # These variables force the setting when the config module loads: only "off" sets one.
+        if enabled:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = "0"
+    # A config module loaded already has read its variables: set it directly.
+    for module, setting in _CACHE_SETTINGS:
+        if module in sys.modules:
+            setattr(sys.modules[module], setting, enabled)
     if not enabled:
-        return "Inductor's FX-graph, AOT-autograd and autotune caches are off"
+        return "Inductor's FX-graph and AOT-autograd caches are off"
     return (
         "Inductor's FX-graph, AOT-autograd and autotune caches in "
         f"{os.environ['TORCHINDUCTOR_CACHE_DIR']}"
     )
+
+
+_CACHE_SWITCHES = ("TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCHINDUCTOR_AUTOGRAD_CACHE")
+_CACHE_SETTINGS = (
+    ("torch._inductor.config", "fx_graph_cache"),
+    ("torch._inductor.config", "autotune_local_cache"),
+    ("torch._functorch.config", "enable_autograd_cache"),
+)
 
 
 def inductor_cache_counters() -> CacheCounters:

@@ -31,6 +31,7 @@ from workbench.targets.base import (
     Target,
     UnsupportedOp,
 )
+from workbench.targets.dynamo_counters import dynamo_compile_events
 from workbench.targets.neuron import NEURON_OUT_OF_MEMORY_PATTERNS, neuron_compiler_host_oom
 
 # `.item()`, `.tolist()` and printing a tensor read one value back to the host through this op.
@@ -276,7 +277,9 @@ class XlaTarget(Target):
                     ),
                 )
             )
-        return events
+        # compile() captures with Dynamo first (backend openxla): its guard failures and graph
+        # breaks are the causes of the XLA graphs that follow them.
+        return sorted(events + dynamo_compile_events(since), key=lambda e: e.started_at)
 
     @classmethod
     def compiler_versions(cls) -> dict[str, str]:
@@ -325,7 +328,8 @@ class XlaTarget(Target):
             saved_seconds=None,
             source=(
                 "torch_xla.debug.metrics counters PersistentCacheHit, PersistentCacheMiss and "
-                "PersistentCacheDeserializeFailure"
+                "PersistentCacheDeserializeFailure, since process start or the last "
+                "start_fallback_tracking"
             ),
             extra={"deserialize_failures": count("PersistentCacheDeserializeFailure")},
         )
