@@ -65,8 +65,9 @@ PHASE_LOSS = "loss"  # the loss on an inference call's outputs, and reading loss
 
 # What a compiled first call includes, said wherever compile times are shown.
 COMPILE_CACHE_NOTE = (
-    "Dynamo's in-process caches are reset before each compiled configuration; on-disk compiler "
-    "caches (e.g. Inductor's FX graph cache) are used as found, so a repeat run compiles faster"
+    "Dynamo's in-process caches are reset before each compiled configuration; the on-disk "
+    "compile cache is the run's folder (the result file's compile_cache), so a run after one "
+    "that filled it takes its graphs from the cache: the ledger says which"
 )
 
 
