@@ -175,6 +175,14 @@ def test_a_folder_stamped_for_other_versions_is_never_read(
     assert "9.9.9" in cache.sentence and "not reused" in cache.sentence
 
 
+def test_an_unreadable_stamp_is_not_trusted(tmp_path: Path, restore_cache_settings: None) -> None:
+    folder = tmp_path / stamp_name(CpuTarget().compiler_versions())
+    folder.mkdir()
+    (folder / STAMP_FILE).write_text("{half a stamp")
+    cache = open_compile_cache(str(tmp_path), CpuTarget())
+    assert cache.status == STATUS_STAMP_MISMATCH and "unreadable versions" in cache.sentence
+
+
 def test_off_turns_the_caches_off(restore_cache_settings: None) -> None:
     cache = open_compile_cache("off", CpuTarget())
     assert cache.status == STATUS_OFF and not cache.in_use

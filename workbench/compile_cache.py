@@ -110,29 +110,25 @@ def open_compile_cache(requested: str, target: Target) -> CompileCache:
         p.name for p in _subfolders(root) if p.name != folder.name and (p / STAMP_FILE).exists()
     )
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        stamp = folder / STAMP_FILE
-        if stamp.exists():
-            recorded = json.loads(stamp.read_text(encoding="utf-8")).get("versions")
-            if recorded != versions:
-                sentence = (
-                    f"compile cache {folder} is stamped for {recorded}, not this run's "
-                    f"{versions}; it is not reused and this run goes on uncached"
-                )
-                return CompileCache(
-                    requested,
-                    None,
-                    STATUS_STAMP_MISMATCH,
-                    sentence,
-                    versions,
-                    others,
-                    target.use_compile_cache(None),
-                )
-        else:
-            _write_stamp(stamp, versions)
+        stamped_folder(requested, versions)
+        recorded = _recorded_versions(folder / STAMP_FILE)
+        if recorded != versions:
+            sentence = (
+                f"compile cache {folder} is stamped for {recorded or 'unreadable versions'}, "
+                f"not this run's {versions}; it is not reused and this run goes on uncached"
+            )
+            return CompileCache(
+                requested,
+                None,
+                STATUS_STAMP_MISMATCH,
+                sentence,
+                versions,
+                others,
+                target.use_compile_cache(None),
+            )
         _probe_writable(folder)
-    except (OSError, ValueError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
         sentence = (
             f"compile cache folder {root} cannot be written ({reason}); this run goes on "
             "uncached, so every graph compiles and nothing is kept for the next run"
@@ -158,6 +154,15 @@ def _subfolders(root: Path) -> list[Path]:
         return [p for p in root.iterdir() if p.is_dir()]
     except OSError:
         return []
+
+
+def _recorded_versions(stamp: Path) -> dict[str, str] | None:
+    """The versions a stamp file names; None for one that is not a stamp this code wrote."""
+    try:
+        recorded = json.loads(stamp.read_text(encoding="utf-8")).get("versions")
+    except (ValueError, AttributeError):
+        return None
+    return recorded if isinstance(recorded, dict) else None
 
 
 def _write_stamp(stamp: Path, versions: dict[str, str]) -> None:
