@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup run test test-main test-xla test-slurm lint xla-venv
+.PHONY: setup run prewarm test test-main test-xla test-slurm lint xla-venv
 
 setup: $(STAMP)
 
@@ -20,6 +20,12 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	$(BIN)/workbench run $(ARGS)
+
+# Before a scheduled run on a Trn1: neuron_parallel_compile fills the run's compile cache
+# (PREWARM_ARGS, e.g. "--target xla --compile-cache /shared/cache"); elsewhere one sentence says why not.
+PREWARM_ARGS ?=
+prewarm: $(STAMP)
+	$(BIN)/workbench prewarm $(PREWARM_ARGS)
 
 # Both lanes: the CPU environment (torch 2.13: format, lint, type check, tests), then Trn1's software path (torch-xla 2.9 on CPU).
 test: test-main test-xla

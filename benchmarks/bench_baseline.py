@@ -1,14 +1,17 @@
 """How far the baseline's own numbers can be trusted, on seed-mlp on the CPU.
 
-    .venv/bin/python benchmarks/bench_baseline.py
+    .venv/bin/python benchmarks/bench_baseline.py [--ratio-only]
 
 1. The default baseline's wall time, with a cold Inductor cache (a fresh TORCHINDUCTOR_CACHE_DIR
    is set before torch is imported, so compilation is paid in full).
-2. `ratio vs torch.utils.benchmark`: the steady-state median of the eager training step divided
-   by Timer.blocked_autorange() of the same step function, in the same process. Timer defaults to
-   one thread; it gets torch.get_num_threads() so both measure the same thing. Measured in pairs
-   with alternating order (as the Dynamo harness interleaves runs against load changes); the
-   median pair's ratio is printed with every pair's ratio.
+2. `ratio vs torch.utils.benchmark`: the workbench's steady-state median (robust median of the
+   steady phase) of the eager training step against Timer.blocked_autorange() of the same step
+   function, in the same process. Timer defaults to one thread; it gets torch.get_num_threads()
+   so both measure the same thing. Interleaved A B B A A B ... in short blocks (each about
+   0.2 s), each A block paired with the B block beside it, so both sides of a pair see the same
+   load; the ratio is the median of the pair ratios, printed with their spread (10th-90th
+   percentile) and the load average. A spread wider than 0.10 or a load above a quarter of
+   the cores prints LOADED instead of a confident number.
 3. `ratio of loop elapsed to phases`: the usual smoke test (20 steps, one elapsed) against what
    the phases predict for it: first call + the warm-up steps within those 20 + the remaining
    steps x steady median. Each side gets a fresh model, optimizer and (compiled) a fresh Dynamo
@@ -46,6 +49,7 @@ from workbench.baseline.records import (  # noqa: E402
 )
 from workbench.targets import get_target  # noqa: E402
 from workbench.targets.base import Target  # noqa: E402
+from workbench.timing import WarmupRule, quantile  # noqa: E402
 from workbench.workload import Workload, load_workload  # noqa: E402
 
 LOOP_STEPS = 20
@@ -83,16 +87,61 @@ def phases_prediction(workload: Workload, target: Target, mode: str, steps: int)
     return predicted_loop_seconds(result, steps)
 
 
-def steady_median(prepared: PreparedStep, target: Target) -> float:
-    """The baseline's steady-state median (default settings) of an already prepared step."""
-    result = measure(prepared, target, BaselineSettings(kinds=(TRAIN,)), log=quiet)
-    assert result.steady is not None
-    return result.steady.median
-
-
-def timer_median(prepared: PreparedStep, threads: int) -> float:
+def timer_median(prepared: PreparedStep, threads: int, min_run_time: float = 1.0) -> float:
     timer = benchmark.Timer(stmt="step()", globals={"step": prepared.step}, num_threads=threads)
-    return timer.blocked_autorange(min_run_time=1.0).median
+    return timer.blocked_autorange(min_run_time=min_run_time).median
+
+
+BLOCKS = 16  # pairs of short blocks
+BLOCK_SECONDS = 0.2
+SPREAD_LIMIT = 0.10  # 10th-90th percentile of the pair ratios
+LOAD_LIMIT = 0.25  # load average per core
+
+
+def workbench_block(prepared: PreparedStep, target: Target, steps: int) -> float:
+    """One short A block: the baseline's own phases on a warm step (a 4-step warm-up that always
+    ends, then `steps` steady samples); its robust steady median."""
+    settings = BaselineSettings(
+        steady_steps=steps, warmup=WarmupRule(window=4, threshold=0.99, max_steps=4), kinds=(TRAIN,)
+    )
+    result = measure(prepared, target, settings, log=quiet)
+    assert result.steady is not None
+    return result.steady.robust_median
+
+
+def interleaved_ratio(workload: Workload, target: Target, threads: int) -> None:
+    prepared = prepare_step(workload, target, TRAIN, EAGER)
+    # Size the A blocks to about BLOCK_SECONDS of steady steps, from one rough timing.
+    rough = timer_median(prepared, threads, min_run_time=0.2)
+    steps = max(10, int(BLOCK_SECONDS / rough))
+    load_before = os.getloadavg()[0]
+    pairs = []
+    for block in range(BLOCKS):
+        # A B, then B A: neither side always runs first within its pair.
+        if block % 2 == 0:
+            ours = workbench_block(prepared, target, steps)
+            theirs = timer_median(prepared, threads, BLOCK_SECONDS)
+        else:
+            theirs = timer_median(prepared, threads, BLOCK_SECONDS)
+            ours = workbench_block(prepared, target, steps)
+        pairs.append(ours / theirs)
+    load = max(load_before, os.getloadavg()[0])
+    ordered = sorted(pairs)
+    ratio = statistics.median(pairs)
+    low, high = quantile(ordered, 0.1), quantile(ordered, 0.9)
+    cores = os.cpu_count() or 1
+    print(
+        f"ratio vs torch.utils.benchmark: {ratio:.2f} (eager training step, {BLOCKS} interleaved "
+        f"block pairs of ~{BLOCK_SECONDS:g} s, {steps} steps per workbench block; pair spread "
+        f"{low:.2f}-{high:.2f} (10th-90th percentile), min {ordered[0]:.2f}, max "
+        f"{ordered[-1]:.2f}; load average {load:.2f} on {cores} cpus)"
+    )
+    if high - low > SPREAD_LIMIT or load / cores > LOAD_LIMIT:
+        print(
+            f"  LOADED: pair spread {high - low:.2f} (limit {SPREAD_LIMIT}) at load {load:.2f} on "
+            f"{cores} cpus (limit {LOAD_LIMIT * cores:.2f}): other work shares this machine, so "
+            "the ratio above is not a measurement of the workbench; rerun on a quiet machine"
+        )
 
 
 def main() -> int:
@@ -104,6 +153,9 @@ def main() -> int:
         f"load average {os.getloadavg()[0]:.2f}"
     )
 
+    if "--ratio-only" in sys.argv:
+        interleaved_ratio(workload, target, threads)
+        return 0
     started = time.perf_counter()
     result = run_baseline(workload, target, log=quiet)
     wall = time.perf_counter() - started
@@ -113,23 +165,7 @@ def main() -> int:
     )
     print(f"  headline: {result.headline()}")
 
-    prepared = prepare_step(workload, target, TRAIN, EAGER)
-    ratios = []
-    for pair in range(PAIRS):
-        # Alternate the order: this box's speed drifts with what else runs on it.
-        if pair % 2 == 0:
-            ours = steady_median(prepared, target)
-            theirs = timer_median(prepared, threads)
-        else:
-            theirs = timer_median(prepared, threads)
-            ours = steady_median(prepared, target)
-        ratios.append((ours / theirs, ours, theirs))
-    ratio, ours, theirs = sorted(ratios)[len(ratios) // 2]
-    print(
-        f"ratio vs torch.utils.benchmark: {ratio:.2f} (eager training step, median of {PAIRS} "
-        f"pairs: {', '.join(f'{r:.2f}' for r, _, _ in ratios)}; in the median pair the steady "
-        f"median is {ours * 1e6:.0f} us, blocked_autorange's {theirs * 1e6:.0f} us)"
-    )
+    interleaved_ratio(workload, target, threads)
 
     for mode in (EAGER, COMPILED):
         ratios = []

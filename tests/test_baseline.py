@@ -44,10 +44,24 @@ from workbench.baseline.reference import (
 )
 from workbench.baseline.views import raise_on_step_failure
 from workbench.errors import BadInput, WorkbenchError
-from workbench.results import write_json_atomic
-from workbench.targets.base import CompileCounters
+from workbench.results import _jsonable, write_json_atomic
+from workbench.targets.base import (
+    CAUSE_FIRST,
+    CAUSE_GRAPH_BREAK,
+    CAUSE_GUARD,
+    CAUSE_NEW_SHAPE,
+    CompileCounters,
+)
 from workbench.targets.cpu import CpuTarget
-from workbench.timing import HostPeakRss, Measurement, WarmupRule, quantile, theil_sen_drift
+from workbench.targets.neuron import NeuronTarget
+from workbench.timing import (
+    ChildPeakRss,
+    HostPeakRss,
+    Measurement,
+    WarmupRule,
+    quantile,
+    theil_sen_drift,
+)
 from workbench.workload import Workload, load_workload
 
 QUICK = BaselineSettings(steady_steps=4, warmup=WarmupRule(window=4, threshold=0.5, max_steps=6))
@@ -129,6 +143,22 @@ def fake_prepared(clock: FakeClock, step_body=None) -> PreparedStep:
 
 
 # --- statistics -------------------------------------------------------------------------------
+
+
+def test_a_burst_of_noise_is_left_out_of_the_robust_median_and_kept_raw():
+    steady = [0.001 + 0.00001 * (i % 3) for i in range(20)]
+    burst = [0.004, 0.006, 0.005, 0.007, 0.009, 0.008, 0.006, 0.005]  # other load, 8 steps
+    m = Measurement(steady[:10] + burst + steady[10:])
+    assert m.discarded == list(range(10, 18))
+    assert m.robust_median == pytest.approx(0.00101, abs=1e-5)
+    assert m.median > m.robust_median, "the plain median is dragged up by the burst"
+    assert len(m.times) == 28 and m.times[10:18] == burst
+
+
+def test_ordinary_jitter_discards_nothing():
+    m = Measurement([0.001, 0.0011, 0.00095, 0.00105, 0.0012, 0.001, 0.00098, 0.00102])
+    assert m.discarded == [] and m.robust_median == m.median
+    assert Measurement([0.002] * 10).discarded == []
 
 
 def test_measurement_stats_are_derived_from_raw_samples():
@@ -230,6 +260,61 @@ def test_a_recompile_during_steady_state_is_counted(monkeypatch):
     assert result.phase(PHASE_STEADY).first_step == 6
     assert result.steady_recompiles >= 1
     assert result.phase(PHASE_WARMUP).compile.recompiles == 0
+    # The ledger names the recompile's cause, phase and step, from Dynamo's own records.
+    steady = result.steady_compiles()
+    assert [(e.cause, e.step) for e in steady] == [(CAUSE_NEW_SHAPE, 8)]
+    assert "size mismatch" in steady[0].detail and "expected 8, actual 9" in steady[0].detail
+    assert result.ledger[0].cause == CAUSE_FIRST and result.ledger[0].phase == PHASE_FIRST_CALL
+    assert "new input shape at step 8" in result.steady_recompile_sentence()
+
+
+def test_the_ledger_names_a_guard_failure_that_is_not_a_shape(monkeypatch):
+    """Real Dynamo: a Python flag the graph specialized on changes at step 7 (steady state)."""
+    clock = FakeClock([0.001] * 100)
+    monkeypatch.setattr(baseline, "perf_counter", clock)
+    torch._dynamo.reset()
+    config = {"scale": True}
+
+    def body_fn(x: torch.Tensor) -> torch.Tensor:
+        return (x * 2).sum() if config["scale"] else x.sum()
+
+    compiled = torch.compile(body_fn, backend="eager")
+    calls = itertools.count(1)
+
+    def body() -> torch.Tensor:
+        config["scale"] = next(calls) < 7
+        return compiled(torch.ones(8))
+
+    settings = BaselineSettings(steady_steps=5, warmup=WarmupRule(4, 0.1, 10))
+    result = measure(fake_prepared(clock, body), CpuTarget(), settings, log=quiet)
+    (entry,) = result.steady_compiles()
+    assert entry.cause == CAUSE_GUARD and entry.step == 7
+    assert "scale" in entry.detail, entry.detail
+
+
+def test_the_ledger_names_a_graph_break_with_its_reason_and_user_line(monkeypatch):
+    """Real Dynamo: `.item()` in the middle of the function breaks the graph."""
+    clock = FakeClock([0.001] * 100)
+    monkeypatch.setattr(baseline, "perf_counter", clock)
+    torch._dynamo.reset()
+
+    def breaking(x: torch.Tensor) -> torch.Tensor:
+        y = x.sin()
+        if y.sum().item() > -100:  # the graph break
+            y = y * 2
+        return y.cos().sum()
+
+    compiled = torch.compile(breaking, backend="eager")
+    settings = BaselineSettings(steady_steps=3, warmup=WarmupRule(4, 0.5, 4))
+    result = measure(
+        fake_prepared(clock, lambda: compiled(torch.ones(4))), CpuTarget(), settings, log=quiet
+    )
+    breaks = [e for e in result.ledger if e.cause == CAUSE_GRAPH_BREAK]
+    assert len(breaks) == 1 and breaks[0].phase == PHASE_FIRST_CALL
+    assert "item()" in breaks[0].detail
+    line = breaking.__code__.co_firstlineno + 2
+    assert breaks[0].location.startswith(f"{__file__}:{line} in breaking"), breaks[0].location
+    assert result.steady_recompiles == 0
 
 
 # --- whole configurations, real torch ------------------------------------------------------------
@@ -246,7 +331,7 @@ def test_loss_that_goes_nan_is_flagged_at_its_step():
     assert train.phase_of_step(4) == PHASE_WARMUP
     assert result.config(INFER, EAGER).nonfinite_step is None  # eval mode stays finite
     assert result.failures == []
-    data = json.loads(json.dumps(result_data(result), default=str))
+    data = json.loads(json.dumps(_jsonable(result_data(result))))
     assert data["configs"][0]["nonfinite_step"] == 4
     # The verdict and the headline say it, not only a table.
     assert baseline_verdict(result).status == "blocker"
@@ -337,6 +422,11 @@ def test_real_torch_compile_runs_all_four_configurations(tmp_path):
     assert "NaN" not in result.headline(), "finite losses are not a NaN finding"
     # No step raised and no loss diverged: not a blocker (a loaded machine may make it noisy).
     assert data["verdict"]["status"] in ("pass", "attention"), data["verdict"]
+    # The ledger: the compiled first call compiles (forward, then backward), steady state never.
+    ledger = [e for e in data["compile_ledger"] if e["kind"] == TRAIN and e["mode"] == COMPILED]
+    assert ledger[0]["phase"] == "first_call" and ledger[0]["cause"] == CAUSE_FIRST
+    assert ledger[0]["seconds"] > 0 and ledger[0]["step"] == 1
+    assert not [e for e in data["compile_ledger"] if e["phase"] == "steady"]
 
 
 def test_host_peak_memory_is_per_phase_where_the_os_allows():
@@ -601,3 +691,67 @@ def test_settings_reject_nonsense():
         BaselineSettings(steady_steps=1)
     with pytest.raises(BadInput):
         BaselineSettings(modes=("jit",))
+
+
+# --- compiler host memory ---------------------------------------------------------------------
+
+
+def test_child_peak_rss_sees_a_compiler_sized_child_process():
+    """A real child process that holds 200 MiB for a second, as a compiler worker would."""
+    import subprocess
+    import sys
+
+    holder = (
+        "b = bytearray(200 * 2**20); b[::4096] = b'x' * len(b[::4096]); import time; time.sleep(1)"
+    )
+    with ChildPeakRss(interval=0.02) as workers:
+        subprocess.run([sys.executable, "-c", holder], check=True)
+    assert workers.samples >= 3
+    assert workers.peak >= 200 * 2**20
+    assert "python" in workers.largest[0] and workers.largest[1] >= 200 * 2**20
+
+
+class FakeNeuronCompilerTarget(CpuTarget):
+    """CPU for the steps, with the Neuron targets' reading of compiler failures."""
+
+    compiler_host_oom = NeuronTarget.compiler_host_oom
+
+
+# The compiler's own text for host-RAM exhaustion, as Neuron users report it (neuron.md section 6,
+# item 7: -9 and "[F137] ... insufficient system memory").
+F137 = (
+    "RuntimeError: neuronx-cc failed: [F137] neuronx-cc terminated abnormally - "
+    "insufficient system memory"
+)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [F137, "subprocess.CalledProcessError: Command '['neuronx-cc', 'compile']' died with -9."],
+)
+def test_a_compile_killed_for_host_ram_is_named_with_its_remedy(text):
+    """Fake that follows the documented contract: the compile raises the compiler's F137 text
+    (or its -9 exit) on the first call; torch-neuronx and neuronx-cc cannot run here."""
+
+    def step() -> torch.Tensor:
+        raise RuntimeError(text)
+
+    prepared = PreparedStep(
+        TRAIN, COMPILED, step, 8, 8, torch.zeros(8), nn.functional.cross_entropy
+    )
+    result = measure(prepared, FakeNeuronCompilerTarget(), QUICK, log=quiet)
+    diagnosis = result.failure.diagnosis
+    assert diagnosis.startswith("neuronx-cc ran out of host memory")
+    assert "fewer parallel compile jobs" in diagnosis and "more host RAM" in diagnosis
+    assert diagnosis in result.failure.summary()
+
+
+def test_an_ordinary_step_failure_gets_no_host_ram_diagnosis():
+    def step() -> torch.Tensor:
+        raise RuntimeError("shape mismatch in aten::mm")
+
+    prepared = PreparedStep(
+        TRAIN, COMPILED, step, 8, 8, torch.zeros(8), nn.functional.cross_entropy
+    )
+    result = measure(prepared, FakeNeuronCompilerTarget(), QUICK, log=quiet)
+    assert result.failure.diagnosis == "" and "shape mismatch" in result.failure.summary()

@@ -63,7 +63,18 @@ def workbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_run_01_on_seed_mlp_writes_result_report_and_reference(tmp_path):
     out = tmp_path / "run"
-    done = workbench("run", "--only", "01", "--out", str(out), *SMALL, cwd=tmp_path)
+    cache = tmp_path / "cache"
+    done = workbench(
+        "run",
+        "--only",
+        "01",
+        "--out",
+        str(out),
+        "--compile-cache",
+        str(cache),
+        *SMALL,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert (out / "01_baseline.html").stat().st_size > 0
     assert (out / "01_baseline_reference.pt").exists()
@@ -90,6 +101,18 @@ def test_run_01_on_seed_mlp_writes_result_report_and_reference(tmp_path):
         assert "bootstrap" in comparison["interval_method"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["notebooks"][0]["headline"] == data["headline"]
+    # The compile cache the runner handed over, with the cache's own counters for this run.
+    cached = record["compile_cache"]
+    assert cached["status"] == "in use" and Path(cached["folder"]).parent == cache
+    assert cached["counters"]["misses"] + cached["counters"]["hits"] >= 2
+    # The ledger: both compiled first calls compiled, and the report shows it.
+    ledger = data["compile_ledger"]
+    assert {(e["kind"], e["phase"]) for e in ledger if e["mode"] == "compiled"} >= {
+        ("train", "first_call"),
+        ("infer", "first_call"),
+    }
+    html = (out / "01_baseline.html").read_text()
+    assert "Compile ledger" in html and "first compile" in html
 
 
 def test_run_01_with_a_raising_step_saves_everything_then_exits_non_zero(tmp_path):

@@ -180,3 +180,20 @@ def test_a_value_too_long_to_parse_is_one_sentence(raw):
 def test_a_value_nested_too_deep_to_parse_is_one_sentence(raw):
     with pytest.raises(BadInput, match=r"expects int, got '\[\[\[|expects int, got '\{\{"):
         coerce(_param("int", None), raw)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_parameters_are_read_as_papermill_reads_them(path) -> None:
+    """The kernel reads its own parameters cell without papermill (start-up time); papermill
+    injects the values, so both must see the same names, types, defaults and help."""
+    import ast
+
+    import papermill
+
+    theirs = papermill.inspect_notebook(str(path))
+    ours = notebook_parameters(path)
+    assert list(ours) == list(theirs)
+    for name, info in theirs.items():
+        assert ours[name].type_name == info["inferred_type_name"]
+        assert ours[name].default == ast.literal_eval(info["default"])
+        assert ours[name].help == info["help"]

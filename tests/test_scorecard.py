@@ -17,6 +17,7 @@ from workbench.baseline.records import (
     TRAIN,
     ConfigResult,
     CounterDelta,
+    LedgerEntry,
     MemoryUse,
     PhaseResult,
     StepFailure,
@@ -114,6 +115,22 @@ def test_baseline_passes_clean_steps() -> None:
 def test_baseline_blocks_nan_recompiles_and_raised_steps(config, expected) -> None:
     verdict = baseline_verdict(_baseline(_config(EAGER, [0.001] * 10), config))
     assert verdict.status == BLOCKER and expected in verdict.reason
+
+
+def test_a_steady_state_recompile_blocks_with_its_cause_in_reason_and_headline() -> None:
+    guard = "0/0: tensor 'x' size mismatch at index 0. expected 8, actual 9"
+    entry = LedgerEntry(TRAIN, COMPILED, PHASE_STEADY, 9, "0/1", "new input shape", 0.2, guard)
+    recompiling = _config(COMPILED, [0.001] * 10, recompiles=1, ledger=[entry])
+    verdict = baseline_verdict(_baseline(recompiling))
+    assert verdict.status == BLOCKER
+    assert (
+        "new input shape at step 9" in verdict.reason and "expected 8, actual 9" in verdict.reason
+    )
+    # The same ledger entry outside steady state (the first call compiles) is no finding.
+    first = LedgerEntry(TRAIN, COMPILED, PHASE_FIRST_CALL, 1, "0/0", "first compile", 0.2)
+    assert (
+        baseline_verdict(_baseline(_config(COMPILED, [0.001] * 10, ledger=[first]))).status == PASS
+    )
 
 
 def test_baseline_flags_noisy_steady_state_for_attention() -> None:

@@ -65,6 +65,14 @@ def test_baseline_reports_xla_compile_counts_and_no_steady_recompiles(xla_run: P
     assert "CompileTime" in baseline["sources"]["compile_counters"]
     assert all(c["steady_recompiles"] == 0 for c in baseline["configs"] if c["status"] == "ok")
     assert "lazy tracing" in baseline["target"]["eager_means"]
+    # The ledger: every first call compiles at least one new XLA graph, placed at step 1.
+    ledger = baseline["compile_ledger"]
+    for config in ("train", "infer"):
+        first = [e for e in ledger if e["kind"] == config and e["phase"] == "first_call"]
+        xla = [e for e in first if e["cause"] == "new XLA graph hash"]
+        assert xla and all(e["step"] == 1 and e["seconds"] > 0 for e in xla)
+    # Compiled mode captures with Dynamo (openxla): its first compile is in the ledger too.
+    assert any(e["mode"] == "compiled" and e["cause"] == "first compile" for e in ledger)
 
 
 def test_coverage_is_measured_on_xla(xla_run: Path) -> None:

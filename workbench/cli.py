@@ -31,6 +31,7 @@ CONFIG_TYPES: dict[str, tuple[type, ...]] = {
     "parameters": (dict,),
     "show_code": (bool,),
     "cell_timeout": (int,),
+    "compile_cache": (str,),
 }
 CONFIG_KEYS = tuple(CONFIG_TYPES)
 _TYPE_WORDS = {
@@ -104,6 +105,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         parameters=parameters,
         show_code=args.show_code or config.get("show_code", False),
         cell_timeout=DEFAULT_CELL_TIMEOUT_S if cell_timeout is None else cell_timeout,
+        compile_cache=args.compile_cache or config.get("compile_cache") or "",
     )
     return run(request, progress=lambda line: print(line, file=sys.stderr, flush=True))
 
@@ -127,6 +129,12 @@ def _run_matrix_item(args: argparse.Namespace) -> int:
     return fleet_command.run_matrix_item(
         args.matrix, args.index, args.out, args.show_code, args.cell_timeout
     )
+
+
+def cmd_prewarm(args: argparse.Namespace) -> int:
+    from workbench.prewarm import prewarm
+
+    return prewarm(args.workload, args.target, args.compile_cache, args.steps, args.param)
 
 
 def cmd_env_pin(args: argparse.Namespace) -> int:
@@ -205,6 +213,12 @@ def build_parser() -> argparse.ArgumentParser:
     run_p.add_argument(
         "--cell-timeout", type=int, help="seconds one cell may run, 1 or more (3600)"
     )
+    run_p.add_argument(
+        "--compile-cache",
+        metavar="DIR",
+        help="compile cache folder shared by runs (~/.cache/workbench/compile-cache; a "
+        "subfolder per compiler version); off for none",
+    )
     run_p.add_argument("--matrix", help="matrix file: run one of its items (with --index)")
     run_p.add_argument(
         "--index",
@@ -212,6 +226,17 @@ def build_parser() -> argparse.ArgumentParser:
         "$JOB_COMPLETION_INDEX or $AWS_BATCH_JOB_ARRAY_INDEX (with --matrix, --out is ROOT)",
     )
     run_p.set_defaults(func=cmd_run)
+
+    prewarm_p = sub.add_parser(
+        "prewarm",
+        help="fill the compile cache before a scheduled run (neuron_parallel_compile on Trn1)",
+    )
+    prewarm_p.add_argument("--workload", default=DEFAULT_WORKLOAD)
+    prewarm_p.add_argument("--target", default="auto", help="auto, cpu, cuda, xla or neuron")
+    prewarm_p.add_argument("--compile-cache", default="", metavar="DIR")
+    prewarm_p.add_argument("--steps", type=int, default=2, help="steps per configuration (2)")
+    prewarm_p.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE")
+    prewarm_p.set_defaults(func=cmd_prewarm)
 
     matrix_p = sub.add_parser(
         "matrix", help="list a matrix file's items with their index, and check every one"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from IPython.display import display
 
 import workbench
 from workbench import markup as show
+from workbench.compile_cache import STATUS_IN_USE, STATUS_OFF, CompileCache, open_compile_cache
 from workbench.params import coerce, notebook_parameters
 from workbench.results import save_result
 from workbench.scorecard import Verdict
@@ -34,6 +35,21 @@ class RunContext:
     workload: Workload | None
     out_dir: Path
     facts: dict[str, Any] = field(default_factory=dict)
+    compile_cache: CompileCache | None = None  # None: the notebook compiles nothing
+
+    def read_compile_cache(self) -> CompileCache | None:
+        """The run's compile cache with its own hit/miss counters read now; None where the
+        notebook compiles nothing."""
+        if self.compile_cache is not None:
+            self.compile_cache.counters = self.target.cache_counters()
+        return self.compile_cache
+
+    def cache_record(self) -> dict[str, Any] | None:
+        """What the result file keeps of the compile cache, counters read at save time."""
+        cache = self.read_compile_cache()
+        if cache is None:
+            return None
+        return asdict(cache) | {"misses_explained": cache.miss_explanation()}
 
     def header(self) -> dict[str, Any]:
         """What every result file carries besides its own data."""
@@ -42,6 +58,7 @@ class RunContext:
             "workload": self.workload.describe() if self.workload else None,
             "validation": self.target.validation_statement(),
             "parameters": self.params,
+            "compile_cache": self.cache_record(),
             "versions": {
                 "workbench": workbench.__version__,
                 "python": platform.python_version(),
@@ -78,13 +95,22 @@ def start(notebook: str, namespace: dict[str, Any], *, with_workload: bool = Tru
     workload = spec.load() if spec else None
     out_dir = Path(params.get("out_dir") or ".").resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    ctx = RunContext(notebook, params, target, reason, spec, workload, out_dir)
+    # Wired before anything compiles: the caches read their folders on first use.
+    cache = (
+        open_compile_cache(params["compile_cache"], target) if "compile_cache" in params else None
+    )
+    ctx = RunContext(notebook, params, target, reason, spec, workload, out_dir, compile_cache=cache)
 
     facts = {"target": f"{target.name} ({reason})", "device": str(target.device)}
     if workload is not None:
         facts["workload"] = f"{workload.name}: {workload.description}"
     facts["python"] = f"{platform.python_version()} on {sys.platform}, pid {os.getpid()}"
+    if cache is not None:
+        facts["compile cache"] = f"{cache.sentence}; {cache.wiring}"
     display(show.key_values(facts, caption="This run"))
+    if cache is not None and cache.status not in (STATUS_IN_USE, STATUS_OFF):
+        print(f"warning: {cache.sentence}")  # the console line a headless run shows
+        display(show.banner(cache.sentence, "warn"))
     kind = "ok" if target.is_trainium else "warn"
     display(show.banner(target.validation_statement(), kind))
     return ctx

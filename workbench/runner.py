@@ -27,6 +27,7 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from papermill.exceptions import PapermillExecutionError
 
 from workbench import results
+from workbench.compile_cache import default_cache_root
 from workbench.context import NOTEBOOKS_DIR
 from workbench.errors import (
     EXIT_INTERRUPTED,
@@ -45,8 +46,9 @@ from workbench.terminal import strip_control
 from workbench.workload import Workload, WorkloadSpec
 from workbench.workloads import DEFAULT_WORKLOAD
 
-# Set by the runner itself; users choose them with --workload / --target / --out.
-RUNNER_PARAMETERS = ("workload", "target", "out_dir")
+# Set by the runner itself; users choose them with --workload / --target / --out /
+# --compile-cache.
+RUNNER_PARAMETERS = ("workload", "target", "out_dir", "compile_cache")
 DEFAULT_CELL_TIMEOUT_S = 3600  # a cold Neuron compile can take most of an hour
 
 
@@ -60,6 +62,8 @@ class RunRequest:
     show_code: bool = False
     cell_timeout: int = DEFAULT_CELL_TIMEOUT_S
     reports_root: Path = Path("reports")
+    # A folder, "" for the default under the user's cache directory, or "off".
+    compile_cache: str = ""
 
 
 @dataclass
@@ -368,7 +372,7 @@ def check_request(request: RunRequest) -> CheckedRequest:
     if reserved:
         raise BadInput(
             f"Parameter {reserved[0]!r} is set by the runner; "
-            f"use --{reserved[0].replace('_dir', '')} instead."
+            f"use --{reserved[0].replace('_dir', '').replace('_', '-')} instead."
         )
     if isinstance(request.cell_timeout, bool) or not isinstance(request.cell_timeout, int):
         raise BadInput(
@@ -414,6 +418,8 @@ def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
                     # The request, not its resolution: each report says why its target was chosen.
                     "target": request.target,
                     "out_dir": str(out),
+                    # Every notebook of the run shares one cache: 02-04 reuse 01's compiles.
+                    "compile_cache": request.compile_cache or str(default_cache_root()),
                     # tqdm bars freeze into one stale line in a headless notebook's output.
                     "progress_bars": False,
                 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,18 @@ def ratio_of_medians_interval(
     return quantile(ratios, tail), quantile(ratios, 1 - tail)
 
 
+# A steady step cannot run faster than its own cost, but other load can slow a burst of steps:
+# samples far above the median are noise, not the step. MAD x 1.4826 estimates the standard
+# deviation of normal noise; the floor keeps a near-constant series from discarding jitter.
+OUTLIER_MADS = 5.0
+OUTLIER_FLOOR = 0.02  # of the median
+OUTLIER_RULE = (
+    f"samples slower than median + {OUTLIER_MADS:g} x max(1.4826 x MAD, "
+    f"{OUTLIER_FLOOR:.0%} of the median) are left out of the robust median (a burst of other "
+    "load slows steps; nothing makes a step faster than its cost); the raw samples keep them"
+)
+
+
 @dataclass
 class Measurement:
     """Raw per-step times in seconds and the statistics derived from them.
@@ -72,6 +85,8 @@ class Measurement:
     relative_iqr: float = field(init=False)
     has_warnings: bool = field(init=False)
     warnings: list[str] = field(init=False)
+    robust_median: float = field(init=False)  # median of the samples OUTLIER_RULE keeps
+    discarded: list[int] = field(init=False)  # indices into `times` that OUTLIER_RULE left out
 
     def __post_init__(self) -> None:
         if not self.times:
@@ -85,6 +100,12 @@ class Measurement:
         self.p90 = quantile(ordered, 0.90)
         self.p99 = quantile(ordered, 0.99)
         self.relative_iqr = self.iqr / self.median if self.median > 0 else math.inf
+        deviations = sorted(abs(t - self.median) for t in ordered)
+        spread = max(1.4826 * quantile(deviations, 0.5), OUTLIER_FLOOR * self.median)
+        limit = self.median + OUTLIER_MADS * spread
+        self.discarded = [i for i, t in enumerate(self.times) if t > limit]
+        kept = sorted(t for t in self.times if t <= limit)
+        self.robust_median = quantile(kept, 0.5)
         self.warnings = []
         if self.relative_iqr > FLUCTUATION_SEVERE:
             self.warnings.append(
@@ -193,6 +214,58 @@ class HostPeakRss:
         if self._has_vmhwm:
             return self._vmhwm()
         return int(psutil.Process().memory_info().rss)
+
+
+class ChildPeakRss:
+    """Peak resident memory of this process's child processes (compiler workers: Inductor's
+    compile pool and the C++ compiler it calls, neuronx-cc), sampled with psutil from a thread.
+
+    The kernel keeps no peak for a process tree, and a compiler process may live a fraction of a
+    second, so this samples every `interval` seconds: a peak between two samples is missed, and
+    the reading is a lower bound. `peak` is the largest sum over the children alive at one
+    sample; `largest` names the single biggest child seen.
+    """
+
+    def __init__(self, interval: float = 0.05) -> None:
+        self.interval = interval
+        self.peak = 0
+        self.largest = ("", 0)  # (process name, RSS in bytes)
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> ChildPeakRss:
+        self._thread = threading.Thread(target=self._run, name="child-rss", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample()  # children still alive at the end count too
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def _sample(self) -> None:
+        total = 0
+        try:
+            children = psutil.Process().children(recursive=True)
+        except psutil.Error:
+            return
+        for child in children:
+            try:
+                rss = int(child.memory_info().rss)
+                name = child.name()
+            except psutil.Error:  # it exited between the listing and the reading
+                continue
+            total += rss
+            if rss > self.largest[1]:
+                self.largest = (name, rss)
+        self.samples += 1
+        self.peak = max(self.peak, total)
 
 
 def format_seconds(seconds: float) -> str:

@@ -10,7 +10,10 @@ later comparison can re-derive each number.
 from __future__ import annotations
 
 import math
+import time
+from bisect import bisect_right
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
@@ -35,6 +38,7 @@ from workbench.baseline.records import (
     BaselineSettings,
     ConfigResult,
     CounterDelta,
+    LedgerEntry,
     MemoryUse,
     PhaseResult,
     StepFailure,
@@ -43,6 +47,7 @@ from workbench.baseline.reference import write_reference
 from workbench.errors import describe_error
 from workbench.targets.base import CompileFailed, Target
 from workbench.timing import (
+    ChildPeakRss,
     HostPeakRss,
     Measurement,
     format_seconds,
@@ -159,7 +164,13 @@ class _ConfigRunner:
     def _fail(self, phase: str, step: int, exc: BaseException) -> None:
         error = describe_error(exc)
         self.result.failure = StepFailure(
-            self.prepared.kind, self.prepared.mode, phase, step, error.text, error.location
+            self.prepared.kind,
+            self.prepared.mode,
+            phase,
+            step,
+            error.text,
+            error.location,
+            diagnosis=self.target.compiler_host_oom(error.text) or "",
         )
         self.log(self.result.failure.summary())
 
@@ -189,36 +200,64 @@ class _ConfigRunner:
             disable=not self.progress_bars,
         )
         failure: BaseException | None = None
+        # Wall-clock step starts place each compile the target reports at its step.
+        phase_started = time.time()
+        step_starts: list[float] = []
+        # The first call is where compiles happen: sample the compiler's worker processes there
+        # only, so no sampling thread competes with the timed warm-up and steady steps.
+        workers = ChildPeakRss() if phase == PHASE_FIRST_CALL else None
         try:
-            while len(times) < max_steps and not (stop and stop(times)):
-                start = perf_counter()
-                value = self.prepared.step()
-                self.target.synchronize()
-                times.append(perf_counter() - start)
-                self._keep(value, losses)
-                self.next_step += 1
-                bar.update()
+            with workers or nullcontext():
+                while len(times) < max_steps and not (stop and stop(times)):
+                    step_starts.append(time.time())
+                    start = perf_counter()
+                    value = self.prepared.step()
+                    self.target.synchronize()
+                    times.append(perf_counter() - start)
+                    self._keep(value, losses)
+                    self.next_step += 1
+                    bar.update()
         except Exception as exc:  # recorded with phase and step; the other configurations go on
             failure = exc
         finally:
             bar.close()
         device = self.target.peak_memory()
+        memory = MemoryUse(self.host.peak(), device.peak_allocated, device.peak_reserved)
+        if workers is not None and workers.largest[1]:
+            memory.compiler_peak_rss = workers.peak
+            name, rss = workers.largest
+            memory.compiler_largest_process = f"{name}: {rss / 2**20:.0f} MiB"
         record = PhaseResult(
             phase,
             first_step,
             Measurement(times) if times else None,
-            MemoryUse(self.host.peak(), device.peak_allocated, device.peak_reserved),
+            memory,
             CounterDelta.between(before, self.target.compile_counters()),
             converged=bool(stop(times)) if stop and failure is None else None,
         )
         self.result.phases.append(record)
+        self._ledger(phase, first_step, phase_started, step_starts)
         # Read back after the phase, so host transfers never land inside a timed step.
         self.result.losses.extend(float(loss) for loss in losses)
         if failure is not None:
             self._fail(phase, self.next_step, failure)
             return False
         self.log(f"{self.name}: {_phase_line(record)}")
+        if phase == PHASE_STEADY and self.result.steady_compiles():
+            self.log(
+                f"{self.name}: steady-state compile: {self.result.steady_compiles()[0].sentence()}"
+            )
         return True
+
+    def _ledger(
+        self, phase: str, first_step: int, started: float, step_starts: list[float]
+    ) -> None:
+        """The phase's compiles in the ledger, each at the step during which it started."""
+        for event in self.target.compile_events(started):
+            index = max(bisect_right(step_starts, event.started_at) - 1, 0)
+            step = first_step + index
+            kind, mode = self.prepared.kind, self.prepared.mode
+            self.result.ledger.append(LedgerEntry.of(event, kind, mode, phase, step))
 
     def _keep(self, value: torch.Tensor, losses: list[torch.Tensor]) -> None:
         """Training keeps every (scalar) loss; inference only its first and latest output, so
@@ -306,7 +345,14 @@ def _run_config(
         result = ConfigResult(kind, mode, batch_size, batch_size * workload.items_per_sample())
         phase = PHASE_COMPILE if compile_failed else PHASE_SETUP
         result.failure = StepFailure(
-            kind, mode, phase, 0, error.text, error.location, compile_failed
+            kind,
+            mode,
+            phase,
+            0,
+            error.text,
+            error.location,
+            compile_failed,
+            diagnosis=target.compiler_host_oom(error.text) or "",
         )
         log(result.failure.summary())
         return result

@@ -12,9 +12,10 @@ from workbench.baseline.checklist import Checklist
 from workbench.baseline.reference import ReferenceSummary
 from workbench.errors import BadInput
 from workbench.scorecard import ATTENTION, BLOCKER, PASS, Finding, Verdict, judge
-from workbench.targets.base import CompileCounters
+from workbench.targets.base import CompileCounters, CompileEvent
 from workbench.timing import (
     FLUCTUATION_SEVERE,
+    OUTLIER_RULE,
     RATIO_INTERVAL_METHOD,
     Measurement,
     WarmupRule,
@@ -64,8 +65,9 @@ PHASE_LOSS = "loss"  # the loss on an inference call's outputs, and reading loss
 
 # What a compiled first call includes, said wherever compile times are shown.
 COMPILE_CACHE_NOTE = (
-    "Dynamo's in-process caches are reset before each compiled configuration; on-disk compiler "
-    "caches (e.g. Inductor's FX graph cache) are used as found, so a repeat run compiles faster"
+    "Dynamo's in-process caches are reset before each compiled configuration; the on-disk "
+    "compile cache is the run's folder (the result file's compile_cache), so a run after one "
+    "that filled it takes its graphs from the cache: the ledger says which"
 )
 
 
@@ -115,6 +117,9 @@ class MemoryUse:
     host_peak_rss: int | None  # bytes
     device_peak_allocated: int | None
     device_peak_reserved: int | None
+    # First call only (where compiles happen): the compiler's worker processes, sampled.
+    compiler_peak_rss: int | None = None
+    compiler_largest_process: str | None = None  # "name: bytes" of the biggest one seen
 
 
 @dataclass
@@ -163,6 +168,54 @@ class PhaseResult:
 
 
 @dataclass
+class LedgerEntry:
+    """One compile in the ledger: the configuration, phase and step it happened in, and what
+    the target's compiler said about it (CompileEvent's fields)."""
+
+    kind: str
+    mode: str
+    phase: str
+    step: int
+    graph_id: str
+    cause: str
+    seconds: float | None
+    detail: str = ""
+    location: str = ""
+    cache: str | None = None
+    saved_seconds: float | None = None
+
+    @classmethod
+    def of(cls, event: CompileEvent, kind: str, mode: str, phase: str, step: int) -> LedgerEntry:
+        return cls(
+            kind,
+            mode,
+            phase,
+            step,
+            event.graph_id,
+            event.cause,
+            event.seconds,
+            event.detail,
+            event.location,
+            event.cache,
+            event.saved_seconds,
+        )
+
+    def sentence(self) -> str:
+        """The cause first, then where: what a headline or a verdict reason quotes."""
+        text = f"{self.cause} at step {self.step}"
+        if self.detail:
+            text += f" ({_short(self.detail)})"
+        if self.location:
+            text += f" in {self.location}"
+        return text
+
+
+def _short(text: str, limit: int = 160) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+@dataclass
 class StepFailure:
     kind: str
     mode: str
@@ -171,10 +224,14 @@ class StepFailure:
     error: str  # "ExceptionType: message"
     location: str  # innermost frame: file:line in function
     compile_failure: bool = False  # compiled mode failed where eager of the same kind ran
+    # The target's name for the failure with its remedy, e.g. the compiler killed for host RAM.
+    diagnosis: str = ""
 
     def summary(self) -> str:
         first_line = self.error.splitlines()[0] if self.error else ""
         where = PHASE_LABELS[self.phase] + (f" step {self.step}" if self.step else "")
+        if self.diagnosis:
+            return f"{self.kind}/{self.mode} failed in {where}: {self.diagnosis}"
         return f"{self.kind}/{self.mode} failed in {where}: {first_line}"
 
 
@@ -191,6 +248,7 @@ class ConfigResult:
     nonfinite_step: int | None = None  # first step whose loss was NaN or Inf
     failure: StepFailure | None = None
     torch_messages: list[MessageGroup] = field(default_factory=list)  # torch's warnings, grouped
+    ledger: list[LedgerEntry] = field(default_factory=list)  # every compile, oldest first
 
     def phase(self, name: str) -> PhaseResult | None:
         return next((p for p in self.phases if p.phase == name), None)
@@ -204,12 +262,25 @@ class ConfigResult:
     def throughput(self) -> float | None:
         """Items per second at the steady-state median."""
         steady = self.steady
-        return self.items_per_step / steady.median if steady and steady.median > 0 else None
+        if steady is None or steady.robust_median <= 0:
+            return None
+        return self.items_per_step / steady.robust_median
 
     @property
     def steady_recompiles(self) -> int:
         phase = self.phase(PHASE_STEADY)
         return phase.compile.recompiles if phase else 0
+
+    def steady_compiles(self) -> list[LedgerEntry]:
+        return [entry for entry in self.ledger if entry.phase == PHASE_STEADY]
+
+    def steady_recompile_sentence(self) -> str:
+        """'N recompile(s) during steady state' with the first one's cause, where recorded."""
+        text = f"{self.steady_recompiles} recompile(s) during steady state"
+        entries = self.steady_compiles()
+        if entries:
+            return f"{text}, first: {entries[0].sentence()}"
+        return f"{text} (the compiler recorded no cause)"
 
     @property
     def warmup_converged(self) -> bool | None:
@@ -290,7 +361,7 @@ def compile_payback(eager: ConfigResult, compiled: ConfigResult) -> CompilePayba
         return None
     if first.measurement is None:
         return None
-    e, c = eager.steady.median, compiled.steady.median
+    e, c = eager.steady.robust_median, compiled.steady.robust_median
     low, high = ratio_of_medians_interval(eager.steady.times, compiled.steady.times)
     cost = first.measurement.total - c
     speedup = e / c if c > 0 else math.inf
@@ -359,7 +430,7 @@ class BaselineResult:
         eager = self.config(kind, EAGER)
         if not text and eager and eager.steady and eager.throughput:
             text = (
-                f"{label}: eager median {format_seconds(eager.steady.median)} "
+                f"{label}: eager median {format_seconds(eager.steady.robust_median)} "
                 f"({eager.throughput:,.0f} {self.throughput_unit})"
             )
         failed_compile = next((c.failure for c in configs if c.failure), None)
@@ -368,7 +439,7 @@ class BaselineResult:
             text = (text + ", but " if text else f"{label}: ") + f"compile failed ({reason})"
         flagged = [c for c in configs if c.steady_recompiles]
         if flagged:
-            text += f", with {flagged[0].steady_recompiles} recompile(s) during steady state"
+            text += f", with {flagged[0].steady_recompile_sentence()}"
         diverged = next((c for c in configs if c.nonfinite_step), None)
         if diverged:
             # Timings of a step whose loss is NaN are timings of a broken model: this leads.
@@ -404,11 +475,7 @@ def baseline_verdict(result: BaselineResult) -> Verdict:
                 Finding(BLOCKER, f"{name}: loss becomes NaN/Inf at step {config.nonfinite_step}")
             )
         if config.steady_recompiles:
-            findings.append(
-                Finding(
-                    BLOCKER, f"{name}: {config.steady_recompiles} recompile(s) during steady state"
-                )
-            )
+            findings.append(Finding(BLOCKER, f"{name}: {config.steady_recompile_sentence()}"))
         if config.warmup_converged is False:
             findings.append(Finding(ATTENTION, f"{name}: warm-up hit its cap without settling"))
         if config.steady is not None and config.steady.relative_iqr > FLUCTUATION_SEVERE:
@@ -448,6 +515,9 @@ def _config_data(config: ConfigResult) -> dict[str, Any]:
         "warmup_steps": warmup.steps if warmup else None,
         "warmup_converged": config.warmup_converged,
         "steady_recompiles": config.steady_recompiles,
+        # The median every number above uses, and the raw steady samples it left out.
+        "steady_robust_median": config.steady.robust_median if config.steady else None,
+        "steady_discarded": config.steady.discarded if config.steady else [],
     }
 
 
@@ -467,6 +537,7 @@ def result_data(result: BaselineResult) -> dict[str, Any]:
         "settings": asdict(result.settings),
         "throughput_unit": result.throughput_unit,
         "configs": [_config_data(c) for c in result.configs],
+        "compile_ledger": [asdict(e) for c in result.configs for e in c.ledger],
         "comparison": [asdict(p) | {"sentence": p.sentence()} for p in result.paybacks()],
         "failures": [asdict(f) for f in result.failures],
         "compile_failures": [asdict(f) for f in result.compile_failures],
@@ -475,7 +546,13 @@ def result_data(result: BaselineResult) -> dict[str, Any]:
         "reference": asdict(result.reference),
         "sources": {
             "timing": "time.perf_counter around each step, target synchronized before reading",
+            "steady_median": OUTLIER_RULE,
             "host_memory": result.host_memory_source,
+            "compiler_memory": (
+                "psutil RSS of this process's child processes (compile workers, the C++ "
+                "compiler, neuronx-cc), summed and sampled every 50 ms during the first call: "
+                "a lower bound"
+            ),
             "device_memory": result.device_memory_source,
             "compile_counters": result.compile_counter_source,
             "compile_caches": COMPILE_CACHE_NOTE,

@@ -40,6 +40,15 @@ def _rate(value: float | None, unit: str) -> str:
     return "n/a" if value is None else f"{value:,.0f} {unit}"
 
 
+def _left_out(steady: Any) -> str:
+    """Which steady samples the robust median left out (steps numbered within the phase)."""
+    if steady is None or not steady.discarded:
+        return "none"
+    shown = ", ".join(f"#{i + 1} ({format_seconds(steady.times[i])})" for i in steady.discarded[:5])
+    more = len(steady.discarded) - 5
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
 def _headline_row(config: ConfigResult, unit: str) -> dict[str, Any]:
     first = config.phase(PHASE_FIRST_CALL)
     warmup = config.phase(PHASE_WARMUP)
@@ -59,13 +68,15 @@ def _headline_row(config: ConfigResult, unit: str) -> dict[str, Any]:
         "status": config_status(config),
         "first call": _seconds(first.measurement.total if first and first.measurement else None),
         "warm-up": warmup_text,
-        "steady median": _seconds(steady.median if steady else None),
+        "steady median": _seconds(steady.robust_median if steady else None),
+        "steady samples left out": _left_out(steady),
         "IQR": f"{steady.relative_iqr:.0%}" if steady else "n/a",
         "p99": _seconds(steady.p99 if steady else None),
         "throughput": _rate(config.throughput, unit),
         "host peak (steady)": _mib(steady_phase.memory.host_peak_rss if steady_phase else None),
         "graphs compiled": compiled_graphs,
         "compile time": _seconds(sum(compile_seconds) if compile_seconds else None),
+        "compiler workers peak RSS": _mib(first.memory.compiler_peak_rss if first else None),
         "steady recompiles": config.steady_recompiles,
         "loss first / last": "n/a"
         if config.loss_first is None
@@ -118,6 +129,7 @@ def _phase_row(config: ConfigResult, phase: PhaseResult) -> dict[str, Any]:
         "device peak reserved": _mib(phase.memory.device_peak_reserved),
         "graphs compiled": "n/a" if phase.compile.graphs is None else phase.compile.graphs,
         "compile time": _seconds(phase.compile.compile_seconds),
+        "compiler workers peak RSS": _mib(phase.memory.compiler_peak_rss),
     }
 
 
@@ -279,3 +291,43 @@ def raise_on_step_failure(result: BaselineResult) -> None:
             f"{len(result.failures)} configuration(s) failed: {listed}. The report above shows "
             "every configuration; fix the step and run notebook 01 again."
         )
+
+
+def compile_ledger(result: BaselineResult, cache: Any = None) -> None:
+    """Every compile with its phase, step, time and cause; then what the compile cache did.
+
+    `cache` is the run's CompileCache (context.RunContext.compile_cache), None when unknown.
+    """
+    rows = [
+        {
+            "configuration": f"{entry.kind}/{entry.mode}",
+            "phase": PHASE_LABELS[entry.phase],
+            "step": entry.step,
+            "graph": entry.graph_id,
+            "compile time": _seconds(entry.seconds),
+            "cause": entry.cause,
+            "detail": entry.detail or "",
+            "user code": entry.location or "",
+            "cache": entry.cache or "n/a",
+            "saved by the cache": _seconds(entry.saved_seconds) if entry.cache == "hit" else "",
+        }
+        for config in result.configs
+        for entry in config.ledger
+    ]
+    if rows:
+        display(show.table(rows, caption="Compile ledger: every compile, in order"))
+    else:
+        display(show.banner("The compiler recorded no compile in any phase.", "info"))
+    if cache is None:
+        return
+    display(show.banner(cache.sentence, "ok" if cache.in_use else "warn"))
+    counters = cache.counters
+    if counters is not None:
+        saved = _seconds(counters.saved_seconds) if counters.saved_seconds is not None else "n/a"
+        hits = "not counted" if counters.hits is None else counters.hits
+        facts = {"hits": hits, "misses": counters.misses, "compile time saved": saved}
+        facts |= dict(counters.extra)
+        facts["counted by"] = counters.source
+        display(show.key_values(facts, caption="Compile cache, this notebook's process"))
+    if cache.miss_explanation():
+        display(show.banner(cache.miss_explanation(), "warn"))

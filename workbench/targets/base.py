@@ -78,6 +78,49 @@ class CompileCounters:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+# Why a graph was compiled: the ledger's cause vocabulary, shared by every target.
+CAUSE_FIRST = "first compile"
+CAUSE_NEW_SHAPE = "new input shape"
+CAUSE_GUARD = "guard failure"
+CAUSE_GRAPH_BREAK = "graph break"
+CAUSE_NEW_XLA_GRAPH = "new XLA graph hash"
+CAUSE_BACKWARD = "backward graph (first backward of a compiled forward)"
+
+
+@dataclass
+class CompileEvent:
+    """One compile the target's compiler reported, as its own records describe it."""
+
+    started_at: float  # seconds since the epoch, to place the compile at a step
+    seconds: float | None  # wall time of the compile, where the compiler reports it
+    graph_id: str  # the compiler's own name for the graph (Dynamo compile id, XLA graph hash)
+    cause: str  # one of the CAUSE_* values
+    detail: str = ""  # the failing guard, the graph break's reason, the changed shape
+    location: str = ""  # user code: file:line in function, where the compiler names it
+    cache: str | None = None  # "hit" or "miss" in the on-disk compile cache; None: unknown
+    saved_seconds: float | None = None  # compile time a cache hit saved, by the cache's record
+
+
+@dataclass
+class CacheCounters:
+    """The compile cache's own hit and miss counters since process start."""
+
+    hits: int | None  # None where the cache counts only what it stored
+    misses: int
+    saved_seconds: float | None  # compile time the hits saved, where the cache records it
+    source: str
+    extra: dict[str, int] = field(default_factory=dict)  # e.g. failures to read an entry
+
+
+@dataclass(frozen=True)
+class PrewarmCommand:
+    """A pre-compile command and the environment it needs on top of the current one."""
+
+    argv: list[str]
+    env: dict[str, str]
+    description: str
+
+
 @dataclass(frozen=True)
 class UnsupportedOp:
     """An op a target's analyzer rejects, where it failed, and the Python call that made it."""
@@ -154,6 +197,36 @@ class Target(ABC):
     def compile_counters(self) -> CompileCounters:
         return CompileCounters(None, None, f"{self.name}: no compile counters")
 
+    def compile_events(self, since: float) -> list[CompileEvent]:
+        """Compiles that started at or after `since` (epoch seconds), oldest first; empty where
+        the target's compiler keeps no per-compile record."""
+        return []
+
+    @classmethod
+    def compiler_versions(cls) -> dict[str, str]:
+        """The versions a compiled artifact depends on: a cache written under other versions is
+        not reused (its folder is stamped with them)."""
+        return {"torch": torch.__version__}
+
+    @classmethod
+    def prewarm_command(cls, step: list[str], cache_folder: str) -> PrewarmCommand | str:
+        """How to fill `cache_folder` (this run's stamped folder) ahead of a scheduled run by
+        running `step` (a command that runs the workload's graphs) through the target's
+        ahead-of-time compile tool; or the sentence that says why that cannot be done here."""
+        return (
+            f"target {cls.name} has no ahead-of-time compile tool: its compile cache fills on "
+            "the first run and serves the runs after it"
+        )
+
+    def use_compile_cache(self, folder: str | None) -> str:
+        """Point the target's on-disk compile caches at `folder` (None: turn them off) before
+        anything compiles; returns one sentence naming what was pointed where."""
+        return f"{self.name}: no on-disk compile cache"
+
+    def cache_counters(self) -> CacheCounters | None:
+        """The on-disk compile cache's own hit/miss counters; None where it keeps none."""
+        return None
+
     def start_fallback_tracking(self) -> None:  # noqa: B027 - no-op without fallback tracking
         """Reset the target's record of ops that ran on the host instead of the device."""
 
@@ -185,6 +258,12 @@ class Target(ABC):
             match = re.search(pattern, text)
             if match:
                 return match.group(0)
+        return None
+
+    @classmethod
+    def compiler_host_oom(cls, text: str) -> str | None:
+        """One sentence naming `text` (a compile's error or output) as the compiler killed for
+        lack of host memory, with the remedy; None when it is not that."""
         return None
 
     def device_memory(self) -> DeviceMemory | None:

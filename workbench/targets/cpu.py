@@ -6,8 +6,19 @@ from collections.abc import Callable
 
 import torch
 
-from workbench.targets.base import Availability, CompileCounters, Target
-from workbench.targets.dynamo_counters import dynamo_compile_counters
+from workbench.targets.base import (
+    Availability,
+    CacheCounters,
+    CompileCounters,
+    CompileEvent,
+    Target,
+)
+from workbench.targets.dynamo_counters import (
+    dynamo_compile_counters,
+    dynamo_compile_events,
+    inductor_cache_counters,
+    use_inductor_cache,
+)
 
 
 class CpuTarget(Target):
@@ -33,6 +44,15 @@ class CpuTarget(Target):
 
     def compile_counters(self) -> CompileCounters:
         return dynamo_compile_counters()
+
+    def compile_events(self, since: float) -> list[CompileEvent]:
+        return dynamo_compile_events(since)
+
+    def use_compile_cache(self, folder: str | None) -> str:
+        return use_inductor_cache(folder)
+
+    def cache_counters(self) -> CacheCounters | None:
+        return inductor_cache_counters()
 
     @property
     def is_trainium(self) -> bool:

@@ -10,13 +10,20 @@ import torch
 
 from workbench.targets.base import (
     Availability,
+    CacheCounters,
     CompileCounters,
+    CompileEvent,
     DeviceMemory,
     MemoryReading,
     Target,
     nth_visible,
 )
-from workbench.targets.dynamo_counters import dynamo_compile_counters
+from workbench.targets.dynamo_counters import (
+    dynamo_compile_counters,
+    dynamo_compile_events,
+    inductor_cache_counters,
+    use_inductor_cache,
+)
 
 
 class CudaTarget(Target):
@@ -102,6 +109,27 @@ class CudaTarget(Target):
 
     def compile_counters(self) -> CompileCounters:
         return dynamo_compile_counters()
+
+    def compile_events(self, since: float) -> list[CompileEvent]:
+        return dynamo_compile_events(since)
+
+    def use_compile_cache(self, folder: str | None) -> str:
+        # Triton keeps its compiled GPU kernels apart from Inductor's graphs.
+        return use_inductor_cache(folder, {"TRITON_CACHE_DIR": "triton"})
+
+    def cache_counters(self) -> CacheCounters | None:
+        return inductor_cache_counters()
+
+    @classmethod
+    def compiler_versions(cls) -> dict[str, str]:
+        import importlib.metadata
+
+        versions = super().compiler_versions() | {"cuda": str(torch.version.cuda)}
+        try:
+            versions["triton"] = importlib.metadata.version("triton")
+        except importlib.metadata.PackageNotFoundError:
+            pass
+        return versions
 
     @property
     def is_trainium(self) -> bool:

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections import Counter
+from typing import Any
 
-from workbench.targets.base import CompileCounters
+from workbench.targets.base import (
+    CAUSE_BACKWARD,
+    CAUSE_FIRST,
+    CAUSE_GRAPH_BREAK,
+    CAUSE_GUARD,
+    CAUSE_NEW_SHAPE,
+    CacheCounters,
+    CompileCounters,
+    CompileEvent,
+)
 
 
 def dynamo_compile_counters() -> CompileCounters:
@@ -35,3 +47,154 @@ def _dynamo_compile_seconds() -> float | None:
 
     samples = compilation_time_metrics.get("_compile.compile_inner")
     return float(sum(samples)) if samples else None
+
+
+# Guard failures that say an input's shape changed (Dynamo's own wording in recompile reasons).
+_SHAPE_GUARD_WORDS = ("size mismatch", "stride mismatch", "dimensionality", "rank", "dim mismatch")
+_RESUME_PREFIX = "torch_dynamo_resume_in_"
+
+
+def dynamo_compile_events(since: float) -> list[CompileEvent]:
+    """Dynamo's per-compile records (torch._dynamo.utils.get_compilation_metrics) from `since`
+    on, each with its cause: a recompile carries the guard that failed, a frame Dynamo resumes
+    after a graph break carries the break's reason and the user line where it happened."""
+    from torch._dynamo.utils import get_compilation_metrics
+
+    events: list[CompileEvent] = []
+    last_break_reason = ""
+    for record in get_compilation_metrics():
+        reasons = sorted(getattr(record, "restart_reasons", None) or ())
+        if reasons:
+            last_break_reason = reasons[0].splitlines()[0]
+        started = _started_at(record)
+        if started is None or started < since:
+            continue
+        events.append(_event(record, last_break_reason))
+    return events
+
+
+def _started_at(record: Any) -> float | None:
+    if getattr(record, "start_time_us", None) is not None:
+        return float(record.start_time_us) / 1e6
+    start = getattr(record, "start_time", None)
+    return float(start) if start is not None else None
+
+
+def _event(record: Any, last_break_reason: str) -> CompileEvent:
+    seconds = record.duration_us / 1e6 if record.duration_us is not None else None
+    name = str(record.co_name or "")
+    where = _user_location(record.co_filename, record.co_firstlineno, name)
+    graph_id = str(record.compile_id)
+    detail = ""
+    if record.is_forward is False:
+        cause, graph_id = CAUSE_BACKWARD, f"{graph_id} backward"
+    elif record.recompile_reason:
+        detail = " ".join(str(record.recompile_reason).split())
+        shape = any(word in detail for word in _SHAPE_GUARD_WORDS)
+        cause = CAUSE_NEW_SHAPE if shape else CAUSE_GUARD
+    elif name.startswith(_RESUME_PREFIX):
+        # Dynamo names the frame it resumes after a break `..._resume_in_<fn>_at_<line>`, and
+        # that code object starts at the user line that broke the graph.
+        cause, detail = CAUSE_GRAPH_BREAK, last_break_reason
+        function = name[len(_RESUME_PREFIX) :].rsplit("_at_", 1)[0]
+        where = _user_location(record.co_filename, record.co_firstlineno, function)
+    else:
+        cause = CAUSE_FIRST
+        if record.num_graph_breaks:
+            detail = f"{record.num_graph_breaks} graph break(s) in this frame"
+    hits, misses = _cache_lookups(record)
+    cache = "miss" if misses else "hit" if hits else None
+    saved = getattr(record, "distributed_ephemeral_timeout_us", None)
+    return CompileEvent(
+        started_at=_started_at(record) or 0.0,
+        seconds=seconds,
+        graph_id=graph_id,
+        cause=cause,
+        detail=detail,
+        location=where,
+        cache=cache,
+        # Inductor adds each hit's recorded compile time to this field of the frame's record.
+        saved_seconds=saved / 1e6 if cache == "hit" and saved else None,
+    )
+
+
+def _user_location(filename: str | None, line: int | None, function: str) -> str:
+    """file:line in function, for user code only: a compiled nn.Module's frame is torch's own
+    wrapper around forward, which tells the reader nothing."""
+    import torch
+
+    if not filename or filename.startswith(os.path.dirname(torch.__file__)):
+        return ""
+    return f"{filename}:{line} in {function}"
+
+
+def _cache_lookups(record: Any) -> tuple[int, int]:
+    """On-disk cache hits and misses one compile made (FX graph and AOT autograd caches); the
+    fields a torch release lacks count as none."""
+    hits = misses = 0
+    for prefix in ("inductor_fx_local_cache", "aotautograd_local_cache"):
+        hits += getattr(record, f"{prefix}_hit_count", None) or 0
+        misses += getattr(record, f"{prefix}_miss_count", None) or 0
+    return hits, misses
+
+
+def use_inductor_cache(folder: str | None, extra_env: dict[str, str] | None = None) -> str:
+    """Inductor's FX-graph, AOT-autograd and autotune caches under `folder` (None: off). Set
+    through the environment, so compile workers and trial processes inherit the same cache,
+    and without importing Inductor (two seconds) in a notebook that may never compile."""
+    enabled = folder is not None
+    if enabled:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(str(folder), "inductor")
+        for name, value in (extra_env or {}).items():
+            os.environ[name] = os.path.join(str(folder), value)
+    for name in _CACHE_SWITCHES:
+        # These variables force the setting when the config module loads: only "off" sets one.
+        if enabled:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = "0"
+    # A config module loaded already has read its variables: set it directly.
+    for module, setting in _CACHE_SETTINGS:
+        if module in sys.modules:
+            setattr(sys.modules[module], setting, enabled)
+    if not enabled:
+        return "Inductor's FX-graph and AOT-autograd caches are off"
+    return (
+        "Inductor's FX-graph, AOT-autograd and autotune caches in "
+        f"{os.environ['TORCHINDUCTOR_CACHE_DIR']}"
+    )
+
+
+_CACHE_SWITCHES = ("TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCHINDUCTOR_AUTOGRAD_CACHE")
+_CACHE_SETTINGS = (
+    ("torch._inductor.config", "fx_graph_cache"),
+    ("torch._inductor.config", "autotune_local_cache"),
+    ("torch._functorch.config", "enable_autograd_cache"),
+)
+
+
+def inductor_cache_counters() -> CacheCounters:
+    """Inductor's own cache counters, and the compile time its hits saved (the time each entry
+    took to compile when it was stored, as Inductor records it)."""
+    from torch._dynamo.utils import counters, get_compilation_metrics
+
+    inductor, aot = counters.get("inductor", Counter()), counters.get("aot_autograd", Counter())
+    saved = 0.0
+    for record in get_compilation_metrics():
+        if _cache_lookups(record)[0]:
+            saved += (getattr(record, "distributed_ephemeral_timeout_us", None) or 0) / 1e6
+    return CacheCounters(
+        hits=int(inductor.get("fxgraph_cache_hit", 0)),
+        misses=int(inductor.get("fxgraph_cache_miss", 0)),
+        saved_seconds=saved,
+        source=(
+            "torch._dynamo.utils.counters['inductor'] fxgraph_cache_hit/miss and "
+            "['aot_autograd'] autograd_cache_hit/miss; saved time from each hit's stored "
+            "compile time"
+        ),
+        extra={
+            "fxgraph_cache_bypass": int(inductor.get("fxgraph_cache_bypass", 0)),
+            "autograd_cache_hit": int(aot.get("autograd_cache_hit", 0)),
+            "autograd_cache_miss": int(aot.get("autograd_cache_miss", 0)),
+        },
+    )

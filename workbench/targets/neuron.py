@@ -8,6 +8,7 @@ the op-tracking calls need `import torch_neuronx`, and they import it inside the
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -17,13 +18,15 @@ import torch
 from workbench.targets import detect
 from workbench.targets.base import (
     Availability,
+    CacheCounters,
     CompileCounters,
+    CompileEvent,
     DeviceMemory,
     MemoryReading,
     Target,
     nth_visible,
 )
-from workbench.targets.dynamo_counters import dynamo_compile_counters
+from workbench.targets.dynamo_counters import dynamo_compile_counters, dynamo_compile_events
 
 _US_PER_SECOND = 1e6
 # How the Neuron runtime and compiler report running out of memory, on both torch-neuronx paths
@@ -38,6 +41,29 @@ NEURON_OUT_OF_MEMORY_PATTERNS: tuple[str, ...] = (
     r"insufficient system memory",
     r"neuronx-cc[^\n]*(?:-9\b|SIGKILL|[Kk]illed)",  # compiler killed by the kernel's OOM killer
 )
+# neuronx-cc out of host RAM: its own F137 error, or the kernel's OOM killer (-9 / SIGKILL)
+# (neuron.md section 6, item 7).
+NEURON_COMPILER_HOST_OOM_PATTERNS: tuple[str, ...] = (
+    r"\[F137\][^\n]*",
+    r"insufficient system memory",
+    r"neuronx-cc[^\n]*(?:-9\b|SIGKILL|[Kk]illed)",
+)
+
+
+def neuron_compiler_host_oom(text: str) -> str | None:
+    """neuronx-cc killed for host RAM, named as such with its remedy; None otherwise."""
+    for pattern in NEURON_COMPILER_HOST_OOM_PATTERNS:
+        match = re.search(pattern, text)
+        if match:
+            return (
+                f"neuronx-cc ran out of host memory ({match.group(0).strip()[:120]}): the "
+                "compiler needs host RAM, not device memory; run fewer compiles at once (fewer "
+                "parallel compile jobs or training processes compiling on this host) or use an "
+                "instance with more host RAM"
+            )
+    return None
+
+
 # TorchNeuron's per-graph compile record splits the time into these three phases.
 _COMPILE_PHASES_US = (
     "torch_neuronx_fx_passes_us",
@@ -50,6 +76,13 @@ def _torch_neuron() -> Any:
     """The `torch.neuron` module, which exists only once TorchNeuron has registered it (torch
     imports it through its backend entry point), so no type stub can describe it."""
     return torch.neuron  # type: ignore[attr-defined]
+
+
+def _neff_count(folder: str) -> int:
+    """Compiled NEFFs under `folder` (the documented layout: .../MODULE_<hash>/model.neff)."""
+    from pathlib import Path
+
+    return sum(1 for _ in Path(folder).rglob("*.neff"))
 
 
 def _graph_compile_seconds(record: Any) -> float:
@@ -168,6 +201,51 @@ class NeuronTarget(Target):
                     for record in records
                 ]
             },
+        )
+
+    @classmethod
+    def compiler_host_oom(cls, text: str) -> str | None:
+        return neuron_compiler_host_oom(text)
+
+    def compile_events(self, since: float) -> list[CompileEvent]:
+        # torch.compile(backend="neuron") is Dynamo-based: its recompile reasons and graph
+        # breaks are Dynamo's (neuron.md 2.6: TORCH_LOGS="graph_breaks,recompiles").
+        return dynamo_compile_events(since)
+
+    @classmethod
+    def compiler_versions(cls) -> dict[str, str]:
+        versions = super().compiler_versions()
+        for package in ("torch-neuronx", "neuronx-cc"):
+            version = detect.installed_version(package)
+            if version:
+                versions[package] = version
+        return versions
+
+    def use_compile_cache(self, folder: str | None) -> str:
+        if folder is None:
+            os.environ["TORCH_NEURONX_NEFF_DISABLE_CACHE"] = "1"
+            return "TorchNeuron's NEFF cache is off (TORCH_NEURONX_NEFF_DISABLE_CACHE=1)"
+        # Both caches are read from the environment when the first graph compiles (neuron.md
+        # 2.8); NEURON_COMPILE_CACHE_URL is also what neuron_parallel_compile fills.
+        os.environ["NEURON_COMPILE_CACHE_URL"] = os.path.join(folder, "neuron")
+        os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] = os.path.join(folder, "neff")
+        self._cache_folder = folder
+        self._neffs_at_start = _neff_count(folder)
+        return (
+            f"the Neuron compile cache in {os.environ['NEURON_COMPILE_CACHE_URL']} and "
+            f"TorchNeuron's NEFF cache in {os.environ['TORCH_NEURONX_NEFF_CACHE_DIR']}"
+        )
+
+    def cache_counters(self) -> CacheCounters | None:
+        folder = getattr(self, "_cache_folder", None)
+        if folder is None:
+            return None
+        # TorchNeuron documents no hit counter: what a run stored is what it missed.
+        return CacheCounters(
+            hits=None,
+            misses=_neff_count(folder) - self._neffs_at_start,
+            saved_seconds=None,
+            source="NEFF files added to the cache folder during this run (each one a miss)",
         )
 
     def start_fallback_tracking(self) -> None:

@@ -9,6 +9,7 @@ module's functions: its import registers the PJRT runtime, and on a Trn1 it can 
 from __future__ import annotations
 
 import os
+import shutil
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
@@ -18,15 +19,20 @@ import torch
 
 from workbench.targets import detect
 from workbench.targets.base import (
+    CAUSE_NEW_XLA_GRAPH,
     Availability,
+    CacheCounters,
     CompileCounters,
+    CompileEvent,
     DeviceMemory,
     InferenceAnalysis,
     MemoryReading,
+    PrewarmCommand,
     Target,
     UnsupportedOp,
 )
-from workbench.targets.neuron import NEURON_OUT_OF_MEMORY_PATTERNS
+from workbench.targets.dynamo_counters import dynamo_compile_events
+from workbench.targets.neuron import NEURON_OUT_OF_MEMORY_PATTERNS, neuron_compiler_host_oom
 
 # `.item()`, `.tolist()` and printing a tensor read one value back to the host through this op.
 # torch_xla counts it like a fallback, but it is a host sync, not a missing lowering.
@@ -40,6 +46,15 @@ _CORE_MEMORY_BY_KIND = {"NC_v2": 16 << 30}
 
 def _major_minor(version: str) -> str:
     return ".".join(version.split("+")[0].split(".")[:2])
+
+
+PARALLEL_COMPILE = "neuron_parallel_compile"
+
+
+def neuron_cache_url(folder: str) -> str:
+    """The Neuron compile cache inside a run's stamped cache folder; runs and pre-warming agree
+    on it, so what neuron_parallel_compile fills is what the next run looks up."""
+    return os.path.join(folder, "neuron")
 
 
 def _pjrt_device() -> str:
@@ -217,6 +232,113 @@ class XlaTarget(Target):
                 "CachedCompile counters, since process start or the last start_fallback_tracking"
             ),
             extra=extra,
+        )
+
+    @classmethod
+    def prewarm_command(cls, step: list[str], cache_folder: str) -> PrewarmCommand | str:
+        tool = shutil.which(PARALLEL_COMPILE)
+        if tool is None:
+            return (
+                f"{PARALLEL_COMPILE} is not installed here (it comes with the XLA-based "
+                "torch-neuronx on a Trn1 host), so nothing was pre-compiled: the first scheduled "
+                f"run compiles every graph into {neuron_cache_url(cache_folder)}"
+            )
+        # neuron_parallel_compile runs the command once in graph-extraction mode (its outputs
+        # are garbage), then compiles every graph it saw into NEURON_COMPILE_CACHE_URL
+        # (neuron.md 2.5). Flags other than the step count must match the scheduled run's, or
+        # its lookups miss: NEURON_CC_FLAGS is inherited unchanged.
+        return PrewarmCommand(
+            argv=[tool, *step],
+            env={
+                "NEURON_COMPILE_CACHE_URL": neuron_cache_url(cache_folder),
+            },
+            description=f"{PARALLEL_COMPILE} into {neuron_cache_url(cache_folder)}",
+        )
+
+    @classmethod
+    def compiler_host_oom(cls, text: str) -> str | None:
+        # On a Trn1, torch-neuronx hands every XLA graph to neuronx-cc.
+        return neuron_compiler_host_oom(text)
+
+    def compile_events(self, since: float) -> list[CompileEvent]:
+        import torch_xla.debug.metrics as met
+
+        # CompileTime keeps one (end time in epoch seconds, nanoseconds) sample per compile.
+        # torch_xla compiles a traced graph only when its hash is not in the computation cache,
+        # so every sample is a graph (or shape) it had not seen in this process.
+        data = met.metric_data("CompileTime")
+        events = []
+        for number, (ended, nanoseconds) in enumerate(data[2] if data else (), 1):
+            seconds = nanoseconds / _NS_PER_SECOND
+            if ended - seconds < since:
+                continue
+            events.append(
+                CompileEvent(
+                    started_at=ended - seconds,
+                    seconds=seconds,
+                    graph_id=f"xla compile {number}",
+                    cause=CAUSE_NEW_XLA_GRAPH,
+                    detail=(
+                        "the traced graph's hash was not in torch_xla's computation cache "
+                        "(UncachedCompile)"
+                    ),
+                )
+            )
+        # compile() captures with Dynamo first (backend openxla): its guard failures and graph
+        # breaks are the causes of the XLA graphs that follow them.
+        return sorted(events + dynamo_compile_events(since), key=lambda e: e.started_at)
+
+    @classmethod
+    def compiler_versions(cls) -> dict[str, str]:
+        versions = super().compiler_versions()
+        for package in ("torch-xla", "torch-neuronx", "neuronx-cc", "libneuronxla"):
+            version = detect.installed_version(package)
+            if version:
+                versions[package] = version
+        return versions
+
+    def use_compile_cache(self, folder: str | None) -> str:
+        if _pjrt_device() == "NEURON":
+            # On a Trn1 the compile cache is torch-neuronx's: neuronx-cc's NEFFs, keyed by graph
+            # hash, compiler version and flags (neuron.md 2.8), also what
+            # neuron_parallel_compile fills.
+            if folder is None:
+                return (
+                    "the Neuron compile cache stays where NEURON_COMPILE_CACHE_URL or "
+                    "--cache_dir points (default /var/tmp/neuron-compile-cache)"
+                )
+            os.environ["NEURON_COMPILE_CACHE_URL"] = neuron_cache_url(folder)
+            return f"the Neuron compile cache in {os.environ['NEURON_COMPILE_CACHE_URL']}"
+        if folder is None:
+            return "torch_xla's persistent compilation cache is off"
+        import _XLAC  # torch_xla's C extension, loaded by torch_xla itself
+        import torch_xla.runtime as xr
+
+        if _XLAC._xla_computation_cache_is_initialized():
+            return (
+                "torch_xla's persistent compilation cache was not set: something compiled "
+                "before the cache folder was given, and it can only be set before that"
+            )
+        path = os.path.join(folder, "xla")
+        xr.initialize_cache(path, readonly=False)
+        return f"torch_xla's persistent compilation cache in {path}"
+
+    def cache_counters(self) -> CacheCounters | None:
+        import torch_xla.debug.metrics as met
+
+        def count(name: str) -> int:
+            return int(met.counter_value(name) or 0)
+
+        return CacheCounters(
+            hits=count("PersistentCacheHit"),
+            misses=count("PersistentCacheMiss") + count("PersistentCacheDeserializeFailure"),
+            saved_seconds=None,
+            source=(
+                "torch_xla.debug.metrics counters PersistentCacheHit, PersistentCacheMiss and "
+                "PersistentCacheDeserializeFailure, since process start or the last "
+                "start_fallback_tracking"
+            ),
+            extra={"deserialize_failures": count("PersistentCacheDeserializeFailure")},
         )
 
     def start_fallback_tracking(self) -> None:

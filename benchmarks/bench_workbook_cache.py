@@ -1,0 +1,154 @@
+"""What the compile cache saves a scheduled run, and what each notebook's start-up costs.
+
+    .venv/bin/python benchmarks/bench_workbook_cache.py [--workload seed-mlp] [--startup-only]
+
+1. `warm/cold`: the whole workbook (`workbench run`, all five notebooks) twice in this process's
+   run, on the CPU: first with an empty compile cache folder, then with the folder the first run
+   filled, as a nightly job with `--compile-cache` on a persistent volume would. Both wall times
+   are from launch to exit; each run's compile ledger says what compiled and what the cache
+   served. Before the cold run, `import torch` in a throwaway process warms the OS file cache, so
+   the ratio is about compiling, not about reading libraries from disk. Issue aim: R <= 0.6.
+2. `start-up overhead`: per notebook, its parameters cell, imports and `context.start` (target,
+   workload, compile cache, the "this run" table) executed by papermill in a fresh kernel,
+   against an empty notebook executed the same way, interleaved A B B A in 3 pairs; the median
+   difference is printed. Issue aim: within 1.5 s of the empty notebook.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+import papermill
+
+from workbench.context import NOTEBOOKS_DIR
+from workbench.kernel import private_kernelspec
+
+REPO = Path(__file__).resolve().parent.parent
+WORKBENCH = str(Path(sys.executable).parent / "workbench")
+STARTUP_PAIRS = 3
+
+
+def workbook_seconds(out: Path, cache: Path, workload: str) -> tuple[float, dict]:
+    """Launch-to-exit seconds of a whole `workbench run`, and its summary and 01 ledger."""
+    start = time.perf_counter()
+    done = subprocess.run(
+        [WORKBENCH, "run", "--workload", workload, "--target", "cpu", "--out", str(out)]
+        + ["--compile-cache", str(cache)],
+        capture_output=True,
+        text=True,
+    )
+    elapsed = time.perf_counter() - start
+    if done.returncode not in (0, 1):  # 1: a notebook's verdict may fail; timings still hold
+        sys.exit(f"workbench run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    summary = json.loads((out / "summary.json").read_text())
+    baseline = json.loads((out / "01_baseline.json").read_text())
+    return elapsed, {"summary": summary, "baseline": baseline}
+
+
+def describe(label: str, seconds: float, facts: dict) -> None:
+    per_notebook = ", ".join(
+        f"{n['notebook'][:2]} {n['seconds']:.1f} s" for n in facts["summary"]["notebooks"]
+    )
+    ledger = facts["baseline"]["data"]["compile_ledger"]
+    compile_s = sum(e["seconds"] or 0 for e in ledger)
+    hits = sum(1 for e in ledger if e["cache"] == "hit")
+    cache = facts["baseline"]["compile_cache"]["counters"]
+    print(
+        f"{label}: {seconds:.1f} s ({per_notebook}); 01 compiled {len(ledger)} graph(s) in "
+        f"{compile_s:.1f} s, {hits} served by the cache (cache counters: {cache['hits']} hits, "
+        f"{cache['misses']} misses, {cache['saved_seconds'] or 0:.1f} s saved)"
+    )
+
+
+def startup_notebook(path: Path, folder: Path) -> Path:
+    """The notebook's cells up to and including `context.start`, nothing after."""
+    notebook = nbformat.read(path, as_version=4)
+    cut = next(i for i, c in enumerate(notebook.cells) if "context.start(" in c.source)
+    notebook.cells = notebook.cells[: cut + 1]
+    target = folder / f"startup-{path.name}"
+    nbformat.write(notebook, target)
+    return target
+
+
+def empty_notebook(folder: Path) -> Path:
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell("pass")]
+    target = folder / "empty.ipynb"
+    nbformat.write(notebook, target)
+    return target
+
+
+def papermill_seconds(path: Path, kernel: str, params: dict, folder: Path) -> float:
+    start = time.perf_counter()
+    papermill.execute_notebook(
+        str(path),
+        str(folder / f"out-{path.name}"),
+        parameters=params,
+        kernel_name=kernel,
+        cwd=str(folder),
+        progress_bar=False,
+        start_timeout=120,
+    )
+    return time.perf_counter() - start
+
+
+def startup_overheads(workload: str, cache: Path) -> None:
+    with tempfile.TemporaryDirectory() as name, private_kernelspec([str(REPO)]) as kernel:
+        folder = Path(name)
+        empty = empty_notebook(folder)
+        for path in sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")):
+            trimmed = startup_notebook(path, folder)
+            params = {"target": "cpu", "out_dir": str(folder), "progress_bars": False}
+            if path.stem != "00_environment":
+                params |= {"workload": workload, "compile_cache": str(cache)}
+            declared = nbformat.read(path, as_version=4).cells
+            source = next(c.source for c in declared if "parameters" in c.metadata.get("tags", []))
+            params = {k: v for k, v in params.items() if f"\n{k}:" in f"\n{source}"}
+            differences, empties = [], []
+            for pair in range(STARTUP_PAIRS):
+                order = [(empty, {}), (trimmed, params)]
+                if pair % 2:
+                    order.reverse()
+                timed = {p: papermill_seconds(p, kernel, q, folder) for p, q in order}
+                differences.append(timed[trimmed] - timed[empty])
+                empties.append(timed[empty])
+            overhead = statistics.median(differences)
+            print(
+                f"start-up overhead {path.stem}: {overhead:.2f} s over an empty notebook "
+                f"({statistics.median(empties):.2f} s; pairs: "
+                f"{', '.join(f'{d:.2f}' for d in differences)}; aim <= 1.5 s)"
+            )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workload", default="seed-mlp")
+    parser.add_argument("--startup-only", action="store_true")
+    args = parser.parse_args()
+    print(f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f}")
+    with tempfile.TemporaryDirectory() as name:
+        root = Path(name)
+        cache = root / "cache"
+        if not args.startup_only:
+            subprocess.run([sys.executable, "-c", "import torch, torch._inductor"], check=True)
+            cold, cold_facts = workbook_seconds(root / "cold", cache, args.workload)
+            warm, warm_facts = workbook_seconds(root / "warm", cache, args.workload)
+            describe("cold cache", cold, cold_facts)
+            describe("warm cache", warm, warm_facts)
+            print(f"warm/cold: {warm / cold:.2f} (whole workbook on {args.workload}; aim <= 0.6)")
+        startup_overheads(args.workload, cache)
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
