@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_compare.py
 
-Detection power: a workload whose forward sleeps a fixed time (plus a small Linear) is measured by
+Detection power: a workload whose forward spins for a fixed time (plus a small Linear) is measured by
 notebook 01's own measuring code (first call, adaptive warm-up, 30 steady steps, eager training
 step); each run is written as a run folder in the result-file format `workbench run` writes. For a
 planted slowdown of 0%, 5%, 10% and 25% of the step, PAIRS pairs of runs (baseline, slowed) are
@@ -42,7 +42,8 @@ SETTINGS = BaselineSettings(
 
 
 class Sleeper(nn.Module):
-    """A step of known length: the planted slowdown scales the sleep."""
+    """A step of known length: the planted slowdown scales a busy wait (time.sleep would add the
+    scheduler's wake-up latency, tens of milliseconds on a loaded machine, to every step)."""
 
     def __init__(self, sleep_s: float) -> None:
         super().__init__()
@@ -50,7 +51,9 @@ class Sleeper(nn.Module):
         self.sleep_s = sleep_s
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        time.sleep(self.sleep_s)
+        end = time.perf_counter() + self.sleep_s
+        while time.perf_counter() < end:
+            pass
         return self.linear(x)
 
 
