@@ -2,8 +2,8 @@
 
     .venv/bin/python benchmarks/bench_compare.py
 
-Detection power: a workload whose forward spins for a fixed time (plus a small Linear) is measured by
-notebook 01's own measuring code (first call, adaptive warm-up, 30 steady steps, eager training
+Detection power: a workload whose forward spins for a fixed time (plus a small Linear) is measured
+by notebook 01's own measuring code (first call, adaptive warm-up, 30 steady steps, eager training
 step); each run is written as a run folder in the result-file format `workbench run` writes. For a
 planted slowdown of 0%, 5%, 10% and 25% of the step, PAIRS pairs of runs (baseline, slowed) are
 compared and the share flagged as a regression is printed. Runs are interleaved (base, slow,
