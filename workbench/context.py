@@ -3,6 +3,7 @@ load the workload, say plainly what the run validates, and save its result file.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
 import sys
@@ -46,6 +47,7 @@ class RunContext:
                 "workbench": workbench.__version__,
                 "python": platform.python_version(),
                 "torch": _torch_version(),
+                **{name: _installed(name) for name in ("torch-neuronx", "torch-xla", "neuronx-cc")},
             },
         }
 
@@ -54,9 +56,17 @@ class RunContext:
         path = save_result(self.out_dir, self.notebook, data, **self.header())
         verdict = data.get("verdict")
         if isinstance(verdict, Verdict):
-            display(show.verdict_banner(verdict))
+            # The report shows the verdict on top, from the result file; this is for the live view.
+            display(show.verdict_banner(verdict), metadata=show.LIVE_ONLY)
         print(f"result saved: {path}")
         return path
+
+
+def _installed(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
 
 
 def _torch_version() -> str:
@@ -84,6 +94,8 @@ def start(notebook: str, namespace: dict[str, Any], *, with_workload: bool = Tru
     if workload is not None:
         facts["workload"] = f"{workload.name}: {workload.description}"
     facts["python"] = f"{platform.python_version()} on {sys.platform}, pid {os.getpid()}"
+    # Banners and tables keep their look in JupyterLab too (reports inline the same rules).
+    display(show.Rich(f"<style>{show.stylesheet()}</style>", ""), metadata=show.LIVE_ONLY)
     display(show.key_values(facts, caption="This run"))
     kind = "ok" if target.is_trainium else "warn"
     display(show.banner(target.validation_statement(), kind))
