@@ -169,7 +169,8 @@ class RetuneResult:
         )
         if self.choice:
             text += (
-                f"; the batch-size sweep's throughput-best per-core batch is {self.choice.batch_size}, "
+                "; the batch-size sweep's throughput-best per-core batch is "
+                f"{self.choice.batch_size}, "
                 f"{self.choice.throughput:,.0f} {self.throughput_unit} in its steady state (the "
                 "search's short fit checks and the launches time batches their own way)"
             )
