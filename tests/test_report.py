@@ -353,7 +353,7 @@ def test_report_leads_with_verdict_headline_what_ran_and_provenance(tmp_path):
     assert body.count("# 09") == 0 and body.count("Does the &lt;sample&gt; run?") == 1
     assert "set values in the panel" not in page
     assert "LIVE-VERDICT" not in page, "the live banner gives way to the lead's verdict"
-    assert body.count("<details class=\"wb-log") == 1, "adjacent prints are one folded log"
+    assert body.count('<details class="wb-log') == 1, "adjacent prints are one folded log"
     assert body.index("phase 2 done") > body.index("<summary>console output</summary>")
     assert network_references(page) == [] and script_references(page) == []
     assert len(page.encode()) < 20_000, "only the rules the report uses are inlined"
