@@ -205,6 +205,26 @@ def test_warmup_converges_on_a_stable_series(monkeypatch):
     assert result.steady.times == pytest.approx([0.001] * 5)
 
 
+def test_a_converged_warmup_bar_ends_complete(monkeypatch):
+    """JupyterLab paints a bar closed short of its total red ("4/50"): a warm-up that settled
+    early is complete, so its bar's total becomes the steps it took."""
+    closed: list[tuple[str, int, int]] = []
+
+    class RecordingBar(baseline.tqdm):
+        def close(self) -> None:
+            closed.append((self.desc, self.n, self.total))
+            super().close()
+
+    monkeypatch.setattr(baseline, "tqdm", RecordingBar)
+    clock = FakeClock([5.0] + [0.001] * 100)
+    monkeypatch.setattr(baseline, "perf_counter", clock)
+    settings = BaselineSettings(steady_steps=5, warmup=WarmupRule(4, 0.1, 50))
+    measure(fake_prepared(clock), CpuTarget(), settings, log=quiet, progress_bars=True)
+    warmup = [(n, total) for desc, n, total in closed if "warm-up" in desc]
+    assert set(warmup) == {(4, 4)}  # tqdm may close a bar twice (again when collected)
+    assert all(n == total for _, n, total in closed)
+
+
 def test_warmup_stops_at_the_cap_on_a_trending_series(monkeypatch):
     clock = FakeClock([1.0 * 0.9**i for i in range(100)])
     monkeypatch.setattr(baseline, "perf_counter", clock)
