@@ -33,6 +33,7 @@ from workbench.baseline.records import (
     MemoryUse,
     PhaseResult,
     baseline_verdict,
+    cache_state,
     compile_payback,
     result_data,
 )
@@ -232,6 +233,26 @@ def test_warmup_converges_on_a_stable_series(monkeypatch):
     assert result.phase(PHASE_FIRST_CALL).measurement.times == [5.0]
     assert result.phase(PHASE_STEADY).first_step == 6
     assert result.steady.times == pytest.approx([0.001] * 5)
+
+
+def test_a_converged_warmup_bar_ends_complete(monkeypatch):
+    """JupyterLab paints a bar closed short of its total red ("4/50"): a warm-up that settled
+    early is complete, so its bar's total becomes the steps it took."""
+    closed: list[tuple[str, int, int]] = []
+
+    class RecordingBar(baseline.tqdm):
+        def close(self) -> None:
+            closed.append((self.desc, self.n, self.total))
+            super().close()
+
+    monkeypatch.setattr(baseline, "tqdm", RecordingBar)
+    clock = FakeClock([5.0] + [0.001] * 100)
+    monkeypatch.setattr(baseline, "perf_counter", clock)
+    settings = BaselineSettings(steady_steps=5, warmup=WarmupRule(4, 0.1, 50))
+    measure(fake_prepared(clock), CpuTarget(), settings, log=quiet, progress_bars=True)
+    warmup = [(n, total) for desc, n, total in closed if "warm-up" in desc]
+    assert set(warmup) == {(4, 4)}  # tqdm may close a bar twice (again when collected)
+    assert all(n == total for _, n, total in closed)
 
 
 def test_warmup_stops_at_the_cap_on_a_trending_series(monkeypatch):
@@ -526,8 +547,8 @@ def test_headline_when_compiled_is_faster():
     assert payback.compile_cost == pytest.approx(10.0)
     assert payback.break_even_steps == math.ceil(10.0 / 0.0005)
     assert payback.sentence() == (
-        "training step: compile costs 10.00 s, repaid after ~20,000 steps at the measured "
-        "2.00x speed-up (95% interval 2.00-2.00x)"
+        "training step: its 10.00 s compile cost (compiler cache unknown) is repaid after "
+        "~20,000 steps at the measured 2.00x speed-up (95% interval 2.00-2.00x)"
     )
 
 
@@ -538,7 +559,7 @@ def test_headline_when_compiled_is_slower():
     assert payback.break_even_steps is None
     assert payback.sentence().startswith(
         "inference call: compiled is slower (0.50x eager's speed, 95% interval 0.50-0.50x), so "
-        "its 3.00 s compile cost is never repaid"
+        "its 3.00 s compile cost (compiler cache unknown) is never repaid"
     )
     assert isinstance(payback, CompilePayback)
 
@@ -557,8 +578,9 @@ def test_headline_reads_both_kinds_and_warns_when_timings_are_noisy():
         wall_seconds=1.0,
     )  # fmt: skip
     assert result.headline() == (
-        "On cpu, training step: compile costs 10.00 s, repaid after ~20,000 steps at the "
-        "measured 2.00x speed-up (95% interval 2.00-2.00x); inference call: eager median "
+        "On cpu, training step: its 10.00 s compile cost (compiler cache unknown) is repaid "
+        "after ~20,000 steps at the measured 2.00x speed-up (95% interval 2.00-2.00x); "
+        "inference call: eager median "
         "1.5 ms (5,333 samples/s); "
         "the timings are noisy (steady-state IQR up to 67% of the median), so compare them "
         "with care."
@@ -575,7 +597,7 @@ def test_compile_cost_is_the_compiled_first_call_above_its_own_steady_pace():
     assert (
         compile_payback(noisy, compiled)
         .sentence()
-        .startswith("training step: compile costs 31.50 s, repaid after ~63 steps")
+        .startswith("training step: its 31.50 s compile cost (compiler cache unknown) is repaid")
     )
 
 
@@ -755,3 +777,35 @@ def test_an_ordinary_step_failure_gets_no_host_ram_diagnosis():
     )
     result = measure(prepared, FakeNeuronCompilerTarget(), QUICK, log=quiet)
     assert result.failure.diagnosis == "" and "shape mismatch" in result.failure.summary()
+
+
+@pytest.mark.parametrize(
+    ("hits", "misses", "state"),
+    [(0, 3, "cold"), (3, 0, "warm"), (1, 2, "partly warm"), (0, 0, "unknown")],
+)
+def test_compile_cost_says_whether_the_compiler_cache_was_cold_or_warm(hits, misses, state):
+    compiled = synthetic(TRAIN, COMPILED, 2.5, [0.5] * 4, [0.5] * 10)
+    compiled.phases[0].compile = CounterDelta(
+        1, 2.0, {"compiler_cache_hits": hits, "compiler_cache_misses": misses}
+    )
+    eager = synthetic(TRAIN, EAGER, 1.0, [1.0] * 4, [1.0] * 10)
+    payback = compile_payback(eager, compiled)
+    assert payback.compiler_cache == state
+    assert f"2.00 s compile cost (compiler cache {state})" in payback.sentence()
+
+
+def test_compiler_cache_counters_move_with_a_real_compile(tmp_path, monkeypatch):
+    """Inductor's FX graph cache: a fresh cache folder misses, the same graph again hits."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    import torch._dynamo
+
+    target = CpuTarget()
+    before = target.compile_counters()
+    torch.compile(lambda x: (x * 3).cos())(torch.randn(8))
+    after_first = target.compile_counters()
+    first = CounterDelta.between(before, after_first)
+    torch._dynamo.reset()
+    torch.compile(lambda x: (x * 3).cos())(torch.randn(8))
+    second = CounterDelta.between(after_first, target.compile_counters())
+    assert cache_state(first) == "cold"
+    assert cache_state(second) == "warm"

@@ -1,6 +1,9 @@
 """The command line on its own: argument errors, config precedence and `list`, without kernels
 (`workbench run` itself is covered by test_runner.py and test_run_e2e.py)."""
 
+import subprocess
+import sys
+
 import pytest
 
 import workbench.runner
@@ -106,3 +109,64 @@ def test_list_names_every_workload_target_and_parameter(capsys):
     assert "steady_steps (int, default 30)" in out
     # The runner sets these from --workload/--target/--out; they are not -p parameters.
     assert "out_dir (" not in out and "workload (" not in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (
+            ["run", "--worklaod", "seed-mlp"],
+            "unrecognized arguments: --worklaod seed-mlp (did you mean --workload?); "
+            "see `workbench run --help`",
+        ),
+        (["open", "--taget=cpu"], "(did you mean --target?); see `workbench open --help`"),
+        (["rnu"], "(did you mean run?); see `workbench --help`"),
+    ],
+)
+def test_misspelt_options_and_commands_get_a_suggestion_and_their_own_usage(
+    capsys, tmp_path, monkeypatch, argv, fragment
+):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == EXIT_BAD_INPUT
+    assert fragment in _one_error_line(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["run", "--only", "01", "-p", "bach_size=32"], "'bach_size' (did you mean batch_size?)"),
+        (["run", "--workload", "seed-mpl"], "'seed-mpl' (did you mean seed-mlp?)"),
+    ],
+)
+def test_misspelt_parameters_and_workloads_get_a_suggestion(
+    capsys, tmp_path, monkeypatch, argv, fragment
+):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == EXIT_BAD_INPUT
+    assert fragment in _one_error_line(capsys)
+
+
+def test_unknown_parameter_lists_only_what_a_user_can_set(capsys):
+    assert main(["run", "--only", "00", "-p", "pinned=x"]) == EXIT_BAD_INPUT
+    line = _one_error_line(capsys)
+    listed = line.split("take ", 1)[1].rstrip(".").split(", ")
+    assert listed == ["fail_on_drift", "pinned_manifest"]
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["open", "--help"]])
+def test_help_answers_without_importing_torch(argv):
+    code = (
+        "import sys\nfrom workbench.cli import main\ntry:\n    main(sys.argv[1:])\n"
+        "except SystemExit:\n    pass\n"
+        "print('HEAVY', sorted(m for m in ('torch', 'papermill', 'nbconvert') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip().endswith("HEAVY []"), done.stdout[-300:]
+    if argv == ["run", "--help"]:
+        for heading in ("what to run:", "where the results go:", "examples:", "workbench list"):
+            assert heading in done.stdout

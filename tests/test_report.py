@@ -284,3 +284,83 @@ def test_index_shows_what_could_not_be_written(tmp_path):
     assert 'class="wb-fail"' in page and "report-failed" in page
     assert "report not written (No space left on device)" in page
     assert "run.log was not written: No space left on device." in page
+
+
+def _led_notebook(tmp_path, *, with_result: bool = True):
+    """A notebook shaped like the workbook's, with its result file beside it (or none)."""
+    nb = new_notebook()
+    title = new_markdown_cell("# 09 · Sample\n\n**Does the <sample> run?**")
+    title.metadata["tags"] = ["report-title"]
+    how = new_markdown_cell("Interactive: set values in the panel below, then run the cells.")
+    how.metadata["tags"] = ["interactive-only"]
+    cell = new_code_cell("work()")
+    cell.outputs = [
+        new_output("stream", name="stdout", text="phase 1 done\n"),
+        new_output("stream", name="stdout", text="phase 2 done\n"),
+        new_output("display_data", data={"text/html": "<p>EVIDENCE-TABLE</p>", "text/plain": ""}),
+    ]
+    save = new_code_cell("ctx.save(data)")
+    save.outputs = [
+        new_output(
+            "display_data",
+            data={"text/html": '<div class="wb-banner">LIVE-VERDICT</div>', "text/plain": ""},
+            metadata={"workbench": {"live_only": True}},
+        )
+    ]
+    nb.cells = [title, how, cell, save]
+    path = tmp_path / "09_sample.ipynb"
+    nbformat.write(nb, path)
+    if with_result:
+        record = {
+            "schema_version": 1,
+            "notebook": "09_sample",
+            "created_at": "2026-12-02T10:00:00+00:00",
+            "target": {"name": "cpu", "chosen_because": "auto: <no device>", "is_trainium": False},
+            "workload": {"name": "<b>mlp</b>", "description": "tiny"},
+            "validation": "validated on cpu: this is not a Trainium validation.",
+            "parameters": {"steady_steps": 7, "note": "<script>x</script>"},
+            "versions": {"workbench": "0.1.0", "torch": "2.13.0", "torch-xla": "2.9.0"},
+            "data": {
+                "headline": "HEADLINE <i>sentence</i>",
+                "verdict": {"status": "attention", "reason": "noisy <b>", "rule": "RULE-TEXT"},
+            },
+        }
+        (tmp_path / "09_sample.json").write_text(json.dumps(record))
+    return path
+
+
+def test_report_leads_with_verdict_headline_what_ran_and_provenance(tmp_path):
+    path = _led_notebook(tmp_path)
+    page = export_html(path, path.with_suffix(".html")).read_text()
+    body = page.split("<main>", 1)[1]
+    order = [
+        "09 · Sample",
+        "ATTENTION",
+        "noisy &lt;b&gt;",
+        "HEADLINE &lt;i&gt;sentence&lt;/i&gt;",
+        "What ran",
+        "auto: &lt;no device&gt;",
+        "Provenance",
+        "2026-12-02T10:00:00+00:00",
+        "torch-xla",
+        "EVIDENCE-TABLE",
+    ]
+    positions = [body.index(text) for text in order]
+    assert positions == sorted(positions), list(zip(order, positions, strict=True))
+    assert '<a href="index.html">' in body
+    assert "&lt;script&gt;x&lt;/script&gt;" in body and "<script" not in page
+    assert "torch-neuronx</th><td>not installed" in body
+    assert body.count("# 09") == 0 and body.count("Does the &lt;sample&gt; run?") == 1
+    assert "set values in the panel" not in page
+    assert "LIVE-VERDICT" not in page, "the live banner gives way to the lead's verdict"
+    assert body.count('<details class="wb-log') == 1, "adjacent prints are one folded log"
+    assert body.index("phase 2 done") > body.index("<summary>console output</summary>")
+    assert network_references(page) == [] and script_references(page) == []
+    assert len(page.encode()) < 20_000, "only the rules the report uses are inlined"
+
+
+def test_report_without_a_result_says_so_on_top(tmp_path):
+    path = _led_notebook(tmp_path, with_result=False)
+    page = export_html(path, path.with_suffix(".html")).read_text()
+    body = page.split("<main>", 1)[1]
+    assert body.index("No result: the notebook stopped") < body.index("EVIDENCE-TABLE")

@@ -708,3 +708,34 @@ def test_cost_prices_only_the_instance_the_run_measured(tmp_path: Path) -> None:
     broken.write_text(json.dumps({"instances": [{"instance": "x", "usd_per_hour": 1}]}))
     with pytest.raises(BadInput, match="source"):
         load_prices(str(broken))
+
+
+def _headline_for(plan_global: int, reference_global: int) -> str:
+    from workbench.tuning.plan import plan_global_batch
+    from workbench.tuning.records import Recommendation, RetuneResult
+    from workbench.tuning.trials import BatchChoice, MemoryBudget, SearchResult
+
+    model = torch.nn.Linear(4, 2)
+    plan = plan_global_batch(
+        "keep", plan_global, 256, 1, reference_global, torch.optim.AdamW(model.parameters())
+    )
+    result = RetuneResult(
+        workload={}, target={"name": "cpu"}, measured_label="measured on this machine (cpu)",
+        settings=RetuneSettings(), throughput_unit="samples/s",
+        budget=MemoryBudget(2**30, "test", 0.1),
+        search=SearchResult(1, 1024, 12, [], 1024, None, "fits"), sweep=[],
+        choice=BatchChoice(256, 13_000.0, 512, 13_200.0, "within 5% of the best"),
+        scaling=None, world=None, plans=[plan], accumulation=None, loader=None, buckets=None,
+        cost=None, recommendation=Recommendation(), skipped={}, wall_seconds=1.0,
+    )  # fmt: skip
+    return result.headline()
+
+
+def test_headline_says_why_the_plan_differs_from_the_fastest_batch():
+    kept = _headline_for(64, 64)
+    assert "throughput-best per-core batch is 256, 13,000 samples/s in its steady state" in kept
+    assert "the plan is 64 per core x 1 worker(s) x 1 accumulation step(s) = 64, not 256" in kept
+    assert "because it keeps the recipe's global batch of 64" in kept
+    assert "not 256 per core" not in _headline_for(512, 64), "no reason needed when they agree"
+    other = _headline_for(96, 64)
+    assert "= 96, not 256 per core, to reach the global batch of 96" in other

@@ -20,7 +20,32 @@ def test_panel_has_one_control_per_parameter_and_writes_back():
     controls["target"].value = "cpu"
     controls["fail_on_drift"].value = True
     controls["pinned_manifest"].value = "pins/env.json"
-    assert namespace == {"target": "cpu", "fail_on_drift": True, "pinned_manifest": "pins/env.json"}
+    assert namespace == {
+        "target": "cpu",
+        "fail_on_drift": True,
+        "pinned_manifest": "pins/env.json",
+        "out_dir": ".",
+    }
+
+
+def test_panel_defines_every_parameter_it_shows_before_any_change():
+    """The README's flow: run the panel without the parameters cell, then the cells below."""
+    namespace: dict = {"steady_steps": 7}
+    panel = control_panel("01_baseline", namespace)
+    assert set(namespace) == set(_controls(panel))
+    assert namespace["steady_steps"] == 7, "a value already set is kept"
+    assert namespace["warmup_threshold"] == 0.1 and namespace["kinds"] == ["train", "infer"]
+    assert _controls(panel)["steady_steps"].value == 7
+
+
+def test_panel_labels_fit_the_longest_name_and_carry_the_stylesheet():
+    panel = control_panel("04_retuning", {})
+    controls = _controls(panel)
+    longest = max(map(len, controls))
+    assert all(c.style.description_width == f"{longest + 2}ch" for c in controls.values())
+    hint = panel.children[0].value
+    assert "<style>" in hint and ".wb-banner" in hint and ".wb-error" in hint
+    assert "Run Selected Cell and All Below" in hint
 
 
 def test_list_parameters_read_as_numbers_and_bad_text_is_reported(tmp_path, monkeypatch):

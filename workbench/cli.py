@@ -8,17 +8,24 @@ before anything ran; 3 critical environment drift (`env diff`); 4 blocking findi
 from __future__ import annotations
 
 import argparse
+import importlib
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
 
-from workbench.compare import command as compare_command
-from workbench.errors import EXIT_BAD_INPUT, EXIT_DRIFT, EXIT_OK, BadInput, WorkbenchError
-from workbench.fleet import command as fleet_command
+from workbench.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_DRIFT,
+    EXIT_OK,
+    BadInput,
+    WorkbenchError,
+    did_you_mean,
+)
 from workbench.redact import scrub_text
-from workbench.scan import command as scan_command
 from workbench.terminal import strip_control
 from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
 
@@ -83,31 +90,57 @@ def _only(value: Any) -> list[str]:
     return numbers
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    if args.matrix or args.index is not None:
-        return _run_matrix_item(args)
+def _request(args: argparse.Namespace) -> Any:
+    """The RunRequest that `run` and `open` share: options win over the config file."""
     from workbench.params import parse_assignments
-    from workbench.runner import DEFAULT_CELL_TIMEOUT_S, RunRequest, run
+    from workbench.runner import DEFAULT_CELL_TIMEOUT_S, RunRequest
 
     config = _load_config(Path(args.config)) if args.config else {}
     parameters = {**config.get("parameters", {}), **parse_assignments(args.param or [])}
     out = args.out if args.out is not None else config.get("out")
     if out is not None and not out.strip():
         raise BadInput("--out is empty; name a new folder for the run.")
-    cell_timeout = (
-        args.cell_timeout if args.cell_timeout is not None else config.get("cell_timeout")
-    )
-    request = RunRequest(
+    given_timeout = getattr(args, "cell_timeout", None)
+    cell_timeout = given_timeout if given_timeout is not None else config.get("cell_timeout")
+    return RunRequest(
         workload=args.workload or config.get("workload") or DEFAULT_WORKLOAD,
         target=args.target or config.get("target") or "auto",
         only=_only(args.only if args.only is not None else config.get("only")),
         out=Path(out) if out is not None else None,
         parameters=parameters,
-        show_code=args.show_code or config.get("show_code", False),
+        show_code=getattr(args, "show_code", False) or config.get("show_code", False),
         cell_timeout=DEFAULT_CELL_TIMEOUT_S if cell_timeout is None else cell_timeout,
         compile_cache=args.compile_cache or config.get("compile_cache") or "",
     )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if args.matrix or args.index is not None:
+        return _run_matrix_item(args)
+    from workbench.runner import run
+
+    request = _request(args)
     return run(request, progress=lambda line: print(line, file=sys.stderr, flush=True))
+
+
+def cmd_open(args: argparse.Namespace) -> int:
+    from workbench.workcopy import open_run
+
+    opened = open_run(_request(args))
+    print(f"prepared {len(opened.notebooks)} notebook(s) in {opened.folder}")
+    print("step through them in JupyterLab (as root, add --allow-root):")
+    print(f"  {opened.command}")
+    print("results land beside the copies; then write the reports with:")
+    print(f"  workbench export {opened.folder}")
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from workbench.workcopy import export_run
+
+    exit_code, index = export_run(Path(args.folder), show_code=args.show_code)
+    print(f"report: {index} (exit {exit_code})")
+    return exit_code
 
 
 def _run_matrix_item(args: argparse.Namespace) -> int:
@@ -126,6 +159,8 @@ def _run_matrix_item(args: argparse.Namespace) -> int:
     ]
     if clashing:
         raise BadInput(f"{clashing[0]} cannot be combined with --matrix: the item sets it.")
+    from workbench.fleet import command as fleet_command
+
     return fleet_command.run_matrix_item(
         args.matrix, args.index, args.out, args.show_code, args.cell_timeout
     )
@@ -162,8 +197,8 @@ def cmd_env_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from workbench.params import notebook_parameters
-    from workbench.runner import RUNNER_PARAMETERS, available_notebooks
+    from workbench.params import RUNNER_PARAMETERS, notebook_parameters
+    from workbench.runner import available_notebooks
     from workbench.targets import TARGET_MODULES, target_class
 
     print("workloads: " + ", ".join(BUILTIN_WORKLOADS) + ", or package.module:factory")
@@ -185,46 +220,140 @@ class _Parser(argparse.ArgumentParser):
     """Usage mistakes are bad input like any other: one sentence on stderr and exit 2."""
 
     def error(self, message: str) -> NoReturn:
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice:
+            names = re.findall(r"'([^']*)'", choice.group(2))
+            message = f"{message}{did_you_mean(choice.group(1), names)}"
         sys.stderr.write(f"workbench: error: {message}; see `{self.prog} --help`.\n")
         sys.exit(EXIT_BAD_INPUT)
 
+    def unrecognized(self, extras: list[str]) -> NoReturn:
+        """Arguments this (sub)command does not take, with the closest option it does."""
+        options = [name for action in self._actions for name in action.option_strings]
+        first = extras[0].partition("=")[0]
+        hint = did_you_mean(first, options) if first.startswith("-") else ""
+        self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="workbench",
-        description="Trainium migration workbook: run the notebooks headless, pin environments.",
-        epilog="exit codes: 0 ok, 1 a notebook failed, 2 bad input, 3 critical drift, "
-        "4 blocking scan findings, 5 regression (compare), 130 interrupted",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
 
-    run_p = sub.add_parser("run", help="execute the notebooks and write HTML reports")
-    run_p.add_argument(
-        "--workload", help=f"built-in name or package.module:factory ({DEFAULT_WORKLOAD})"
+_RUN_EXAMPLES = """\
+examples:
+  workbench run                                     all five notebooks on seed-mlp, target auto
+  workbench run --workload tiny-cnn --only 00,01    two notebooks on another built-in
+  workbench run --target xla -p batch_size=32 -p steady_steps=50
+  workbench run --workload my_models.classifier:make_workload --out reports/classifier
+
+`workbench list` shows the workloads, the targets (and why one is unavailable) and every
+-p parameter with its type, default and help.
+"""
+
+_OPEN_EXAMPLES = """\
+examples:
+  workbench open --workload tiny-transformer --target xla -p batch_size=16
+  workbench export reports/<the folder open printed>
+
+The folder holds parameterized copies of the notebooks; the templates in notebooks/ stay
+untouched. On an instance where you are root, add --allow-root to the printed jupyter command.
+"""
+
+
+def _add_selection(parser: argparse.ArgumentParser) -> None:
+    """What to run: the options `run` and `open` share."""
+    group = parser.add_argument_group("what to run")
+    group.add_argument(
+        "--workload",
+        metavar="W",
+        help=f"built-in name ({', '.join(BUILTIN_WORKLOADS)}) or package.module:factory "
+        f"(default {DEFAULT_WORKLOAD})",
     )
-    run_p.add_argument("--target", help="auto, cpu, cuda, xla or neuron (auto)")
-    run_p.add_argument("--only", help="comma-separated notebook numbers, e.g. 00,01")
-    run_p.add_argument("--out", help="run folder (default reports/<time>-<workload>-<target>)")
-    run_p.add_argument(
-        "-p", "--param", action="append", metavar="KEY=VALUE", help="notebook parameter"
+    group.add_argument(
+        "--target", metavar="T", help="auto, cpu, cuda, xla or neuron (default auto)"
     )
-    run_p.add_argument("--config", help="YAML file with the same settings and 'parameters:'")
-    run_p.add_argument("--show-code", action="store_true", help="show code cells in the HTML")
-    run_p.add_argument(
-        "--cell-timeout", type=int, help="seconds one cell may run, 1 or more (3600)"
+    group.add_argument("--only", metavar="NN,NN", help="notebook numbers, e.g. 00,01 (default all)")
+    group.add_argument(
+        "-p",
+        "--param",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a notebook parameter; repeat for more (see `workbench list`)",
     )
-    run_p.add_argument(
+    group.add_argument("--config", metavar="FILE", help="YAML file with the same settings")
+    group.add_argument(
         "--compile-cache",
         metavar="DIR",
         help="compile cache folder shared by runs (~/.cache/workbench/compile-cache; a "
         "subfolder per compiler version); off for none",
     )
-    run_p.add_argument("--matrix", help="matrix file: run one of its items (with --index)")
-    run_p.add_argument(
+
+
+def _configure_run(run_p: argparse.ArgumentParser) -> None:
+    _add_selection(run_p)
+    output = run_p.add_argument_group("where the results go")
+    output.add_argument(
+        "--out", metavar="DIR", help="a new run folder (default reports/<time>-<workload>-<target>)"
+    )
+    output.add_argument("--show-code", action="store_true", help="show code cells in the HTML")
+    limits = run_p.add_argument_group("limits")
+    limits.add_argument(
+        "--cell-timeout", type=int, metavar="S", help="seconds one cell may run, 1 or more (3600)"
+    )
+    matrix = run_p.add_argument_group("one item of a matrix (Slurm arrays, Kubernetes jobs)")
+    matrix.add_argument("--matrix", metavar="FILE", help="matrix file: run one of its items")
+    matrix.add_argument(
         "--index",
         help="the matrix item to run: a number, or auto for $SLURM_ARRAY_TASK_ID, "
         "$JOB_COMPLETION_INDEX or $AWS_BATCH_JOB_ARRAY_INDEX (with --matrix, --out is ROOT)",
     )
+
+
+def _configure_open(open_p: argparse.ArgumentParser) -> None:
+    _add_selection(open_p)
+    output = open_p.add_argument_group("where the copies go")
+    output.add_argument(
+        "--out", metavar="DIR", help="a new folder (default reports/<time>-<workload>-<target>)"
+    )
+
+
+def _configure_export(export_p: argparse.ArgumentParser) -> None:
+    export_p.add_argument("folder", help="the folder `workbench open` prepared")
+    export_p.add_argument("--show-code", action="store_true", help="show code cells in the HTML")
+
+
+# Subcommands whose modules import torch: configured only when named, so `workbench --help`
+# and `workbench run --help` answer without loading torch. Name -> module, configure, handler.
+_LAZY: dict[str, tuple[str, str, str]] = {
+    "scan": ("workbench.scan.command", "configure_parser", "cmd_scan"),
+    "compare": ("workbench.compare.command", "configure_parser", "cmd_compare"),
+}
+
+
+def _lazy_handler(module: str, name: str) -> Callable[[argparse.Namespace], int]:
+    def handler(args: argparse.Namespace) -> int:
+        func: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(module), name)
+        return func(args)
+
+    return handler
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with `command`, only that subcommand's torch-importing
+    module is loaded to configure it (None configures every one)."""
+    parser = _Parser(
+        prog="workbench",
+        description="Trainium migration workbook: run the notebooks headless, step through "
+        "them in JupyterLab, pin environments, compare runs.",
+        epilog="exit codes: 0 ok, 1 a notebook failed, 2 bad input, 3 critical drift, "
+        "4 blocking scan findings, 5 regression (compare), 130 interrupted",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    raw = argparse.RawDescriptionHelpFormatter
+
+    run_p = sub.add_parser(
+        "run",
+        help="execute the notebooks and write HTML reports",
+        epilog=_RUN_EXAMPLES,
+        formatter_class=raw,
+    )
+    _configure_run(run_p)
     run_p.set_defaults(func=cmd_run)
 
     prewarm_p = sub.add_parser(
@@ -237,13 +366,27 @@ def build_parser() -> argparse.ArgumentParser:
     prewarm_p.add_argument("--steps", type=int, default=2, help="steps per configuration (2)")
     prewarm_p.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE")
     prewarm_p.set_defaults(func=cmd_prewarm)
+    open_p = sub.add_parser(
+        "open",
+        help="prepare parameterized copies of the notebooks to step through in JupyterLab",
+        epilog=_OPEN_EXAMPLES,
+        formatter_class=raw,
+    )
+    _configure_open(open_p)
+    open_p.set_defaults(func=cmd_open)
+
+    export_p = sub.add_parser(
+        "export", help="write the reports, index and summary of a folder `open` prepared"
+    )
+    _configure_export(export_p)
+    export_p.set_defaults(func=cmd_export)
 
     matrix_p = sub.add_parser(
         "matrix", help="list a matrix file's items with their index, and check every one"
     )
     matrix_p.add_argument("file")
     matrix_p.add_argument("--count", action="store_true", help="print only the number of items")
-    matrix_p.set_defaults(func=fleet_command.cmd_matrix)
+    matrix_p.set_defaults(func=_lazy_handler("workbench.fleet.command", "cmd_matrix"))
 
     collect_p = sub.add_parser(
         "collect",
@@ -251,7 +394,21 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit codes: 0 no item regressed, 2 bad input, 5 an item regressed",
     )
     collect_p.add_argument("root")
-    collect_p.set_defaults(func=fleet_command.cmd_collect)
+    collect_p.set_defaults(func=_lazy_handler("workbench.fleet.command", "cmd_collect"))
+
+    lazy_help = {
+        "scan": (
+            "find CUDA-specific code in your sources, with the Neuron replacement",
+            "exit codes: 0 no blocking finding, 2 bad input, 4 blocking findings",
+        ),
+        "compare": (
+            "judge the newest run against a baseline run or the history of runs",
+            "exit codes: 0 no regression, 2 bad input, 5 a regression (listed on stderr)",
+        ),
+    }
+    lazy_parsers = {}
+    for name, (help_text, epilog) in lazy_help.items():
+        lazy_parsers[name] = sub.add_parser(name, help=help_text, epilog=epilog)
 
     env_p = sub.add_parser("env", help="pin the environment or diff two manifests")
     env_sub = env_p.add_subparsers(dest="env_command", required=True)
@@ -266,31 +423,39 @@ def build_parser() -> argparse.ArgumentParser:
     diff_p.add_argument("new")
     diff_p.set_defaults(func=cmd_env_diff)
 
-    scan_p = sub.add_parser(
-        "scan",
-        help="find CUDA-specific code in your sources, with the Neuron replacement",
-        epilog="exit codes: 0 no blocking finding, 2 bad input, 4 blocking findings",
-    )
-    scan_command.configure_parser(scan_p)
-    scan_p.set_defaults(func=scan_command.cmd_scan)
-
-    compare_p = sub.add_parser(
-        "compare",
-        help="judge the newest run against a baseline run or the history of runs",
-        epilog="exit codes: 0 no regression, 2 bad input, 5 a regression (listed on stderr)",
-    )
-    compare_command.configure_parser(compare_p)
-    compare_p.set_defaults(func=compare_command.cmd_compare)
-
     list_p = sub.add_parser("list", help="workloads, targets and notebook parameters")
     list_p.set_defaults(func=cmd_list)
+
+    for name, lazy_p in lazy_parsers.items():
+        module, configure, handler = _LAZY[name]
+        if command is None or command == name:
+            getattr(importlib.import_module(module), configure)(lazy_p)
+        lazy_p.set_defaults(func=_lazy_handler(module, handler))
     return parser
 
 
+def _subparser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> _Parser:
+    """The (sub)command parser that `args` went through, for its own usage in errors."""
+    chosen = parser
+    for dest in ("command", "env_command"):
+        name = getattr(args, dest, None)
+        actions = [a for a in chosen._actions if isinstance(a, argparse._SubParsersAction)]
+        if name is None or not actions:
+            break
+        chosen = actions[0].choices[name]
+    assert isinstance(chosen, _Parser)
+    return chosen
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    named = next((word for word in argv if not word.startswith("-")), "")
+    parser = build_parser(named)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        _subparser(parser, args).unrecognized(extras)
     try:
-        return args.func(args)
+        return int(args.func(args))
     except WorkbenchError as exc:
         message = scrub_text(" ".join(strip_control(str(exc)).split()))
         print(f"workbench: error: {message}", file=sys.stderr)

@@ -3,6 +3,7 @@ load the workload, say plainly what the run validates, and save its result file.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
 import sys
@@ -63,6 +64,7 @@ class RunContext:
                 "workbench": workbench.__version__,
                 "python": platform.python_version(),
                 "torch": _torch_version(),
+                **{name: _installed(name) for name in ("torch-neuronx", "torch-xla", "neuronx-cc")},
             },
         }
 
@@ -71,9 +73,17 @@ class RunContext:
         path = save_result(self.out_dir, self.notebook, data, **self.header())
         verdict = data.get("verdict")
         if isinstance(verdict, Verdict):
-            display(show.verdict_banner(verdict))
+            # The report shows the verdict on top, from the result file; this is for the live view.
+            display(show.verdict_banner(verdict), metadata=show.LIVE_ONLY)
         print(f"result saved: {path}")
         return path
+
+
+def _installed(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
 
 
 def _torch_version() -> str:
@@ -107,6 +117,8 @@ def start(notebook: str, namespace: dict[str, Any], *, with_workload: bool = Tru
     facts["python"] = f"{platform.python_version()} on {sys.platform}, pid {os.getpid()}"
     if cache is not None:
         facts["compile cache"] = f"{cache.sentence}; {cache.wiring}"
+    # Banners and tables keep their look in JupyterLab too (reports inline the same rules).
+    display(show.Rich(f"<style>{show.stylesheet()}</style>", ""), metadata=show.LIVE_ONLY)
     display(show.key_values(facts, caption="This run"))
     if cache is not None and cache.status not in (STATUS_IN_USE, STATUS_OFF):
         print(f"warning: {cache.sentence}")  # the console line a headless run shows

@@ -3,12 +3,13 @@ exception is put on one line with the place in the user's code it points at."""
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib.util
 import os
 import sysconfig
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 # Exit codes of `workbench` commands (README "Exit codes" lists the same table).
@@ -145,3 +146,9 @@ def _library_dirs() -> _LibraryDirs:
 def _short_path(path: str) -> str:
     cwd = os.getcwd() + os.sep
     return path[len(cwd) :] if path.startswith(cwd) else path
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """` (did you mean X?)` for the closest of `choices` to a misspelt `word`, else nothing."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""

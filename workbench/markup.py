@@ -8,9 +8,20 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 BANNER_KINDS = ("info", "ok", "warn", "fail")
+# The look of banners and tables: inlined by the report template, shown live by the notebook.
+STYLESHEET = Path(__file__).resolve().parent / "templates" / "offline" / "workbench.css"
+# Display metadata of outputs that only a live notebook shows; reports drop them.
+LIVE_ONLY = {"workbench": {"live_only": True}}
+
+
+@cache
+def stylesheet() -> str:
+    return STYLESHEET.read_text(encoding="utf-8")
 
 
 class Rich:
@@ -59,6 +70,13 @@ def table(
         lines.append("  ".join(str(h).ljust(w) for h, w in zip(headers, widths, strict=True)))
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
     return Rich(markup, "\n".join(lines))
+
+
+def collapsed(summary: str, parts: Sequence[Rich]) -> Rich:
+    """`parts` folded under a one-line summary (open in a browser with a click)."""
+    inner = "".join(part.html_text for part in parts)
+    markup = f"<details><summary>{html.escape(summary)}</summary>{inner}</details>"
+    return Rich(markup, "\n\n".join([summary, *(part.plain for part in parts)]))
 
 
 def key_values(pairs: Mapping[str, Any], caption: str = "") -> Rich:

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from workbench.errors import BadInput
+from workbench.errors import BadInput, did_you_mean
 
 _TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool, "list": list}
 # `list[int]` in a parameters cell also fixes the type of every element.
@@ -28,6 +28,9 @@ MAX_VALUE_CHARS = 4096
 # Parameters that shape the workload itself. Every notebook that loads the workload must get the
 # same values, or its numbers describe another model or batch than its neighbours'.
 WORKLOAD_PARAMETERS = ("input_shape", "input_dtype", "num_classes", "batch_size")
+# Set by the runner itself; users choose them with --workload / --target / --out /
+# --compile-cache.
+RUNNER_PARAMETERS = ("workload", "target", "out_dir", "compile_cache")
 
 
 @dataclass(frozen=True)
@@ -168,9 +171,10 @@ def validate(
     known = {name for params in declared.values() for name in params}
     unknown = sorted(set(overrides) - known)
     if unknown:
+        settable = sorted(known - set(RUNNER_PARAMETERS))
         raise BadInput(
-            f"Unknown parameter {unknown[0]!r}: the selected notebooks take "
-            f"{', '.join(sorted(known))}."
+            f"Unknown parameter {unknown[0]!r}{did_you_mean(unknown[0], settable)}: the "
+            f"selected notebooks take {', '.join(settable)}."
         )
     for name in sorted(set(overrides) & set(WORKLOAD_PARAMETERS)):
         missed = [

@@ -23,7 +23,8 @@ import tinycss2
 from nbconvert import HTMLExporter
 
 from workbench.redact import scrub_text
-from workbench.results import write_text_atomic
+from workbench.report_lead import TITLE_TAG, lead_html
+from workbench.results import load_result, write_text_atomic
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 # Output types a report renders. Everything else (widget views, JavaScript, SVG, mermaid...) is
@@ -211,6 +212,8 @@ def _clean_output(output: dict[str, Any]) -> dict[str, Any] | None:
         output["evalue"] = scrub_text(str(output.get("evalue", "")))
         output["traceback"] = [scrub_text(line) for line in output.get("traceback", [])]
         return output
+    if output.get("metadata", {}).get("workbench", {}).get("live_only"):
+        return None  # shown in a live notebook only; the report's lead says it once, on top
     # HTML and Markdown are sanitized by the template (the `report_html` filter), after
     # Markdown rendering; here they are only scrubbed of secrets.
     data = {k: v for k, v in output.get("data", {}).items() if k in ALLOWED_MIMETYPES}
@@ -223,19 +226,48 @@ def _clean_output(output: dict[str, Any]) -> dict[str, Any] | None:
     return output
 
 
+def _joined_streams(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Adjacent prints to the same stream as one output: one folded console log, not dozens."""
+    joined: list[dict[str, Any]] = []
+    for output in outputs:
+        previous = joined[-1] if joined else None
+        if (
+            previous is not None
+            and output.get("output_type") == "stream"
+            and previous.get("output_type") == "stream"
+            and previous.get("name") == output.get("name")
+        ):
+            previous["text"] = _as_text(previous["text"]) + _as_text(output["text"])
+            continue
+        joined.append(output)
+    return joined
+
+
 def prepare_for_report(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """Drop live-only cells, widget state and unsafe outputs; scrub secrets from what is left."""
+    """Drop live-only cells, widget state and unsafe outputs; scrub secrets from what is left.
+
+    The title cell (tagged `report-title`) leaves the body too: the report's lead shows it.
+    """
     nb.metadata.pop("widgets", None)
     kept = []
     for cell in nb.cells:
-        if REMOVED_CELL_TAGS & set(cell.get("metadata", {}).get("tags", [])):
+        if (REMOVED_CELL_TAGS | {TITLE_TAG}) & set(cell.get("metadata", {}).get("tags", [])):
             continue
         cell.source = scrub_text(cell.source)
         if cell.cell_type == "code":
-            cell.outputs = [o for o in map(_clean_output, cell.get("outputs", [])) if o is not None]
+            cleaned = [o for o in map(_clean_output, cell.get("outputs", [])) if o is not None]
+            cell.outputs = _joined_streams(cleaned)
         kept.append(cell)
     nb.cells = kept
     return nb
+
+
+def _result_beside(notebook_path: Path) -> dict[str, Any] | None:
+    """The notebook's result file, saved next to it by ctx.save; None when it never saved one."""
+    try:
+        return load_result(notebook_path.with_suffix(".json"))
+    except (OSError, ValueError):
+        return None
 
 
 class UnsafeReport(Exception):
@@ -244,7 +276,12 @@ class UnsafeReport(Exception):
 
 def export_html(notebook_path: Path, html_path: Path, *, show_code: bool = False) -> Path:
     """Export an executed notebook to one offline HTML file (code hidden unless `show_code`)."""
-    nb = prepare_for_report(nbformat.read(str(notebook_path), as_version=4))
+    nb = nbformat.read(str(notebook_path), as_version=4)
+    title = next(
+        (c.source for c in nb.cells if TITLE_TAG in c.get("metadata", {}).get("tags", [])), ""
+    )
+    lead = lead_html(scrub_text(title), _result_beside(notebook_path))
+    nb = prepare_for_report(nb)
     exporter = HTMLExporter(
         template_name="offline",
         extra_template_basedirs=[str(TEMPLATES_DIR)],
@@ -256,7 +293,8 @@ def export_html(notebook_path: Path, html_path: Path, *, show_code: bool = False
         sanitize_html=False,
     )
     exporter.register_filter("report_html", sanitize_html)
-    page, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": notebook_path.stem}})
+    resources = {"metadata": {"name": notebook_path.stem}, "report_lead": lead}
+    page, _ = exporter.from_notebook_node(nb, resources=resources)
     page = scrub_text(page)
     audit = _audit(page)
     if audit.scripts or audit.fetches:
@@ -283,6 +321,10 @@ def _verdict_cell(verdict: dict[str, Any] | None) -> str:
     return f'<td class="v-{status}" title="{html.escape(verdict.get("reason", ""))}">{status}</td>'
 
 
+def _seconds(value: float | None) -> str:
+    return "not timed" if value is None else f"{value:.1f} s"
+
+
 def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
     """`index.html`: one line per notebook with its status, linking its report."""
     esc = html.escape
@@ -300,7 +342,7 @@ def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
         rows.append(
             f'<tr class="{_STATUS_CLASS.get(nb["status"], "wb-fail")}"><td>{link}</td>'
             f"<td>{esc(nb['status'])}</td>{_verdict_cell(nb.get('verdict'))}"
-            f"<td>{nb['seconds']:.1f} s</td><td>{esc(detail)}</td></tr>"
+            f"<td>{_seconds(nb.get('seconds'))}</td><td>{esc(detail)}</td></tr>"
         )
     verdict = summary.get("verdict") or {"status": "attention", "reasons": []}
     reasons = verdict.get("reasons") or []
@@ -309,7 +351,7 @@ def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
         target=esc(summary["target"]),
         target_reason=esc(summary.get("target_reason", "")),
         started_at=esc(summary["started_at"]),
-        seconds=f"{summary['seconds']:.1f}",
+        seconds=_seconds(summary.get("seconds")),
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         validation=esc(summary["validation"]),
         verdict_status=esc(verdict["status"]),

@@ -37,18 +37,15 @@ from workbench.errors import (
     one_line,
 )
 from workbench.kernel import private_kernelspec
-from workbench.params import Parameter, notebook_parameters, validate
+from workbench.params import RUNNER_PARAMETERS, notebook_parameters, validate
 from workbench.redact import scrub_data, scrub_text
 from workbench.report import UnsafeReport, export_html, write_index
 from workbench.scorecard import run_verdict, verdict_from_data
 from workbench.targets import TARGET_NAMES, get_target, resolve_target_name
 from workbench.terminal import strip_control
-from workbench.workload import Workload, WorkloadSpec
+from workbench.workload import WorkloadSpec
 from workbench.workloads import DEFAULT_WORKLOAD
 
-# Set by the runner itself; users choose them with --workload / --target / --out /
-# --compile-cache.
-RUNNER_PARAMETERS = ("workload", "target", "out_dir", "compile_cache")
 DEFAULT_CELL_TIMEOUT_S = 3600  # a cold Neuron compile can take most of an hour
 
 
@@ -72,7 +69,7 @@ class NotebookOutcome:
     # ok | failed | timeout | kernel-died | report-failed (ran, but its page could not be
     # written) | interrupted
     status: str
-    seconds: float
+    seconds: float | None  # None: not timed (a copy run in JupyterLab without cell timings)
     error: str | None = None
     failed_cell: int | None = None
     html: str | None = None
@@ -281,14 +278,20 @@ def _finish_outputs(path: Path, out: Path, outcome: NotebookOutcome, show_code: 
         finally:
             # papermill's copy is unscrubbed and may be half-written: it never stays behind.
             partial.unlink(missing_ok=True)
+    report_notebook(executed, outcome, show_code)
+
+
+def report_notebook(executed: Path, outcome: NotebookOutcome, show_code: bool) -> None:
+    """Export an executed notebook's report and read its result file into `outcome`."""
+    out = executed.parent
     if executed.exists():
-        html_path = out / f"{path.stem}.html"
+        html_path = out / f"{executed.stem}.html"
         try:
             export_html(executed, html_path, show_code=show_code)
             outcome.html = html_path.name
         except Exception as exc:  # the run goes on; the status and the index say what is missing
             _add_error(outcome, "report-failed", f"report not written ({_reason(exc)})")
-    result_path = out / f"{path.stem}.json"
+    result_path = out / f"{executed.stem}.json"
     if result_path.exists():
         outcome.result = result_path.name
         try:
@@ -353,17 +356,53 @@ def update_latest(reports_root: Path, out: Path) -> None:
 
 
 @dataclass
-class CheckedRequest:
-    """A request that passed every check that needs no kernel: what the run will execute."""
+class PreparedRun:
+    """A request checked end to end: the notebooks, their values, the workload and the target."""
 
     notebooks: list[Path]
-    declared: dict[str, dict[str, Parameter]]
-    per_notebook: dict[str, dict[str, Any]]  # each notebook's coerced -p values
-    workload: Workload
+    declared: dict[str, dict[str, Any]]
+    per_notebook: dict[str, dict[str, Any]]
+    workload_name: str
+    target: str
+    target_reason: str
+    validation: str
+
+    def values(
+        self, path: Path, request: RunRequest, out: Path, *, headless: bool
+    ) -> dict[str, Any]:
+        """The values injected into one notebook: the runner's own, then the user's overrides."""
+        runner_values: dict[str, Any] = {
+            "workload": request.workload,
+            # The request, not its resolution: each report says why its target was chosen.
+            "target": request.target,
+            "out_dir": str(out),
+            # Every notebook of the run shares one cache: 02-04 reuse 01's compiles.
+            "compile_cache": request.compile_cache or str(default_cache_root()),
+        }
+        if headless:
+            # tqdm bars freeze into one stale line in a headless notebook's output.
+            runner_values["progress_bars"] = False
+        declared = self.declared[path.stem]
+        return {
+            **{k: v for k, v in runner_values.items() if k in declared},
+            **self.per_notebook[path.stem],
+        }
+
+    def summary_fields(self, request: RunRequest) -> dict[str, Any]:
+        """What summary.json says about the run as a whole, before any notebook ran."""
+        return {
+            "schema_version": results.SCHEMA_VERSION,
+            "workload": self.workload_name,
+            "workload_spec": request.workload,
+            "target": self.target,
+            "target_requested": request.target,
+            "target_reason": self.target_reason,
+            "validation": self.validation,
+        }
 
 
-def check_request(request: RunRequest) -> CheckedRequest:
-    """Everything a run would reject, rejected now (BadInput), before anything is written."""
+def prepare_run(request: RunRequest) -> PreparedRun:
+    """Check everything about a request before anything is written; bad input is BadInput."""
     if request.target not in TARGET_NAMES:
         raise BadInput(
             f"Unknown target {request.target!r}; choose one of {', '.join(TARGET_NAMES)}."
@@ -390,43 +429,35 @@ def check_request(request: RunRequest) -> CheckedRequest:
     given = {k: v for params in per_notebook.values() for k, v in params.items()}
     # Loaded once here so that a bad workload is rejected before any notebook starts.
     workload = WorkloadSpec.from_params({**given, "workload": request.workload}).load()
-    return CheckedRequest(notebooks, declared, per_notebook, workload)
+    target, reason = resolve_target_name(request.target)
+    return PreparedRun(
+        notebooks,
+        declared,
+        per_notebook,
+        strip_control(workload.name),
+        target,
+        reason,
+        get_target(target).validation_statement(),
+    )
 
 
 def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
     """Run the selected notebooks; returns the exit code (see workbench.errors)."""
-    checked = check_request(request)
-    notebooks, declared, per_notebook = checked.notebooks, checked.declared, checked.per_notebook
-    workload = checked.workload
-    target, reason = resolve_target_name(request.target)
-    validation = get_target(target).validation_statement()
-    out = prepare_out_dir(request, workload.name, target)
+    prepared = prepare_run(request)
+    notebooks, target = prepared.notebooks, prepared.target
+    out = prepare_out_dir(request, prepared.workload_name, target)
 
     log_handler = _stream_notebook_output_to(out / "run.log")
-    workload_name = strip_control(workload.name)
     started_at = datetime.now(timezone.utc)
     started = time.perf_counter()
     outcomes: list[NotebookOutcome] = []
-    progress(f"workbench: {workload_name} on {target} ({reason}) -> {out}")
+    progress(f"workbench: {prepared.workload_name} on {target} ({prepared.target_reason}) -> {out}")
     interrupted = False
     previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         with private_kernelspec([os.getcwd()]) as kernel:
             for index, path in enumerate(notebooks, 1):
-                runner_values = {
-                    "workload": request.workload,
-                    # The request, not its resolution: each report says why its target was chosen.
-                    "target": request.target,
-                    "out_dir": str(out),
-                    # Every notebook of the run shares one cache: 02-04 reuse 01's compiles.
-                    "compile_cache": request.compile_cache or str(default_cache_root()),
-                    # tqdm bars freeze into one stale line in a headless notebook's output.
-                    "progress_bars": False,
-                }
-                params = {
-                    **{k: v for k, v in runner_values.items() if k in declared[path.stem]},
-                    **per_notebook[path.stem],
-                }
+                params = prepared.values(path, request, out, headless=True)
                 progress(f"[{index}/{len(notebooks)}] {path.stem} ...")
                 try:
                     outcome = _execute(path, out, params, kernel, request, progress)
@@ -446,26 +477,50 @@ def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
         log_handler.close()
 
     unwritten = {"run.log": log_handler.failure} if log_handler.failure else {}
+    summary = {
+        **prepared.summary_fields(request),
+        "started_at": started_at.isoformat(timespec="seconds"),
+        "seconds": time.perf_counter() - started,
+    }
+    exit_code = write_run_files(out, summary, outcomes, unwritten, interrupted=interrupted)
+    if exit_code == EXIT_OK and request.out is None:
+        try:
+            update_latest(request.reports_root.resolve(), out)
+        except OSError as exc:
+            unwritten["reports/latest"] = _reason(exc)
+            exit_code = EXIT_NOTEBOOK_FAILED
+    if unwritten:
+        names = ", ".join(unwritten)
+        progress(
+            f"workbench: error: {names} could not be written in {out} "
+            f"({next(iter(unwritten.values()))}), so this run is incomplete and "
+            "reports/latest was not moved."
+        )
+    else:
+        progress(f"report: {out / 'index.html'} (exit {exit_code})")
+    return exit_code
 
+
+def write_run_files(
+    out: Path,
+    summary: dict[str, Any],
+    outcomes: list[NotebookOutcome],
+    unwritten: dict[str, str],
+    *,
+    interrupted: bool = False,
+) -> int:
+    """Judge the run, then write index.html and summary.json; returns the run's exit code.
+
+    `summary` holds the run-level fields; what could not be written is added to `unwritten`.
+    """
     if interrupted:
         exit_code = EXIT_INTERRUPTED
     elif all(o.status == "ok" for o in outcomes):
         exit_code = EXIT_OK
     else:
         exit_code = EXIT_NOTEBOOK_FAILED
-    summary = {
-        "schema_version": results.SCHEMA_VERSION,
-        "workload": workload_name,
-        "workload_spec": request.workload,
-        "target": target,
-        "target_requested": request.target,
-        "target_reason": reason,
-        "validation": validation,
-        "started_at": started_at.isoformat(timespec="seconds"),
-        "seconds": time.perf_counter() - started,
-        "exit_code": exit_code,
-        "notebooks": [asdict(o) for o in outcomes],
-    }
+    summary["exit_code"] = exit_code
+    summary["notebooks"] = [asdict(o) for o in outcomes]
     overall = run_verdict([asdict(o) for o in outcomes])
     summary["verdict"] = {"status": overall.status, "reasons": overall.reasons}
     summary["unwritten"] = unwritten  # what a failed write (a full disk) left out, and why
@@ -483,21 +538,6 @@ def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
             unwritten[name] = _reason(exc)
     if unwritten and exit_code == EXIT_OK:
         exit_code = EXIT_NOTEBOOK_FAILED
-    if exit_code == EXIT_OK and request.out is None:
-        try:
-            update_latest(request.reports_root.resolve(), out)
-        except OSError as exc:
-            unwritten["reports/latest"] = _reason(exc)
-            exit_code = EXIT_NOTEBOOK_FAILED
-    if unwritten:
-        names = ", ".join(unwritten)
-        progress(
-            f"workbench: error: {names} could not be written in {out} "
-            f"({next(iter(unwritten.values()))}), so this run is incomplete and "
-            "reports/latest was not moved."
-        )
-    else:
-        progress(f"report: {out / 'index.html'} (exit {exit_code})")
     return exit_code
 
 

@@ -15,16 +15,19 @@ import ipywidgets as w
 
 from workbench import context
 from workbench.errors import BadInput
+from workbench.markup import stylesheet
 from workbench.params import Parameter, coerce, notebook_parameters
 from workbench.targets import TARGET_NAMES
 from workbench.workloads import BUILTIN_WORKLOADS
 
 
-def _control(param: Parameter, value: Any) -> w.Widget:
+def _control(param: Parameter, value: Any, label_chars: int) -> w.Widget:
     label = {
         "description": param.name,
         "tooltip": param.help,
-        "style": {"description_width": "9em"},
+        # Wide enough for the longest name, so no label is cut to "warmup_thresh...".
+        "style": {"description_width": f"{label_chars + 2}ch"},
+        "layout": {"width": f"{label_chars + 40}ch"},
     }
     if param.name == "target":
         return w.Dropdown(options=list(TARGET_NAMES), value=value, **label)
@@ -45,12 +48,18 @@ def _control(param: Parameter, value: Any) -> w.Widget:
 def control_panel(notebook: str, namespace: dict[str, Any]) -> w.VBox:
     """One control per parameter of `notebook`; each change is coerced and stored in `namespace`.
 
-    A value the parameter's type rejects is shown under the panel and not stored.
+    Every parameter the panel shows is defined in `namespace` as soon as the panel exists (its
+    current value, else the notebook's default), so the cells below run whether or not the
+    parameters cell ran first. A value the parameter's type rejects is shown under the panel and
+    not stored.
     """
     message = w.HTML()
     controls = []
-    for param in notebook_parameters(context.NOTEBOOKS_DIR / f"{notebook}.ipynb").values():
-        control = _control(param, namespace.get(param.name, param.default))
+    params = notebook_parameters(context.NOTEBOOKS_DIR / f"{notebook}.ipynb")
+    label_chars = max((len(name) for name in params), default=0)
+    for param in params.values():
+        namespace[param.name] = coerce(param, namespace.get(param.name, param.default))
+        control = _control(param, namespace[param.name], label_chars)
 
         def store(change: dict[str, Any], param: Parameter = param) -> None:
             try:
@@ -61,5 +70,8 @@ def control_panel(notebook: str, namespace: dict[str, Any]) -> w.VBox:
 
         control.observe(store, names="value")
         controls.append(control)
-    hint = w.HTML("Change values here, then run the cells below (Run &gt; Run Selected and Below).")
+    hint = w.HTML(
+        f"<style>{stylesheet()}</style>Change values here, then run the cells below "
+        "(Run &gt; Run Selected Cell and All Below)."
+    )
     return w.VBox([hint, *controls, message])

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from workbench.errors import BadInput, describe_error
+from workbench.errors import BadInput, describe_error, did_you_mean
 from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
 
 Batch = tuple[tuple[torch.Tensor, ...], torch.Tensor]  # (model inputs, targets)
@@ -237,8 +237,8 @@ def import_factory(spec: str) -> Callable[[], Any]:
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise BadInput(
-            f"Workload {spec!r}: expected a built-in name ({', '.join(BUILTIN_WORKLOADS)}) "
-            "or 'package.module:factory'."
+            f"Workload {spec!r}{did_you_mean(spec, BUILTIN_WORKLOADS)}: expected a built-in "
+            f"name ({', '.join(BUILTIN_WORKLOADS)}) or 'package.module:factory'."
         )
     # Console scripts do not put the working directory on sys.path; user modules live there.
     if os.getcwd() not in sys.path:

@@ -220,6 +220,8 @@ class _ConfigRunner:
         except Exception as exc:  # recorded with phase and step; the other configurations go on
             failure = exc
         finally:
+            if failure is None:  # a warm-up that converged early is complete, not cut short
+                bar.total = bar.n
             bar.close()
         device = self.target.peak_memory()
         memory = MemoryUse(self.host.peak(), device.peak_allocated, device.peak_reserved)

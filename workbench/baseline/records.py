@@ -63,6 +63,11 @@ PHASE_STEADY = "steady"
 PHASE_LOSS = "loss"  # the loss on an inference call's outputs, and reading losses back
 
 
+# The one compile figure reports give, defined once.
+COMPILE_COST_DEFINITION = (
+    "compile cost: the compiled first call minus its own steady median, with the compiler's "
+    "on-disk cache cold (nothing cached) or warm (graphs reused from an earlier run)"
+)
 # What a compiled first call includes, said wherever compile times are shown.
 COMPILE_CACHE_NOTE = (
     "Dynamo's in-process caches are reset before each compiled configuration; the on-disk "
@@ -311,6 +316,13 @@ class CompilePayback:
     compile_cost: float
     break_even_steps: int | None  # None: not repaid, or the speed-up is not told from 1
     interval_method: str = RATIO_INTERVAL_METHOD
+    compiler_cache: str = "unknown"  # cold, warm, partly warm or unknown, during the first call
+
+    @property
+    def cost_words(self) -> str:
+        """The compile cost with what it is, said the same way wherever it is shown."""
+        cost = format_seconds(self.compile_cost)
+        return f"{cost} compile cost (compiler cache {self.compiler_cache})"
 
     @property
     def distinguishable(self) -> bool:
@@ -327,7 +339,7 @@ class CompilePayback:
             )
         if self.speedup < 1:
             tail = (
-                f"so its {format_seconds(self.compile_cost)} compile cost is never repaid"
+                f"so its {self.cost_words} is never repaid"
                 if self.compile_cost > 0
                 else "so it never pays off"
             )
@@ -340,7 +352,7 @@ class CompilePayback:
                 f"{label}: compiled is {self.speedup:.2f}x faster ({interval}) from its first step"
             )
         return (
-            f"{label}: compile costs {format_seconds(self.compile_cost)}, repaid after "
+            f"{label}: its {self.cost_words} is repaid after "
             f"~{_round_steps(self.break_even_steps or 0):,} steps at the measured "
             f"{self.speedup:.2f}x speed-up ({interval})"
         )
@@ -368,7 +380,22 @@ def compile_payback(eager: ConfigResult, compiled: ConfigResult) -> CompilePayba
     saving = e - c
     repaid = low > 1 and saving > 0
     steps = (math.ceil(cost / saving) if cost > 0 else 0) if repaid else None
-    return CompilePayback(eager.kind, e, c, speedup, low, high, cost, steps)
+    return CompilePayback(
+        eager.kind, e, c, speedup, low, high, cost, steps, compiler_cache=cache_state(first.compile)
+    )
+
+
+def cache_state(compile_delta: CounterDelta) -> str:
+    """Whether the compiler's on-disk cache was cold or warm during a phase, from its counters."""
+    hits = compile_delta.extra.get("compiler_cache_hits", 0)
+    misses = compile_delta.extra.get("compiler_cache_misses", 0)
+    if hits and misses:
+        return "partly warm"
+    if hits:
+        return "warm"
+    if misses:
+        return "cold"
+    return "unknown"
 
 
 @dataclass

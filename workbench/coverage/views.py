@@ -79,7 +79,7 @@ def headline(report: CoverageReport, scan: ScanReport | None = None) -> None:
     display(show.banner(headline_text(report, scan), headline_kind(report, scan)))
     totals = report.reference.phase_totals()
     facts = {
-        f"{phase} (distinct ops / calls)": f"{totals[phase]['ops']} / {totals[phase]['calls']}"
+        phase: f"{totals[phase]['ops']} distinct ops, {totals[phase]['calls']} calls"
         for phase in PHASES
     }
     facts["captured on"] = f"{report.reference.device}, {report.reference.label}"
@@ -103,21 +103,29 @@ def failure(report: CoverageReport) -> None:
     )
 
 
+def _ops_and_calls(ops: int, calls: int) -> str:
+    return f"{ops} ops ({calls} calls)"
+
+
 def coverage_table(report: CoverageReport) -> None:
     rows = []
     for summary in report.summaries().values():
         rows.append(
             {
                 "Neuron flavour": summary.label,
-                "supported (ops / calls)": f"{summary.distinct[SUPPORTED]} / "
-                f"{summary.calls[SUPPORTED]}",
-                "unknown": f"{summary.distinct[UNKNOWN]} / {summary.calls[UNKNOWN]}",
-                "falls back or fails": f"{summary.distinct[FALLS_BACK]} / "
-                f"{summary.calls[FALLS_BACK]}",
+                "supported": _ops_and_calls(summary.distinct[SUPPORTED], summary.calls[SUPPORTED]),
+                "unknown": _ops_and_calls(summary.distinct[UNKNOWN], summary.calls[UNKNOWN]),
+                "falls back or fails": _ops_and_calls(
+                    summary.distinct[FALLS_BACK], summary.calls[FALLS_BACK]
+                ),
                 "evidence": summary.basis,
             }
         )
-    display(show.table(rows, caption="Coverage per Neuron flavour: distinct ops / calls"))
+    caption = (
+        "Coverage per Neuron flavour: distinct ATen ops with each verdict, and in brackets how "
+        "many times one training step calls them"
+    )
+    display(show.table(rows, caption=caption))
 
 
 def blockers(report: CoverageReport) -> None:
@@ -154,8 +162,35 @@ def blockers(report: CoverageReport) -> None:
         display(show.table(rows, caption=f"{label}: blockers, worst first{more}{note}"))
 
 
+def ops_by_verdict(report: CoverageReport) -> None:
+    """Per flavour and verdict, the ops that share it, with their evidence said once."""
+    captured = [r for r in report.rows if SEEN_REFERENCE in r.seen_in]
+    rows = []
+    for flavour in report.flavours:
+        groups: dict[str, list[OpRow]] = {}
+        for row in captured:
+            verdict = row.verdicts.get(flavour)
+            if verdict is not None:
+                groups.setdefault(verdict.status, []).append(row)
+        for status, members in groups.items():
+            members.sort(key=lambda r: -r.total_calls)
+            evidence = sorted({_evidence_cell(r, flavour) for r in members})
+            rows.append(
+                {
+                    "Neuron flavour": _SHORT[flavour],
+                    "verdict": status,
+                    "ops": len(members),
+                    "calls": sum(r.total_calls for r in members),
+                    "which (most calls first)": ", ".join(r.op for r in members),
+                    "evidence": " | ".join(evidence),
+                }
+            )
+    display(show.table(rows, caption="Ops grouped by verdict, evidence once per group"))
+
+
 def ops_by_phase(report: CoverageReport) -> None:
-    """One table per phase: every op, its calls there, dtypes, shapes, site and verdicts."""
+    """Every op per phase (calls, dtypes, shapes, site, verdicts), folded under one line."""
+    tables = []
     for phase in PHASES:
         phase_rows = sorted(
             (r for r in report.rows if SEEN_REFERENCE in r.seen_in and phase in r.calls),
@@ -175,7 +210,8 @@ def ops_by_phase(report: CoverageReport) -> None:
             }
             for row, cells in zip(phase_rows, verdicts, strict=True)
         ]
-        display(show.table(rows, caption=f"{phase}: {len(rows)} distinct ops{note}"))
+        tables.append(show.table(rows, caption=f"{phase}: {len(rows)} distinct ops{note}"))
+    display(show.collapsed("Every op, phase by phase (click to open)", tables))
     target_only = [r for r in report.rows if SEEN_REFERENCE not in r.seen_in]
     if target_only:
         rows = [

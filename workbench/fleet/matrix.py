@@ -157,7 +157,7 @@ def load_matrix(path: str | Path) -> Matrix:
 
 def check_item(item: MatrixItem, where: str) -> None:
     """BadInput, in one sentence naming the item, for anything its run would reject."""
-    from workbench.runner import check_request
+    from workbench.runner import prepare_run
 
     try:
         reserved = sorted(set(item.parameters) & set(RUNNER_SET))
@@ -165,7 +165,7 @@ def check_item(item: MatrixItem, where: str) -> None:
             raise BadInput(
                 f"parameter {reserved[0]!r} is set by the item's own key, not parameters"
             )
-        check_request(item.request(Path("reports")))
+        prepare_run(item.request(Path("reports")))
     except BadInput as exc:
         raise BadInput(
             f"{where}: item {item.index} ({item.name}): {str(exc).rstrip('.')}."

@@ -37,6 +37,13 @@ def dynamo_compile_counters() -> CompileCounters:
             if counters.get("recompiles")
             else 0,
             "graph_breaks": int(sum(counters.get("graph_break", Counter()).values())),
+            # Inductor's on-disk FX graph cache: hits mean a warm cache, misses a cold one.
+            "compiler_cache_hits": int(
+                counters.get("inductor", Counter()).get("fxgraph_cache_hit", 0)
+            ),
+            "compiler_cache_misses": int(
+                counters.get("inductor", Counter()).get("fxgraph_cache_miss", 0)
+            ),
         },
     )
 

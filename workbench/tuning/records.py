@@ -169,16 +169,34 @@ class RetuneResult:
         )
         if self.choice:
             text += (
-                f", per-core batch {self.choice.batch_size} gives "
-                f"{self.choice.throughput:,.0f} {self.throughput_unit}"
+                "; the batch-size sweep's throughput-best per-core batch is "
+                f"{self.choice.batch_size}, "
+                f"{self.choice.throughput:,.0f} {self.throughput_unit} in its steady state (the "
+                "search's short fit checks and the launches time batches their own way)"
             )
         if self.plans:
-            text += f", and the plan is {self.plans[0].equation()}"
+            text += f"; the plan is {self.plans[0].equation()}{self._plan_reason()}"
         if rec.dataloader_workers is not None:
             text += f" with {rec.dataloader_workers} DataLoader worker(s)"
         if rec.buckets:
             text += f" and padding buckets {rec.buckets}"
         return text + "."
+
+    def _plan_reason(self) -> str:
+        """Why the plan's per-core batch is not the fastest one, when it is not."""
+        plan = self.plans[0]
+        if self.choice is None or plan.per_core_batch == self.choice.batch_size:
+            return ""
+        if plan.global_batch == plan.reference_global_batch:
+            return (
+                f", not {self.choice.batch_size} per core, because it keeps the recipe's global "
+                f"batch of {plan.reference_global_batch}, so the training dynamics stay as they "
+                "are (the faster batch is the alternative in the plans, with its learning rate)"
+            )
+        return (
+            f", not {self.choice.batch_size} per core, to reach the global batch of "
+            f"{plan.target_global_batch}"
+        )
 
 
 RETUNING_RULE = (

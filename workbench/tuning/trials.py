@@ -294,6 +294,7 @@ def search_largest_batch(
         result.stopped = f"batch {fit} fits and {fail} does not"
         return result
     finally:
+        bar.total = bar.n  # bisection ends before its bound: the search is complete, not cut
         bar.close()
 
 

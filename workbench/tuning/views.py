@@ -38,7 +38,13 @@ def _first_line(text: str | None, limit: int = 200) -> str:
     return (text or "").strip().splitlines()[0][:limit] if (text or "").strip() else ""
 
 
-def _trial_row(trial: Trial, unit: str) -> dict[str, Any]:
+# Each table times a batch its own way, so each throughput column says which it is.
+SEARCH_THROUGHPUT = "throughput (search: 3 steps, fit check only)"
+SWEEP_THROUGHPUT = "throughput (sweep: steady state, the one to compare)"
+LAUNCH_THROUGHPUT = "throughput (all workers of the launch)"
+
+
+def _trial_row(trial: Trial, unit: str, throughput_label: str) -> dict[str, Any]:
     steady = trial.steady
     return {
         "batch": trial.batch_size,
@@ -47,7 +53,7 @@ def _trial_row(trial: Trial, unit: str) -> dict[str, Any]:
         "median step": _seconds(steady.median if steady else None),
         "p99 step": _seconds(steady.p99 if steady else None),
         "IQR": f"{steady.relative_iqr:.0%}" if steady else "n/a",
-        "throughput": _rate(trial.throughput, unit),
+        throughput_label: _rate(trial.throughput, unit),
         "trial time": format_seconds(trial.seconds),
         "why": trial.oom_evidence or _first_line(trial.error),
     }
@@ -87,7 +93,10 @@ def search(result: RetuneResult) -> None:
             caption="Largest batch that fits",
         )
     )
-    rows = [{"#": i, **_trial_row(t, "")} for i, t in enumerate(found.trials, 1)]
+    rows = [
+        {"#": i, **_trial_row(t, result.throughput_unit, SEARCH_THROUGHPUT)}
+        for i, t in enumerate(found.trials, 1)
+    ]
     display(show.table(rows, caption=f"Search trials, in order ({result.measured_label})"))
 
 
@@ -100,7 +109,7 @@ def sweep(result: RetuneResult) -> None:
     if not result.sweep:
         display(show.banner(f"No batch-size sweep: {result.skipped.get('sweep', '')}", "warn"))
         return
-    rows = [_trial_row(t, result.throughput_unit) for t in result.sweep]
+    rows = [_trial_row(t, result.throughput_unit, SWEEP_THROUGHPUT) for t in result.sweep]
     display(
         show.table(
             rows,
@@ -181,7 +190,7 @@ def _scaling_row(run: ScalingRun, unit: str) -> dict[str, Any]:
         "world size": run.world_size,
         "status": run.status,
         "median step (slowest rank)": _seconds(run.step.median if run.step else None),
-        "throughput": _rate(run.throughput, unit),
+        LAUNCH_THROUGHPUT: _rate(run.throughput, unit),
         "per worker": _rate(run.per_worker, unit),
         "efficiency": _share(run.efficiency),
         "launch time": _seconds(run.seconds or None),

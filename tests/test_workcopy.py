@@ -1,0 +1,136 @@
+"""`workbench open` and `workbench export`: prepared copies in a run folder, executed in a real
+kernel the way JupyterLab runs them (panel cell included), then exported by the runner's code."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from workbench.cli import main
+from workbench.context import NOTEBOOKS_DIR
+from workbench.errors import EXIT_BAD_INPUT, EXIT_NOTEBOOK_FAILED, EXIT_OK, BadInput
+from workbench.kernel import private_kernelspec
+from workbench.runner import RunRequest
+from workbench.workcopy import NOT_RUN, OPENED_FILE, export_run, open_run
+
+
+def _templates_digest() -> dict[str, str]:
+    return {
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(NOTEBOOKS_DIR.iterdir())
+    }
+
+
+def _injected(copy: Path) -> str:
+    nb = nbformat.read(copy, as_version=4)
+    cells = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert len(cells) == 1
+    return cells[0].source
+
+
+def test_open_writes_parameterized_copies_and_leaves_the_templates_alone(tmp_path):
+    before = _templates_digest()
+    folder = tmp_path / "work"
+    opened = open_run(
+        RunRequest(target="cpu", only=["00", "01"], out=folder, parameters={"steady_steps": "5"})
+    )
+    assert [p.name for p in opened.notebooks] == ["00_environment.ipynb", "01_baseline.ipynb"]
+    baseline = _injected(folder / "01_baseline.ipynb")
+    assert 'target = "cpu"' in baseline and "steady_steps = 5" in baseline
+    assert f'out_dir = "{folder.resolve()}"' in baseline
+    assert "progress_bars" not in baseline, "bars stay on for a person watching"
+    assert "steady_steps" not in _injected(folder / "00_environment.ipynb")
+    nb = nbformat.read(folder / "01_baseline.ipynb", as_version=4)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "not executed"
+    record = json.loads((folder / OPENED_FILE).read_text())
+    assert record["target"] == "cpu" and record["workload"] == "seed-mlp"
+    assert opened.command.endswith(f"lab {folder.resolve()}")
+    assert _templates_digest() == before
+
+
+def test_open_rejects_bad_input_before_writing_anything(tmp_path):
+    folder = tmp_path / "work"
+    with pytest.raises(BadInput, match=r"did you mean batch_size\?"):
+        open_run(RunRequest(out=folder, only=["01"], parameters={"bach_size": "8"}))
+    assert not folder.exists()
+
+
+def test_open_command_prints_the_jupyter_command_and_allow_root(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["open", "--only", "00", "--target", "cpu", "--out", "w"]) == EXIT_OK
+    printed = capsys.readouterr().out
+    assert "lab " in printed and "--allow-root" in printed
+    assert f"workbench export {tmp_path / 'w'}" in printed
+
+
+def _execute_as_jupyterlab_would(copy: Path, kernel: str) -> None:
+    """Every cell in order, the control panel too (it is skipped only by headless runs)."""
+    nb = nbformat.read(copy, as_version=4)
+    client = NotebookClient(
+        nb,
+        kernel_name=kernel,
+        resources={"metadata": {"path": str(copy.parent)}},
+        skip_cells_with_tag="workbench-never-skipped",
+        timeout=600,
+    )
+    client.execute()
+    nbformat.write(nb, copy)
+
+
+@pytest.mark.e2e
+def test_an_executed_copy_exports_to_the_reports_a_headless_run_leaves(tmp_path):
+    folder = tmp_path / "work"
+    open_run(RunRequest(target="cpu", only=["00"], out=folder))
+    with private_kernelspec([os.getcwd()]) as kernel:
+        _execute_as_jupyterlab_would(folder / "00_environment.ipynb", kernel)
+    assert (folder / "00_environment.json").exists(), "results land beside the copy"
+
+    exit_code, index = export_run(folder)
+    assert exit_code == EXIT_OK and index == folder / "index.html"
+    summary = json.loads((folder / "summary.json").read_text())
+    (entry,) = summary["notebooks"]
+    assert entry["status"] == "ok" and entry["html"] == "00_environment.html"
+    assert entry["verdict"]["status"] in ("pass", "attention", "blocker")
+    assert summary["target"] == "cpu" and summary["exit_code"] == EXIT_OK
+    page = (folder / "00_environment.html").read_text()
+    result = json.loads((folder / "00_environment.json").read_text())
+    assert page.index(result["data"]["verdict"]["status"].upper()) < page.index("What ran")
+    assert "set values in the panel" not in page and "Change values here" not in page
+    assert entry["notebook"] in (folder / "index.html").read_text()
+
+
+def test_export_tells_an_unrun_copy_from_a_failed_one(tmp_path):
+    folder = tmp_path / "work"
+    open_run(RunRequest(target="cpu", only=["00", "01"], out=folder))
+    copy = folder / "01_baseline.ipynb"
+    nb = nbformat.read(copy, as_version=4)
+    failing = next(i for i, c in enumerate(nb.cells) if "context.start" in c.source)
+    nb.cells[failing].execution_count = 1
+    nb.cells[failing].outputs = [
+        nbformat.v4.new_output("error", ename="NameError", evalue="name 'x' is not defined")
+    ]
+    nbformat.write(nb, copy)
+
+    exit_code, _ = export_run(folder)
+    assert exit_code == EXIT_NOTEBOOK_FAILED
+    summary = json.loads((folder / "summary.json").read_text())
+    by_name = {entry["notebook"]: entry for entry in summary["notebooks"]}
+    assert by_name["00_environment"]["status"] == NOT_RUN
+    failed = by_name["01_baseline"]
+    assert failed["status"] == "failed" and failed["failed_cell"] == failing
+    assert failed["error"] == "NameError: name 'x' is not defined"
+    assert summary["verdict"]["status"] == "blocker"
+    assert "not timed" in (folder / "index.html").read_text()
+
+
+def test_export_bad_folders_are_bad_input(tmp_path, capsys):
+    assert main(["export", str(tmp_path / "missing")]) == EXIT_BAD_INPUT
+    assert "is not a folder" in capsys.readouterr().err
+    assert main(["export", str(tmp_path)]) == EXIT_BAD_INPUT
+    assert "holds no notebook copies" in capsys.readouterr().err
