@@ -31,7 +31,12 @@ from workbench.compile_cache import (
 from workbench.errors import BadInput
 from workbench.prewarm import prewarm
 from workbench.runner import RunRequest, run
-from workbench.targets.base import PrewarmCommand
+from workbench.targets.base import (
+    CAUSE_BACKWARD,
+    CAUSE_FIRST,
+    CAUSE_NEW_XLA_GRAPH,
+    PrewarmCommand,
+)
 from workbench.targets.cpu import CpuTarget
 from workbench.targets.xla import XlaTarget, neuron_cache_url
 
@@ -225,7 +230,11 @@ def test_xla_a_second_run_with_the_same_cache_is_served_or_its_misses_explained(
     if failures:
         assert f"{failures} cached graph(s)" in warm["explained"], warm["explained"]
         assert "PersistentCacheDeserializeFailure" in warm["explained"]
-    assert all(e["cause"] == "new XLA graph hash" for e in warm["ledger"])
+    # A new process traces again: Dynamo's own first compiles (forward, then backward) of the
+    # compiled configuration, and XLA graphs the cache could not serve. Nothing recompiles.
+    expected = {CAUSE_FIRST, CAUSE_BACKWARD, CAUSE_NEW_XLA_GRAPH}
+    assert {e["cause"] for e in warm["ledger"]} <= expected, warm["ledger"]
+    assert any(e["cause"] == CAUSE_NEW_XLA_GRAPH for e in warm["ledger"])
 
 
 # --- pre-warming --------------------------------------------------------------------------------
