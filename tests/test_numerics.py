@@ -840,8 +840,9 @@ def test_a_reference_that_is_not_deterministic_is_said_and_judged_against_its_sp
     assert ("warn", reproducibility.note) in numerics_records.reading(result)
     (run,) = result.runs
     spreads = [c.metrics.reference_spread for c in run.final_comparisons]
+    # Each comparison carries the two references' spread, so the verdict can widen by it. (Whether
+    # a third random draw falls inside the spread of two is itself random: not asserted.)
     assert any(spreads)
-    assert run.tensors.passed, run.tensors.summary  # another draw, within the spread
 
 
 # --- held-out data and what cannot be compared -------------------------------------------------
