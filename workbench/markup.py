@@ -90,10 +90,11 @@ def banner(text: str, kind: str = "info") -> Rich:
     return Rich(f'<div class="wb-banner wb-{kind}">{html.escape(text)}</div>', f"[{kind}] {text}")
 
 
-_VERDICT_BANNER = {"pass": "ok", "attention": "warn", "blocker": "fail"}
+# The banner colour of each scorecard status, wherever a verdict or its headline is shown.
+VERDICT_BANNER = {"pass": "ok", "attention": "warn", "blocker": "fail"}
 
 
 def verdict_banner(verdict: Any) -> Rich:
     """The notebook's scorecard verdict (a workbench.scorecard.Verdict), with the rule it used."""
     text = f"Verdict: {verdict.status.upper()}: {verdict.reason}. Rule: {verdict.rule}."
-    return banner(text, _VERDICT_BANNER[verdict.status])
+    return banner(text, VERDICT_BANNER[verdict.status])

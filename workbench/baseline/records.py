@@ -11,7 +11,7 @@ from typing import Any
 from workbench.baseline.checklist import Checklist
 from workbench.baseline.reference import ReferenceSummary
 from workbench.errors import BadInput
-from workbench.scorecard import ATTENTION, BLOCKER, PASS, Finding, Verdict, judge
+from workbench.scorecard import ATTENTION, BLOCKER, Finding, Verdict, judge
 from workbench.targets.base import CompileCounters, CompileEvent
 from workbench.timing import (
     FLUCTUATION_SEVERE,
@@ -485,9 +485,6 @@ BASELINE_RULE = (
     f"{FLUCTUATION_SEVERE:.0%} of its median, or no reference artifact for notebook 03; "
     "pass otherwise"
 )
-
-
-VERDICT_BANNER = {BLOCKER: "fail", ATTENTION: "warn", PASS: "ok"}
 
 
 def baseline_verdict(result: BaselineResult) -> Verdict:

@@ -17,7 +17,6 @@ from workbench.baseline.records import (
     PHASE_LABELS,
     PHASE_STEADY,
     PHASE_WARMUP,
-    VERDICT_BANNER,
     BaselineResult,
     CompilePayback,
     ConfigResult,
@@ -89,7 +88,7 @@ def _headline_row(
 
 def headline(result: BaselineResult) -> None:
     """The sentence that reads the result, then the numbers it rests on."""
-    display(show.banner(result.headline(), VERDICT_BANNER[baseline_verdict(result).status]))
+    display(show.banner(result.headline(), show.VERDICT_BANNER[baseline_verdict(result).status]))
     paybacks = {p.kind: p for p in result.paybacks()}
     display(
         show.table(

@@ -30,8 +30,9 @@ from workbench.coverage.support import (
     SupportTable,
     TargetReading,
 )
+from workbench.markup import VERDICT_BANNER
 from workbench.scan.report import ScanReport
-from workbench.scorecard import ATTENTION, BLOCKER, PASS, Finding, judge
+from workbench.scorecard import ATTENTION, BLOCKER, Finding, judge
 
 SEEN_REFERENCE = "cpu capture"
 
@@ -320,7 +321,6 @@ COVERAGE_RULE = (
     "unknown support, other high- or medium-severity risk flags, or shapes that change beyond "
     "the batch; pass otherwise"
 )
-_BANNER_KIND = {BLOCKER: "fail", ATTENTION: "warn", PASS: "ok"}
 
 
 def coverage_verdict(report: CoverageReport, scan: ScanReport | None) -> scorecard.Verdict:
@@ -368,7 +368,7 @@ def coverage_verdict(report: CoverageReport, scan: ScanReport | None) -> scoreca
 
 def headline_kind(report: CoverageReport, scan: ScanReport | None) -> str:
     """The headline's colour, from the verdict, so the two always agree."""
-    return _BANNER_KIND[coverage_verdict(report, scan).status]
+    return VERDICT_BANNER[coverage_verdict(report, scan).status]
 
 
 def headline_text(report: CoverageReport, scan: ScanReport | None) -> str:

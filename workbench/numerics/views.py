@@ -10,8 +10,6 @@ from IPython.display import display
 from workbench import markup as show
 from workbench.numerics.metrics import budget_of
 from workbench.numerics.records import (
-    ATTENTION,
-    BLOCKER,
     OWN,
     PASS,
     NumericsResult,
@@ -20,8 +18,6 @@ from workbench.numerics.records import (
     notebook_verdict,
     reading,
 )
-
-VERDICT_KINDS = {PASS: "ok", ATTENTION: "warn", BLOCKER: "fail"}
 
 
 def _verdict_cell(run: RunResult) -> str:
@@ -85,7 +81,7 @@ def verdict_rows(result: NumericsResult) -> list[dict[str, Any]]:
 def verdicts(result: NumericsResult) -> None:
     """The headline, the notebook's verdict, both rules in words, and one row per run."""
     verdict = notebook_verdict(result)
-    display(show.banner(headline(result), VERDICT_KINDS[verdict.status]))
+    display(show.banner(headline(result), show.VERDICT_BANNER[verdict.status]))
     display(show.verdict_banner(verdict))
     rule, cost = result.settings.rule, result.settings.cost
     display(show.banner(f"Device fidelity rule: {rule.statement()}", "info"))
