@@ -27,7 +27,16 @@ MAX_VALUE_CHARS = 4096
 
 # Parameters that shape the workload itself. Every notebook that loads the workload must get the
 # same values, or its numbers describe another model or batch than its neighbours'.
-WORKLOAD_PARAMETERS = ("input_shape", "input_dtype", "num_classes", "batch_size")
+WORKLOAD_PARAMETERS = (
+    "input_shape",
+    "input_dtype",
+    "num_classes",
+    "batch_size",
+    "task",
+    "sequence_length",
+    "image_size",
+    "hf_config",
+)
 # Set by the runner itself; users choose them with --workload / --target / --out /
 # --compile-cache.
 RUNNER_PARAMETERS = ("workload", "target", "out_dir", "compile_cache")

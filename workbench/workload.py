@@ -1,7 +1,13 @@
 """Workload: a model plus everything needed to run a training step or an inference call on it.
 
 Built-ins are named (`seed-mlp`); a user's workload is a spec `pkg.module:factory` whose factory
-returns either a `Workload` or a plain `nn.Module` described by input parameters.
+returns either a `Workload` or a plain `nn.Module` described by input parameters, or
+`hf:FOLDER` / `hf:MODEL_TYPE` for a Hugging Face model (workbench/workloads/huggingface.py).
+
+The contract every notebook follows: a batch's inputs are a tuple (positional arguments) or a
+dict (keyword arguments, as Hugging Face models take them); a model may return a tensor, a tuple,
+a dict or a `ModelOutput`. `Workload.forward`, `compute_loss` and `score` are the only places
+that know the difference.
 """
 
 from __future__ import annotations
@@ -20,11 +26,14 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_map
 
 from workbench.errors import BadInput, describe_error, did_you_mean
 from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
 
-Batch = tuple[tuple[torch.Tensor, ...], torch.Tensor]  # (model inputs, targets)
+# Model inputs: positional (a tuple) or keyword arguments (a dict, e.g. input_ids, attention_mask).
+Inputs = tuple[torch.Tensor, ...] | dict[str, torch.Tensor]
+Batch = tuple[Inputs, torch.Tensor]  # (model inputs, targets)
 
 DEFAULT_SEED = 42
 
@@ -46,6 +55,125 @@ def perplexity(outputs: torch.Tensor, targets: torch.Tensor) -> float:
 def token_cross_entropy(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Cross-entropy over every position of a (batch, seq, vocab) output."""
     return nn.functional.cross_entropy(outputs.reshape(-1, outputs.shape[-1]), targets.reshape(-1))
+
+
+def call_model(model: Callable[..., Any], inputs: Inputs) -> Any:
+    """The model (or its compiled forward) on a batch's inputs: keyword arguments for a dict."""
+    if isinstance(inputs, Mapping):
+        return model(**inputs)
+    return model(*inputs)
+
+
+def move_inputs(inputs: Inputs, device: torch.device | str, non_blocking: bool = False) -> Inputs:
+    """The same inputs, every tensor on `device` (tuples stay tuples, dicts stay dicts)."""
+    return tree_map(
+        lambda t: t.to(device, non_blocking=non_blocking) if isinstance(t, torch.Tensor) else t,
+        inputs,
+    )
+
+
+def input_tensors(inputs: Inputs) -> list[torch.Tensor]:
+    """The input tensors in call order (a dict's in insertion order)."""
+    values = inputs.values() if isinstance(inputs, Mapping) else inputs
+    return [t for t in values if isinstance(t, torch.Tensor)]
+
+
+def named_inputs(inputs: Inputs) -> list[tuple[str, torch.Tensor]]:
+    """(name, tensor) per input: a dict's keys, or input[0], input[1], ... for positional ones."""
+    if isinstance(inputs, Mapping):
+        return [(str(k), t) for k, t in inputs.items() if isinstance(t, torch.Tensor)]
+    return [(f"input[{i}]", t) for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)]
+
+
+def batch_size_of(inputs: Inputs) -> int:
+    """Samples in a batch: the leading dimension of its first input tensor."""
+    return int(input_tensors(inputs)[0].shape[0])
+
+
+class KeywordCall(nn.Module):
+    """A keyword-argument model behind a positional forward, for APIs that take example inputs
+    as a tuple (torch_neuronx.analyze and trace); the wrapped model's weights are its own."""
+
+    def __init__(self, model: nn.Module, keys: Iterable[str]) -> None:
+        super().__init__()
+        self.model = model
+        self.keys = tuple(keys)
+
+    def forward(self, *args: torch.Tensor) -> Any:
+        return self.model(**dict(zip(self.keys, args, strict=True)))
+
+
+def as_positional(model: nn.Module, inputs: Inputs) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """The model and inputs in positional form: unchanged for tuples, KeywordCall for dicts."""
+    if isinstance(inputs, Mapping):
+        return KeywordCall(model, inputs.keys()), tuple(inputs.values())
+    return model, tuple(inputs)
+
+
+def _output_items(outputs: Any) -> list[tuple[str, Any]]:
+    """A container output's (key, value) pairs: ModelOutput and dict by key, tuple by index.
+    A ModelOutput is an OrderedDict that skips its None fields, so it reads as a dict."""
+    if isinstance(outputs, Mapping):
+        return [(str(k), v) for k, v in outputs.items() if v is not None]
+    if isinstance(outputs, (tuple, list)):
+        return [(f"[{i}]", v) for i, v in enumerate(outputs)]
+    return []
+
+
+def named_float_tensors(outputs: Any, name: str = "outputs") -> list[tuple[str, torch.Tensor]]:
+    """Every floating-point tensor in an output, recursively, with a name that says where it
+    sits ("logits", "hidden_states[2]", "outputs[1]"): how outputs are compared by name."""
+    if isinstance(outputs, torch.Tensor):
+        return [(name, outputs)] if outputs.is_floating_point() else []
+    found = []
+    for key, value in _output_items(outputs):
+        if key.startswith("["):
+            child = f"{name}{key}"
+        else:
+            child = key if name == "outputs" else f"{name}.{key}"
+        found.extend(named_float_tensors(value, child))
+    return found
+
+
+def primary_output(outputs: Any) -> Any:
+    """The tensor a loss or a task metric reads: the output itself when it is a tensor, else
+    its `logits`, else its first floating-point tensor (first element for a tuple)."""
+    if isinstance(outputs, torch.Tensor):
+        return outputs
+    if isinstance(outputs, Mapping) and outputs.get("logits") is not None:
+        return outputs["logits"]
+    tensors = named_float_tensors(outputs)
+    if not tensors:
+        raise ValueError(f"the model's output ({type(outputs).__name__}) holds no float tensor")
+    # A tuple's first element is by convention its main output; for dicts without logits the
+    # first float tensor in key order.
+    return tensors[0][1]
+
+
+def output_loss(outputs: Any) -> torch.Tensor:
+    """The loss a model computed itself (a `loss` field or key)."""
+    loss = outputs.get("loss") if isinstance(outputs, Mapping) else getattr(outputs, "loss", None)
+    if not isinstance(loss, torch.Tensor):
+        raise ValueError(
+            f"the workload takes its loss from the model's output, but the output "
+            f"({type(outputs).__name__}) has no 'loss' tensor (were labels passed?)"
+        )
+    return loss
+
+
+def disable_dropout(model: nn.Module) -> list[str]:
+    """Turn every dropout module off; return their names for the record.
+
+    Eval mode stops the module itself, and p = 0 stops the attention dropout that Hugging Face
+    models pass to scaled_dot_product_attention from the module's `.p` while training."""
+    names = []
+    for name, module in model.named_modules():
+        # Every torch dropout class, alpha and feature variants included, derives from this.
+        if isinstance(module, nn.modules.dropout._DropoutNd):
+            module.eval()
+            module.p = 0.0
+            names.append(name)
+    return names
 
 
 @contextmanager
@@ -75,6 +203,7 @@ class Workload:
     model_factory: Callable[[], nn.Module]
     # (batch_size, generator) -> (inputs, targets) on the CPU; `batch()` moves them.
     batch_maker: Callable[[int, torch.Generator], Batch]
+    # (primary output, targets) -> loss; unused when loss_from_output is set.
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     optimizer_factory: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
     batch_size: int
@@ -88,6 +217,27 @@ class Workload:
     seed: int = DEFAULT_SEED
     description: str = ""
     spec: str = ""  # what the user typed to get this workload
+    # The model computes its own loss (labels among its inputs, a `loss` in its output), as a
+    # Hugging Face model does in its usual training loop; loss_fn is then not called.
+    loss_from_output: bool = False
+    # The model's own sequence-length limit (max positions), where it has one.
+    max_sequence_length: int | None = None
+
+    def forward(self, model: Callable[..., Any], inputs: Inputs) -> Any:
+        """The model (or its compiled forward) on a batch's inputs."""
+        return call_model(model, inputs)
+
+    def compute_loss(self, outputs: Any, targets: torch.Tensor) -> torch.Tensor:
+        """The training loss of one forward's outputs."""
+        if self.loss_from_output:
+            return output_loss(outputs)
+        return self.loss_fn(primary_output(outputs), targets)
+
+    def score(self, outputs: Any, targets: torch.Tensor) -> float | None:
+        """The task metric (accuracy, perplexity) of one forward's outputs, if the task has one."""
+        if self.task_metric is None:
+            return None
+        return float(self.task_metric(primary_output(outputs), targets))
 
     @property
     def is_sequence(self) -> bool:
@@ -103,7 +253,7 @@ class Workload:
         """A deterministic batch (same seed, same data) on `device`."""
         generator = torch.Generator().manual_seed(self.seed)
         inputs, targets = self.batch_maker(batch_size or self.batch_size, generator)
-        return tuple(t.to(device) for t in inputs), targets.to(device)
+        return move_inputs(inputs, device), targets.to(device)
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         return self.optimizer_factory(model.parameters())
@@ -132,10 +282,14 @@ class Workload:
             # Same hash, same initial weights: what lets one notebook's numbers be compared
             # with another's, or with another run's.
             "initial_state_sha256": state_sha256(model),
-            "inputs": [{"shape": list(t.shape), "dtype": str(t.dtype)} for t in inputs],
+            "inputs": [
+                {"name": name, "shape": list(t.shape), "dtype": str(t.dtype)}
+                for name, t in named_inputs(inputs)
+            ],
             "targets": {"shape": list(targets.shape), "dtype": str(targets.dtype)},
             "task_metric": self.task_metric_name if self.task_metric else None,
             "optimizer": type(self.make_optimizer(model)).__name__,
+            "loss": "the model's own (output.loss)" if self.loss_from_output else "workload loss",
         }
 
 
@@ -266,15 +420,19 @@ def import_factory(spec: str) -> Callable[[], Any]:
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    """What the user named, and how to feed it if it is a plain nn.Module: everything needed to
-    load the same workload again. Plain values only, so it travels to child processes (tuning
-    trials by pickle, torchrun ranks as JSON) where the workload's closures cannot."""
+    """What the user named, and how to feed it: everything needed to load the same workload
+    again. Plain values only, so it travels to child processes (tuning trials by pickle,
+    torchrun ranks as JSON) where the workload's closures cannot."""
 
-    spec: str = DEFAULT_WORKLOAD  # built-in name or package.module:factory
+    spec: str = DEFAULT_WORKLOAD  # built-in name, package.module:factory, hf:FOLDER or hf:TYPE
     input_shape: str = ""  # per-sample input shape(s) of a plain nn.Module, e.g. 3x32x32
     input_dtype: str = "float32"
     num_classes: int | None = None  # class count, or vocabulary size, of a plain nn.Module
     batch_size: int | None = None  # None keeps the workload's own
+    task: str = ""  # hf: the task, when the architecture does not say it ("" infers it)
+    sequence_length: int | None = None  # hf: tokens per sample (None: a default)
+    image_size: int | None = None  # hf: image side in pixels (None: the config's)
+    hf_config: str = ""  # hf: config overrides, "key=value,key=value"
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> WorkloadSpec:
@@ -286,6 +444,10 @@ class WorkloadSpec:
             input_dtype=params.get("input_dtype") or "float32",
             num_classes=params.get("num_classes") or None,
             batch_size=params.get("batch_size") or None,
+            task=params.get("task") or "",
+            sequence_length=params.get("sequence_length") or None,
+            image_size=params.get("image_size") or None,
+            hf_config=params.get("hf_config") or "",
         )
 
     def load(self) -> Workload:
@@ -296,7 +458,14 @@ class WorkloadSpec:
             input_dtype=self.input_dtype,
             num_classes=self.num_classes,
             batch_size=self.batch_size,
+            task=self.task,
+            sequence_length=self.sequence_length,
+            image_size=self.image_size,
+            hf_config=self.hf_config,
         )
+
+
+HF_PREFIX = "hf:"
 
 
 def load_workload(
@@ -306,8 +475,26 @@ def load_workload(
     input_dtype: str = "float32",
     num_classes: int | None = None,
     batch_size: int | None = None,
+    task: str = "",
+    sequence_length: int | None = None,
+    image_size: int | None = None,
+    hf_config: str = "",
 ) -> Workload:
     """Resolve a workload spec; every problem is a BadInput naming the spec and what is wrong."""
+    if spec.startswith(HF_PREFIX):
+        # Imported here: transformers is an optional extra, needed for hf: specs only.
+        from workbench.workloads.huggingface import HfOptions, load_hf_workload
+
+        options = HfOptions(
+            task=task,
+            batch_size=batch_size,
+            sequence_length=sequence_length,
+            image_size=image_size,
+            config=hf_config,
+        )
+        workload = load_hf_workload(spec, options)
+        workload.spec = spec
+        return workload
     target = BUILTIN_WORKLOADS.get(spec, spec)
     factory = import_factory(target)
     try:

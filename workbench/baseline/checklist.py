@@ -76,7 +76,7 @@ def _capture_graph(workload: Workload, batch_size: int) -> GraphCapture:
     model = workload.build_model("cpu")
     inputs, _ = workload.batch("cpu", batch_size)
     with grouped_torch_messages() as messages:
-        explained = torch._dynamo.explain(model)(*inputs)
+        explained = workload.forward(torch._dynamo.explain(model), inputs)
     reasons = [str(getattr(r, "reason", r)) for r in explained.break_reasons]
     return GraphCapture(
         batch_size=batch_size,
@@ -113,7 +113,7 @@ def _custom_ops(workload: Workload) -> dict[str, list[str]]:
     inputs, targets = workload.batch("cpu")
     recorder = _NamespaceRecorder()
     with recorder:
-        workload.loss_fn(model(*inputs), targets).backward()
+        workload.compute_loss(workload.forward(model, inputs), targets).backward()
     return {
         namespace: sorted(ops)
         for namespace, ops in sorted(recorder.seen.items())

@@ -17,6 +17,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -53,7 +54,7 @@ from workbench.timing import (
     format_seconds,
 )
 from workbench.torch_messages import grouped_torch_messages
-from workbench.workload import Workload
+from workbench.workload import Workload, batch_size_of
 
 
 @dataclass
@@ -62,11 +63,11 @@ class PreparedStep:
 
     kind: str
     mode: str
-    step: Callable[[], torch.Tensor]  # returns the loss (training) or the outputs (inference)
+    step: Callable[[], Any]  # returns the loss (training) or the outputs (inference)
     batch_size: int
     items_per_step: int
     targets: torch.Tensor  # of the fixed batch, for the loss on inference outputs
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    loss_fn: Callable[[Any, torch.Tensor], torch.Tensor]  # (outputs, targets) -> loss
 
 
 def prepare_step(workload: Workload, target: Target, kind: str, mode: str) -> PreparedStep:
@@ -80,21 +81,21 @@ def prepare_step(workload: Workload, target: Target, kind: str, mode: str) -> Pr
     model = workload.build_model(target.device)
     model.train(kind == TRAIN)
     inputs, targets = workload.batch(target.device)
-    forward: Callable[..., torch.Tensor] = model
+    forward: Callable[..., Any] = model
     if mode == COMPILED:
         torch._dynamo.reset()
         try:
             forward = target.compile(model)
         except Exception as exc:
             raise CompileFailed(str(exc)) from exc
-    batch_size = int(inputs[0].shape[0])
+    batch_size = batch_size_of(inputs)
 
     if kind == TRAIN:
         optimizer = workload.make_optimizer(model)
 
-        def step() -> torch.Tensor:
+        def step() -> Any:
             optimizer.zero_grad(set_to_none=True)
-            loss = workload.loss_fn(forward(*inputs), targets)
+            loss = workload.compute_loss(workload.forward(forward, inputs), targets)
             loss.backward()
             optimizer.step()
             return loss.detach()
@@ -102,12 +103,12 @@ def prepare_step(workload: Workload, target: Target, kind: str, mode: str) -> Pr
     else:
         # no_grad rather than inference_mode: outputs stay ordinary tensors that autograd can
         # use later, and Dynamo guards on the mode, so mixing the two would compile twice.
-        def step() -> torch.Tensor:
+        def step() -> Any:
             with torch.no_grad():
-                return forward(*inputs)
+                return workload.forward(forward, inputs)
 
     items = batch_size * workload.items_per_sample()
-    return PreparedStep(kind, mode, step, batch_size, items, targets, workload.loss_fn)
+    return PreparedStep(kind, mode, step, batch_size, items, targets, workload.compute_loss)
 
 
 class _ConfigRunner:
@@ -131,8 +132,8 @@ class _ConfigRunner:
         )
         self.next_step = 1
         # Inference keeps only the first and the latest output (for their losses).
-        self.first_output: torch.Tensor | None = None
-        self.last_output: torch.Tensor | None = None
+        self.first_output: Any = None
+        self.last_output: Any = None
         self._loss_step = 0  # the step whose output the loss is being computed on
 
     @property
@@ -261,7 +262,7 @@ class _ConfigRunner:
             kind, mode = self.prepared.kind, self.prepared.mode
             self.result.ledger.append(LedgerEntry.of(event, kind, mode, phase, step))
 
-    def _keep(self, value: torch.Tensor, losses: list[torch.Tensor]) -> None:
+    def _keep(self, value: Any, losses: list[torch.Tensor]) -> None:
         """Training keeps every (scalar) loss; inference only its first and latest output, so
         large outputs never pile up in memory during a phase."""
         if self.prepared.kind == TRAIN:

@@ -11,7 +11,7 @@ import torch
 
 from workbench.errors import describe_error
 from workbench.targets.base import Target
-from workbench.workload import Workload, state_sha256
+from workbench.workload import Workload, move_inputs, named_float_tensors, state_sha256
 
 BASELINE_REFERENCE_FILE = "01_baseline_reference.pt"  # next to 01_baseline.json
 
@@ -36,17 +36,18 @@ def make_reference(workload: Workload, target: Target) -> dict[str, Any]:
     model = workload.build_model(target.device).eval()
     inputs, targets = workload.batch(target.device)
     with torch.no_grad():
-        outputs = model(*inputs)
-        loss = workload.loss_fn(outputs, targets)
+        outputs = workload.forward(model, inputs)
+        loss = workload.compute_loss(outputs, targets)
     return {
         "workload": workload.spec or workload.name,
         "seed": workload.seed,
         "device": str(target.device),
         "torch": str(torch.__version__),
         "state_sha256": state_sha256(model),
-        "inputs": tuple(t.detach().cpu() for t in inputs),
+        "inputs": move_inputs(inputs, "cpu"),
         "targets": targets.detach().cpu(),
-        "outputs": outputs.detach().cpu(),
+        # By name, plain tensors only: a ModelOutput would not pass the weights_only loader.
+        "outputs": {name: t.detach().cpu() for name, t in named_float_tensors(outputs)},
         "loss": float(loss),
     }
 

@@ -41,7 +41,7 @@ from workbench.coverage.support import (
 )
 from workbench.errors import BadInput, describe_error
 from workbench.targets.base import Target
-from workbench.workload import Workload
+from workbench.workload import Workload, as_positional
 
 
 def _shape_variants(workload: Workload, reference: Capture) -> tuple[list[Capture], ShapeStability]:
@@ -85,7 +85,7 @@ def measure_on_target(workload: Workload, target: Target) -> tuple[TargetReading
     try:
         model = workload.build_model("cpu").eval()
         inputs, _ = workload.batch("cpu")
-        measurement.inference = target.analyze_inference(model, inputs)
+        measurement.inference = target.analyze_inference(*as_positional(model, inputs))
     except Exception as exc:
         measurement.failure = (
             f"{measurement.failure + '; ' if measurement.failure else ''}inference analysis "

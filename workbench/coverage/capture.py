@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
 
 import workbench
 from workbench.errors import FrameRef, describe_error, is_user_code
@@ -450,7 +451,7 @@ def shorten_sequence(batch: Batch, sequence_length: int, new_length: int) -> Bat
         return tensor
 
     inputs, targets = batch
-    return tuple(cut(t) for t in inputs), cut(targets)
+    return tree_map(lambda t: cut(t) if isinstance(t, torch.Tensor) else t, inputs), cut(targets)
 
 
 def capture_training_step(
@@ -488,7 +489,7 @@ def capture_training_step(
         optimizer.zero_grad(set_to_none=True)
         with _tracking_modules(model, mode.module_stack), mode:
             phase = mode.phase = PHASE_FORWARD
-            loss = workload.loss_fn(model(*inputs), targets)
+            loss = workload.compute_loss(workload.forward(model, inputs), targets)
             phase = mode.phase = PHASE_BACKWARD
             loss.backward()
             phase = mode.phase = PHASE_OPTIMIZER

@@ -93,7 +93,7 @@ def explain_forward(workload: Workload) -> CompiledPath:
         model.train()
         inputs, _ = workload.batch("cpu")
         with grouped_torch_messages() as result.messages:
-            output = torch._dynamo.explain(model)(*inputs)
+            output = workload.forward(torch._dynamo.explain(model), inputs)
     except Exception as exc:
         result.error = str(describe_error(exc))
     else:

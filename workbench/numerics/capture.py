@@ -25,7 +25,7 @@ import re
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -33,6 +33,7 @@ from torch import nn
 from torch.utils._pytree import tree_leaves, tree_map
 
 from workbench.targets.base import CompileFailed, Target
+from workbench.workload import Inputs, call_model, named_float_tensors, primary_output
 
 AS_BUILT = "as built"  # the model's own dtype, no autocast
 CAST = "cast"  # weights and float inputs converted with .to(dtype)
@@ -163,17 +164,6 @@ def normalize_name(name: str) -> str:
     return _COMPILE_WRAPPER.sub("", name).lstrip(".")
 
 
-def disable_dropout(model: nn.Module) -> list[str]:
-    """Put every dropout module in eval mode; return their names for the record."""
-    names = []
-    for name, module in model.named_modules():
-        # Every torch dropout class, alpha and feature variants included, derives from this.
-        if isinstance(module, nn.modules.dropout._DropoutNd):
-            module.eval()
-            names.append(name)
-    return names
-
-
 def float_tensors(value: Any) -> list[torch.Tensor]:
     """The floating-point tensors inside a (nested) output, in a fixed order."""
     return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor) and t.is_floating_point()]
@@ -291,13 +281,13 @@ class LayerRecorder:
         return LayerCapture(tensors, self.calls)
 
 
-def capture_layers(model: nn.Module, inputs: tuple[Any, ...], spec: RunSpec) -> LayerCapture:
+def capture_layers(model: nn.Module, inputs: Inputs, spec: RunSpec) -> LayerCapture:
     """Every leaf's output from one forward of the placed `model` under no_grad, through the
     run's compiler: the layer pass of a compiled run (see module docs)."""
     with LayerRecorder(model) as recorder:
         forward = spec.forward_of(model)
         with torch.no_grad(), spec.autocast():
-            forward(*inputs)
+            call_model(forward, inputs)
         spec.target.synchronize()
     return recorder.capture()
 
@@ -339,6 +329,8 @@ class TrainingCapture:
     predictions: torch.Tensor | None  # arg-max of step 1's outputs over the last dim
     held_out_before: Any = None  # what `evaluate` returned at the initial weights
     held_out_after: Any = None  # and after all N updates
+    # Where each of `outputs` sits in the model's output ("logits", "outputs[1]"), same order.
+    output_names: list[str] = field(default_factory=list)
 
 
 def as_fp32_cpu(outputs: Any) -> Any:
@@ -350,16 +342,21 @@ def as_fp32_cpu(outputs: Any) -> Any:
 
 
 def _task_metric(
-    metric: Callable[[torch.Tensor, torch.Tensor], float] | None,
+    metric: Callable[[Any, torch.Tensor], float | None] | None,
     outputs: Any,
     targets: torch.Tensor,
 ) -> float | None:
     if metric is None:
         return None
-    return float(metric(as_fp32_cpu(outputs), targets.to("cpu")))
+    value = metric(as_fp32_cpu(outputs), targets.to("cpu"))
+    return None if value is None else float(value)
 
 
 def _predictions(outputs: Any) -> torch.Tensor | None:
+    try:
+        outputs = primary_output(outputs)
+    except ValueError:
+        return None
     if isinstance(outputs, torch.Tensor) and outputs.ndim >= 2 and outputs.shape[-1] > 1:
         return outputs.detach().argmax(dim=-1).to("cpu")
     return None
@@ -367,14 +364,14 @@ def _predictions(outputs: Any) -> torch.Tensor | None:
 
 def capture_training(
     model: nn.Module,
-    inputs: tuple[Any, ...],
+    inputs: Inputs,
     targets: torch.Tensor,
     spec: RunSpec,
     *,
     loss_fn: Callable[[Any, torch.Tensor], torch.Tensor],
     make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
     steps: int,
-    task_metric: Callable[[torch.Tensor, torch.Tensor], float] | None = None,
+    task_metric: Callable[[Any, torch.Tensor], float | None] | None = None,
     recorder: LayerRecorder | None = None,
     seed: int = 0,
     evaluate: Callable[[nn.Module, Callable[..., Any]], Any] | None = None,
@@ -396,12 +393,14 @@ def capture_training(
         recording = recorder if recorder is not None and step == 0 else contextlib.nullcontext()
         with spec.autocast():
             with recording:
-                outputs = forward(*inputs)
+                outputs = call_model(forward, inputs)
             loss = loss_fn(outputs, targets)
         loss.backward()
         if step == 0:
             spec.target.synchronize()
-            first["outputs"] = [t.detach().to("cpu", copy=True) for t in float_tensors(outputs)]
+            named = named_float_tensors(outputs)
+            first["outputs"] = [t.detach().to("cpu", copy=True) for _, t in named]
+            first["output_names"] = [name for name, _ in named]
             first["loss"] = loss.detach().to("cpu", copy=True)
             first["gradients"] = {
                 normalize_name(n): p.grad.detach().to("cpu", copy=True)
@@ -426,4 +425,5 @@ def capture_training(
         predictions=first["predictions"],
         held_out_before=held_out_before,
         held_out_after=evaluate(model, forward) if evaluate else None,
+        output_names=first["output_names"],
     )

@@ -46,7 +46,6 @@ from workbench.numerics.capture import (
     TrainingCapture,
     capture_layers,
     capture_training,
-    disable_dropout,
     float_tensors,
     rerun_layer,
 )
@@ -83,7 +82,7 @@ from workbench.numerics.validation import HeldOutBatches, HeldOutScore, evaluato
 from workbench.redact import redact_environment
 from workbench.targets import get_target
 from workbench.targets.base import CompileFailed, Target
-from workbench.workload import Batch, Workload
+from workbench.workload import Batch, Workload, disable_dropout
 
 # Environment variables that change numerics (neuron.md 2.3, 2.8), read through the redaction.
 NUMERICS_VARIABLES = (
@@ -193,10 +192,10 @@ def _train(
         spec.place(inputs),
         targets.to(spec.target.device),
         spec,
-        loss_fn=workload.loss_fn,
+        loss_fn=workload.compute_loss,
         make_optimizer=workload.make_optimizer,
         steps=steps,
-        task_metric=workload.task_metric,
+        task_metric=workload.score if workload.task_metric else None,
         recorder=recorder,
         seed=workload.seed,
         evaluate=evaluator(held_out, spec, workload) if held_out else None,
@@ -220,13 +219,17 @@ def _capture_run(
     return recorder.capture(), training, dropout
 
 
-def _output_names(count: int) -> list[str]:
+def _output_names(training: TrainingCapture) -> list[str]:
+    """The names of a run's output tensors ("logits", "loss", "outputs[1]"): compared by name."""
+    count = len(training.outputs)
+    if len(training.output_names) == count:
+        return training.output_names
     return ["outputs"] if count == 1 else [f"outputs[{i}]" for i in range(count)]
 
 
 def _named_tensors(layers: LayerCapture, training: TrainingCapture) -> dict[tuple[str, str], Any]:
     named: dict[tuple[str, str], Any] = {("layer", t.key): t.value for t in layers.tensors}
-    outputs = zip(_output_names(len(training.outputs)), training.outputs, strict=True)
+    outputs = zip(_output_names(training), training.outputs, strict=True)
     named |= {("output", n): t for n, t in outputs}
     named[("loss", "loss")] = training.loss
     named |= {("gradient", n): t for n, t in training.gradients.items()}
@@ -495,7 +498,7 @@ def compare_training(
     """Outputs, loss, gradients, trajectory, task metric and held-out score, into `result`."""
     ref, fp64 = refs.training, refs.fp64_training
     spread = refs.spread
-    names, target_names = _output_names(len(ref.outputs)), _output_names(len(training.outputs))
+    names, target_names = _output_names(ref), _output_names(training)
     target_out = dict(zip(target_names, training.outputs, strict=True))
     reference_out = dict(zip(names, ref.outputs, strict=True))
     fp64_out = dict(zip(names, fp64.outputs, strict=True)) if fp64 else {}
@@ -697,7 +700,7 @@ def compare_run(
                 spec.place(inputs),
                 targets.to(spec.target.device),
                 spec,
-                loss_fn=workload.loss_fn,
+                loss_fn=workload.compute_loss,
                 make_optimizer=workload.make_optimizer,
                 steps=settings.steps,
                 seed=workload.seed,
@@ -834,14 +837,15 @@ def load_batch(
             )
         if saved.get("state_sha256") != _state_hash(build):
             raise ValueError("its initial weights differ from this workload's (state hash)")
-        inputs, targets = tuple(saved["inputs"]), saved["targets"]
+        saved_inputs = saved["inputs"]
+        inputs = saved_inputs if isinstance(saved_inputs, dict) else tuple(saved_inputs)
+        targets = saved["targets"]
         model = build().eval()
         with torch.no_grad():
-            reference = float_tensors(model(*inputs))
+            reference = float_tensors(workload.forward(model, inputs))
             fp64_model = build().double().eval()
-            fp64 = float_tensors(
-                fp64_model(*[t.double() if t.is_floating_point() else t for t in inputs])
-            )
+            fp64_inputs = tree_map(lambda t: t.double() if t.is_floating_point() else t, inputs)
+            fp64 = float_tensors(workload.forward(fp64_model, fp64_inputs))
         baseline = float_tensors(saved["outputs"])
         comparison = None
         if len(baseline) == len(reference) == 1 and baseline[0].shape == reference[0].shape:

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from workbench.numerics.capture import RunSpec, float_tensors, leaf_modules, normalize_name
+from workbench.workload import Inputs, call_model
 
 
 @dataclass
@@ -50,7 +51,7 @@ def first_nonfinite_step(losses: list[float]) -> int | None:
 
 def find_first_nonfinite(
     model: nn.Module,
-    inputs: tuple[Any, ...],
+    inputs: Inputs,
     targets: torch.Tensor,
     spec: RunSpec,
     *,
@@ -83,7 +84,7 @@ def find_first_nonfinite(
             current["step"] = step
             optimizer.zero_grad(set_to_none=True)
             with spec.autocast():
-                outputs = forward(*inputs)
+                outputs = call_model(forward, inputs)
                 loss = loss_fn(outputs, targets)
             if not found and not all(_finite(t) for t in float_tensors(outputs)):
                 found.append(("the outputs", f"the outputs, in the forward of step {step}"))

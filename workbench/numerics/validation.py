@@ -68,11 +68,12 @@ def evaluator(
         try:
             with torch.no_grad(), spec.autocast():
                 for inputs, targets in held_out.batches:
-                    outputs = as_fp32_cpu(forward(*spec.place(inputs)))
+                    outputs = as_fp32_cpu(workload.forward(forward, spec.place(inputs)))
                     count = int(targets.shape[0])
-                    loss_sum += float(workload.loss_fn(outputs, targets)) * count
-                    if workload.task_metric is not None:
-                        metric_sum += float(workload.task_metric(outputs, targets)) * count
+                    loss_sum += float(workload.compute_loss(outputs, targets)) * count
+                    score = workload.score(outputs, targets)
+                    if score is not None:
+                        metric_sum += score * count
                     samples += count
         finally:
             # Restored module by module: dropout modules switched off stay off.

@@ -16,6 +16,7 @@ from time import perf_counter
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_map
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
@@ -24,7 +25,7 @@ from workbench.targets import get_target
 from workbench.targets.base import Target
 from workbench.timing import Measurement, format_seconds
 from workbench.tuning.process import FINISHED, run_in_child, usable_cores
-from workbench.workload import WorkloadSpec
+from workbench.workload import Inputs, WorkloadSpec, input_tensors, move_inputs
 
 # PyTorch's TensorBoard profiler plugin advises more workers once DataLoader time passes 5% of
 # the step (methods.md e4).
@@ -79,7 +80,7 @@ class CostlyDataset(Dataset):
 
     def __init__(
         self,
-        inputs: tuple[torch.Tensor, ...],
+        inputs: Inputs,
         targets: torch.Tensor,
         length: int,
         work: SampleWork,
@@ -92,11 +93,15 @@ class CostlyDataset(Dataset):
     def __len__(self) -> int:
         return self.length
 
-    def __getitem__(self, index: int) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+    def __getitem__(self, index: int) -> tuple[Inputs, torch.Tensor]:
         row = index % len(self.targets)
-        sample = tuple(t[row].clone() for t in self.inputs)
+        # Tuples stay tuples and dicts stay dicts: the default collate batches both.
+        sample = tree_map(lambda t: t[row].clone(), self.inputs)
         # Raw bytes whatever the dtype (numpy has no bfloat16).
-        self.work.apply(b"".join(t.reshape(-1).view(torch.uint8).numpy().tobytes() for t in sample))
+        tensors = input_tensors(sample)
+        self.work.apply(
+            b"".join(t.reshape(-1).view(torch.uint8).numpy().tobytes() for t in tensors)
+        )
         return sample, self.targets[row].clone()
 
 
@@ -150,11 +155,11 @@ class LoaderJob:
             batch_inputs, batch_targets = next(batches)
             loaded = perf_counter()
             # Pinned pages are what make a non-blocking copy asynchronous.
-            copy = {"non_blocking": self.setting.pin_memory}
-            x = tuple(t.to(target.device, **copy) for t in batch_inputs)
-            y = batch_targets.to(target.device, **copy)
+            non_blocking = self.setting.pin_memory
+            x = move_inputs(batch_inputs, target.device, non_blocking=non_blocking)
+            y = batch_targets.to(target.device, non_blocking=non_blocking)
             optimizer.zero_grad(set_to_none=True)
-            workload.loss_fn(model(*x), y).backward()
+            workload.compute_loss(workload.forward(model, x), y).backward()
             optimizer.step()
             target.synchronize()
             if step >= self.warmup_steps:

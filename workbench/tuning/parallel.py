@@ -83,7 +83,7 @@ def rank_main(job: RankJob) -> None:
         for _ in range(job.warmup_steps + job.steps):
             start = perf_counter()
             optimizer.zero_grad(set_to_none=True)
-            workload.loss_fn(model(*inputs), targets).backward()
+            workload.compute_loss(workload.forward(model, inputs), targets).backward()
             target.data_parallel_optimizer_step(optimizer)
             target.synchronize()
             times.append(perf_counter() - start)

@@ -146,7 +146,7 @@ def accumulation(result: RetuneResult) -> None:
                 else f"{check.max_relative_error:.2e} ({check.worst_parameter})",
                 "tolerance": f"{check.tolerance:.0e} relative, float64",
                 "batch-statistics layers": ", ".join(check.batch_statistics_layers) or "none",
-                "random layers": ", ".join(check.random_layers) or "none",
+                "dropout (off for the check)": ", ".join(check.dropout_layers) or "none",
             },
             caption="Gradient accumulation against one big batch (CPU, float64: a property of "
             "the model and loss, not of the device)",

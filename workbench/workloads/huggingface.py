@@ -1,0 +1,427 @@
+"""Hugging Face models as they come: `hf:FOLDER` (a saved checkpoint) or `hf:MODEL_TYPE` (a
+random-init model built offline from `AutoConfig.for_model`), no wrapper code.
+
+The task comes from the checkpoint's architecture (GPT2LMHeadModel -> causal-lm) or, for a model
+type, from which task heads transformers has for it; `-p task=` overrides either. Inputs are
+made from the model's own config (vocabulary, max positions, image size, label count), passed as
+keyword arguments with `labels`, and the loss is the one the model computes itself, as in a
+Hugging Face training loop. transformers is imported here only, and never reaches the network:
+folders load with `local_files_only=True`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from torch import nn
+
+from workbench.errors import BadInput, describe_error, did_you_mean
+from workbench.workload import TASK_CLASSIFICATION, TASK_LANGUAGE_MODEL, Batch, Workload, accuracy
+
+CAUSAL_LM = "causal-lm"
+MASKED_LM = "masked-lm"
+SEQUENCE_CLASSIFICATION = "sequence-classification"
+IMAGE_CLASSIFICATION = "image-classification"
+
+
+@dataclass(frozen=True)
+class HfTask:
+    name: str
+    auto_class: str  # the transformers Auto class that builds the model with this head
+    mapping: str  # transformers' model_type -> class-name table for that Auto class
+    suffixes: tuple[str, ...]  # architecture names that end so have this task
+    text: bool  # token inputs (else pixel values)
+
+
+TASKS: dict[str, HfTask] = {
+    t.name: t
+    for t in (
+        HfTask(
+            CAUSAL_LM,
+            "AutoModelForCausalLM",
+            "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+            ("ForCausalLM", "LMHeadModel"),
+            True,
+        ),
+        HfTask(
+            MASKED_LM,
+            "AutoModelForMaskedLM",
+            "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+            ("ForMaskedLM",),
+            True,
+        ),
+        HfTask(
+            SEQUENCE_CLASSIFICATION,
+            "AutoModelForSequenceClassification",
+            "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+            ("ForSequenceClassification",),
+            True,
+        ),
+        HfTask(
+            IMAGE_CLASSIFICATION,
+            "AutoModelForImageClassification",
+            "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+            ("ForImageClassification",),
+            False,
+        ),
+    )
+}
+# For a bare model type with several heads, the first one it has, in this order: an encoder
+# with a masked-LM head (BERT) is pretrained that way; a decoder (GPT-2, Llama) as a causal LM.
+TYPE_TASK_ORDER = (MASKED_LM, CAUSAL_LM, IMAGE_CLASSIFICATION, SEQUENCE_CLASSIFICATION)
+
+DEFAULT_BATCH_SIZE = 8
+DEFAULT_SEQUENCE_LENGTH = 128
+MASKED_SHARE = 0.15  # BERT's share of masked positions
+IGNORE_INDEX = -100  # transformers' label for "no loss here"
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth")
+_POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len")
+
+
+@dataclass(frozen=True)
+class HfOptions:
+    """The notebook parameters that shape an hf: workload."""
+
+    task: str = ""
+    batch_size: int | None = None
+    sequence_length: int | None = None
+    image_size: int | None = None
+    config: str = ""  # "key=value,key=value" config overrides
+
+
+def _transformers() -> Any:
+    try:
+        transformers = importlib.import_module("transformers")
+    except ImportError:
+        raise BadInput(
+            "hf: workloads need Hugging Face transformers, which is not installed: "
+            "pip install 'workbench[hf]'."
+        ) from None
+    # Every model build loads the checkpoint again; its progress bar and info lines would
+    # repeat in every notebook. Warnings and errors still show.
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    return transformers
+
+
+def parse_overrides(text: str) -> dict[str, Any]:
+    """'n_layer=2,n_embd=64,tie_word_embeddings=false' -> typed values (read as YAML scalars)."""
+    overrides: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise ValueError(f"cannot read {part!r} as key=value")
+        try:
+            overrides[key.strip()] = yaml.safe_load(value.strip())
+        except yaml.YAMLError:
+            overrides[key.strip()] = value.strip()
+    return overrides
+
+
+def _looks_like_folder(name: str) -> bool:
+    return Path(name).expanduser().exists() or "/" in name or name.startswith((".", "~"))
+
+
+def task_of_architecture(architecture: str) -> str | None:
+    for task in TASKS.values():
+        if architecture.endswith(task.suffixes):
+            return task.name
+    return None
+
+
+def _task_for_type(model_type: str) -> str | None:
+    from transformers.models.auto import modeling_auto
+
+    for name in TYPE_TASK_ORDER:
+        if model_type in getattr(modeling_auto, TASKS[name].mapping):
+            return name
+    return None
+
+
+def _unsupported_task(spec: str, why: str) -> BadInput:
+    return BadInput(
+        f"Workload {spec!r}: {why}; supported tasks are {', '.join(TASKS)}: "
+        "pass one with -p task=NAME."
+    )
+
+
+def _max_positions(config: Any) -> int | None:
+    for key in _POSITION_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+@dataclass
+class _Source:
+    """Where the model comes from: a folder's config and weights, or a config built here."""
+
+    spec: str
+    config: Any
+    folder: Path | None
+    task: HfTask
+    task_reason: str
+
+
+def _resolve(spec: str, options: HfOptions, transformers: Any) -> _Source:
+    name = spec.removeprefix("hf:").strip()
+    if not name:
+        raise BadInput(f"Workload {spec!r}: name a checkpoint folder or a model type after hf:.")
+    try:
+        overrides = parse_overrides(options.config)
+    except ValueError as exc:
+        raise BadInput(f"Workload {spec!r}: hf_config {exc}.") from None
+    if options.task and options.task not in TASKS:
+        raise BadInput(
+            f"Task {options.task!r}{did_you_mean(options.task, TASKS)} is not one of "
+            f"{', '.join(TASKS)}."
+        )
+
+    if _looks_like_folder(name):
+        folder = Path(name).expanduser()
+        if not (folder / "config.json").is_file():
+            raise BadInput(
+                f"Workload {spec!r}: {folder} has no config.json "
+                "(expected a folder written by save_pretrained)."
+            )
+        if not any(any(folder.glob(pattern)) for pattern in WEIGHT_FILES):
+            raise BadInput(
+                f"Workload {spec!r}: {folder} has config.json but no weights "
+                "(model.safetensors or pytorch_model.bin)."
+            )
+        try:
+            config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
+        except Exception as exc:
+            raise BadInput(
+                f"Workload {spec!r}: config.json could not be read: {describe_error(exc)}."
+            ) from None
+        architectures = list(getattr(config, "architectures", None) or [])
+        inferred = next(filter(None, map(task_of_architecture, architectures)), None)
+        reason = f"from its architecture {architectures[0]}" if architectures else ""
+    else:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+        if name not in CONFIG_MAPPING_NAMES:
+            raise BadInput(
+                f"Workload {spec!r}: {name!r} is neither a folder nor a transformers model type"
+                f"{did_you_mean(name, CONFIG_MAPPING_NAMES)}."
+            )
+        folder = None
+        config = transformers.AutoConfig.for_model(name)
+        inferred = _task_for_type(name)
+        reason = f"the first head transformers has for model type {name!r}"
+        architectures = []
+
+    for key, value in overrides.items():
+        if not hasattr(config, key):
+            raise BadInput(
+                f"Workload {spec!r}: hf_config key {key!r} is not a field of "
+                f"{type(config).__name__}{did_you_mean(key, config.to_dict())}."
+            )
+        setattr(config, key, value)
+
+    if options.task:
+        task_name, reason = options.task, "set with -p task"
+    elif inferred:
+        task_name = inferred
+    else:
+        what = f"architecture {architectures[0]}" if architectures else "its config"
+        raise _unsupported_task(spec, f"the task cannot be inferred from {what}")
+    return _Source(spec, config, folder, TASKS[task_name], reason)
+
+
+def _prepare_config(source: _Source) -> list[str]:
+    """Settings a training step needs whatever the checkpoint says; what changed, for reports."""
+    config, changed = source.config, []
+    if getattr(config, "use_cache", False):
+        # A KV cache in the output is for generation: training steps do not return one.
+        config.use_cache = False
+        changed.append("use_cache=False")
+    if source.task.name == SEQUENCE_CLASSIFICATION and getattr(config, "pad_token_id", 0) is None:
+        # Decoder classifiers find each sequence's last token through the pad id; every token
+        # here is real, so any id that is not drawn as padding works.
+        config.pad_token_id = getattr(config, "eos_token_id", None) or 0
+        changed.append(f"pad_token_id={config.pad_token_id}")
+    config.return_dict = True
+    return changed
+
+
+def _model_factory(source: _Source, transformers: Any) -> Callable[[], nn.Module]:
+    auto = getattr(transformers, source.task.auto_class)
+    if source.folder is None:
+        return lambda: auto.from_config(source.config)
+    folder = source.folder
+
+    def load() -> nn.Module:
+        return auto.from_pretrained(folder, config=source.config, local_files_only=True)
+
+    return load
+
+
+def _check_weights(source: _Source, transformers: Any) -> str:
+    """Load once now, so weights that do not fit the config fail here with one sentence."""
+    if source.folder is None:
+        return "random-init weights (no checkpoint)"
+    auto = getattr(transformers, source.task.auto_class)
+    try:
+        model, info = auto.from_pretrained(
+            source.folder, config=source.config, local_files_only=True, output_loading_info=True
+        )
+    except Exception as exc:
+        raise BadInput(
+            f"Workload {source.spec!r}: the weights in {source.folder} do not load into "
+            f"{auto.__name__} with its config.json: {describe_error(exc)}."
+        ) from None
+    missing = list(info.get("missing_keys") or [])
+    mismatched = list(info.get("mismatched_keys") or [])
+    total = len(model.state_dict())
+    if mismatched or (total and len(missing) > total // 2):
+        shown = ", ".join(str(k) for k in (mismatched or missing)[:3])
+        raise BadInput(
+            f"Workload {source.spec!r}: the weights in {source.folder} do not match its "
+            f"config.json ({len(missing)} of {total} tensors missing, {len(mismatched)} of "
+            f"another shape, e.g. {shown})."
+        )
+    if missing:
+        # A base checkpoint loaded with a new task head: the head starts from seeded random
+        # weights, as fine-tuning starts.
+        return f"checkpoint weights, {len(missing)} tensor(s) newly initialized ({missing[0]}…)"
+    return "checkpoint weights"
+
+
+def _takes(model_class: Any, argument: str) -> bool:
+    try:
+        return argument in inspect.signature(model_class.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def shifted_perplexity(logits: torch.Tensor, targets: torch.Tensor) -> float:
+    """exp(mean cross-entropy of each position's logits against the next token)."""
+    shifted = logits[:, :-1].reshape(-1, logits.shape[-1]).float()
+    loss = nn.functional.cross_entropy(shifted, targets[:, 1:].reshape(-1))
+    return float(math.exp(loss.item()))
+
+
+def shifted_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]), targets[:, 1:].reshape(-1)
+    )
+
+
+def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX
+    )
+
+
+def masked_perplexity(logits: torch.Tensor, targets: torch.Tensor) -> float:
+    """exp(mean cross-entropy over the masked positions only)."""
+    return float(math.exp(masked_cross_entropy(logits.float(), targets).item()))
+
+
+def _text_batches(
+    task: HfTask, config: Any, sequence_length: int, with_mask: bool
+) -> Callable[[int, torch.Generator], Batch]:
+    vocab = int(config.vocab_size)
+    num_labels = int(getattr(config, "num_labels", 2))
+    mask_id = getattr(config, "mask_token_id", None)
+    mask_id = int(mask_id) if mask_id is not None else vocab - 1
+    masked_count = max(1, round(MASKED_SHARE * sequence_length))
+
+    def make(size: int, generator: torch.Generator) -> Batch:
+        ids = torch.randint(vocab, (size, sequence_length), generator=generator)
+        inputs: dict[str, torch.Tensor] = {"input_ids": ids}
+        if with_mask:
+            inputs["attention_mask"] = torch.ones_like(ids)
+        if task.name == CAUSAL_LM:
+            labels = ids.clone()
+        elif task.name == MASKED_LM:
+            # The same number of masked positions in every sample, so the loss's mean over
+            # masked tokens equals the mean of per-micro-batch means (the accumulation check).
+            scores = torch.rand((size, sequence_length), generator=generator)
+            chosen = scores.argsort(dim=1)[:, :masked_count]
+            labels = torch.full_like(ids, IGNORE_INDEX)
+            labels.scatter_(1, chosen, ids.gather(1, chosen))
+            inputs["input_ids"] = ids.scatter(1, chosen, mask_id)
+        else:
+            labels = torch.randint(num_labels, (size,), generator=generator)
+        inputs["labels"] = labels
+        return inputs, labels
+
+    return make
+
+
+def _image_batches(config: Any, image_size: int) -> Callable[[int, torch.Generator], Batch]:
+    channels = int(getattr(config, "num_channels", 3))
+    num_labels = int(getattr(config, "num_labels", 2))
+
+    def make(size: int, generator: torch.Generator) -> Batch:
+        pixels = torch.randn((size, channels, image_size, image_size), generator=generator)
+        labels = torch.randint(num_labels, (size,), generator=generator)
+        return {"pixel_values": pixels, "labels": labels}, labels
+
+    return make
+
+
+def load_hf_workload(spec: str, options: HfOptions) -> Workload:
+    """The Workload of an hf: spec; every problem is a BadInput naming what is wrong."""
+    transformers = _transformers()
+    source = _resolve(spec, options, transformers)
+    changed = _prepare_config(source)
+    weights = _check_weights(source, transformers)
+    task, config = source.task, source.config
+    model_class = getattr(transformers, source.task.auto_class)._model_mapping[type(config)]
+    batch_size = options.batch_size or DEFAULT_BATCH_SIZE
+
+    sequence_length: int | None = None
+    if task.text:
+        limit = _max_positions(config)
+        sequence_length = options.sequence_length or min(
+            DEFAULT_SEQUENCE_LENGTH, limit or DEFAULT_SEQUENCE_LENGTH
+        )
+        if limit and sequence_length > limit:
+            raise BadInput(
+                f"Workload {spec!r}: sequence_length {sequence_length} is longer than the "
+                f"model's {limit} positions."
+            )
+        batches = _text_batches(
+            task, config, sequence_length, _takes(model_class, "attention_mask")
+        )
+        shape = f"{batch_size}x{sequence_length} tokens"
+    else:
+        image_size = options.image_size or int(getattr(config, "image_size", 224))
+        batches = _image_batches(config, image_size)
+        shape = f"{batch_size}x{getattr(config, 'num_channels', 3)}x{image_size}x{image_size}"
+
+    loss_fn, metric, metric_name = {
+        CAUSAL_LM: (shifted_cross_entropy, shifted_perplexity, "perplexity"),
+        MASKED_LM: (masked_cross_entropy, masked_perplexity, "masked-token perplexity"),
+    }.get(task.name, (nn.functional.cross_entropy, accuracy, "accuracy"))
+    notes = [f"{model_class.__name__}, task {task.name} ({source.task_reason})", weights, shape]
+    if changed:
+        notes.append("config: " + ", ".join(changed))
+    return Workload(
+        name=spec,
+        model_factory=_model_factory(source, transformers),
+        batch_maker=batches,
+        loss_fn=loss_fn,
+        optimizer_factory=lambda params: torch.optim.AdamW(params, lr=5e-5),
+        batch_size=batch_size,
+        task=TASK_LANGUAGE_MODEL if task.name in (CAUSAL_LM, MASKED_LM) else TASK_CLASSIFICATION,
+        sequence_length=sequence_length,
+        task_metric=metric,
+        task_metric_name=metric_name,
+        description="; ".join(notes),
+        loss_from_output=True,
+        max_sequence_length=_max_positions(config) if task.text else None,
+    )
