@@ -17,3 +17,10 @@ def item_warning_again():
     from torch._dynamo.variables.tensor import TensorVariable
 
     TensorVariable._warn_capture_scalar_outputs.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def no_imported_op_tables(monkeypatch, tmp_path_factory):
+    """Verdicts never read the TorchNeuron op tables a developer imported into their own cache:
+    every test starts with an op-tables folder that does not exist (a test sets its own)."""
+    monkeypatch.setenv("WORKBENCH_OP_TABLES", str(tmp_path_factory.getbasetemp() / "no-op-tables"))

@@ -324,6 +324,36 @@ BAD_INPUTS = [
         {"a.json": "[1]"},
         "is not a workbench environment manifest",
     ),
+    (
+        "native table with other columns",
+        ["tables", "import-native", "t.md", "--out", "tables"],
+        {"t.md": "| Name | Value |\n|---|---|\n| torch.add | Y |\n"},
+        "not the ones TorchNeuron's compatibility table has",
+    ),
+    (
+        "native table empty",
+        ["tables", "import-native", "t.md", "--out", "tables"],
+        {"t.md": ""},
+        "holds no markdown table",
+    ),
+    (
+        "native table without a release",
+        ["tables", "import-native", "t.md", "--out", "tables"],
+        {"t.md": "| API | Support |\n|---|---|\n| torch.add | Y |\n"},
+        "give it with --release",
+    ),
+    (
+        "native table missing",
+        ["tables", "import-native", "missing.md"],
+        {},
+        "missing.md cannot be read",
+    ),
+    (
+        "measured table from another result",
+        ["tables", "save-measured", "r.json", "--out", "tables"],
+        {"r.json": '{"notebook": "01_baseline"}'},
+        "is not a result of notebook 02",
+    ),
 ]
 
 

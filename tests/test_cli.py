@@ -121,6 +121,10 @@ def test_list_names_every_workload_target_and_parameter(capsys):
         ),
         (["open", "--taget=cpu"], "(did you mean --target?); see `workbench open --help`"),
         (["rnu"], "(did you mean run?); see `workbench --help`"),
+        (
+            ["tables", "import-native", "t.md", "--relase", "2.29.0"],
+            "(did you mean --release?); see `workbench tables import-native --help`",
+        ),
     ],
 )
 def test_misspelt_options_and_commands_get_a_suggestion_and_their_own_usage(
@@ -156,7 +160,9 @@ def test_unknown_parameter_lists_only_what_a_user_can_set(capsys):
     assert listed == ["fail_on_drift", "pinned_manifest"]
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["open", "--help"]])
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["run", "--help"], ["open", "--help"], ["tables", "import-native", "-h"]]
+)
 def test_help_answers_without_importing_torch(argv):
     code = (
         "import sys\nfrom workbench.cli import main\ntry:\n    main(sys.argv[1:])\n"

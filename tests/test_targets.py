@@ -47,6 +47,7 @@ def test_cpu_has_no_fallback_or_memory_reading_and_is_not_trainium() -> None:
     target = CpuTarget()
     target.start_fallback_tracking()
     assert target.fallback_ops() is None
+    assert target.executed_ops() is None
     target.reset_peak_memory()
     reading = target.peak_memory()
     assert reading.peak_allocated is None and reading.peak_reserved is None

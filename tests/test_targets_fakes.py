@@ -42,8 +42,9 @@ def fake_installed_versions(versions: dict[str, str]) -> Callable[[str], str | N
 class FakeTorchNeuron:
     """torch.neuron and torch_neuronx as neuron.md sections 2.6 and 2.7 document them.
 
-    Work is queued asynchronously, as on the device: what queued work allocates and which ops
-    it sends to the CPU fallback become visible only once `synchronize()` has run it.
+    Work is queued asynchronously, as on the device: what queued work allocates, which ops it
+    executes and which it sends to the CPU fallback become visible only once `synchronize()` has
+    run it.
     """
 
     def __init__(self, *, with_dynamo_metrics: bool = True) -> None:
@@ -51,14 +52,22 @@ class FakeTorchNeuron:
         self.with_dynamo_metrics = with_dynamo_metrics
         self.calls: list[str] = []
         self.compile_records: list[SimpleNamespace] = []
-        self._queued: list[tuple[int, tuple[str, ...]]] = []
+        self._queued: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = []
         self._peak_allocated = 0
         self._peak_reserved = 0
         self._fallbacks: list[str] = []
+        self._executed: list[str] = []
 
-    def run(self, *, allocates: int = 0, fallback_ops: tuple[str, ...] = ()) -> None:
-        """Queue one piece of work, as an eager op or compiled graph would."""
-        self._queued.append((allocates, fallback_ops))
+    def run(
+        self,
+        *,
+        allocates: int = 0,
+        fallback_ops: tuple[str, ...] = (),
+        executed_ops: tuple[str, ...] = (),
+    ) -> None:
+        """Queue one piece of work, as an eager op or compiled graph would. A fallen-back op
+        also executes (on the CPU), so get_executed_ops names it too."""
+        self._queued.append((allocates, fallback_ops, executed_ops + fallback_ops))
 
     # torch.neuron
     def is_available(self) -> bool:
@@ -75,11 +84,12 @@ class FakeTorchNeuron:
 
     def synchronize(self, device: Any = None) -> None:
         self.calls.append("synchronize")
-        for allocates, fallback_ops in self._queued:
+        for allocates, fallback_ops, executed_ops in self._queued:
             self._peak_allocated = max(self._peak_allocated, allocates)
             # The caching allocator reserves in 2 MiB segments.
             self._peak_reserved = max(self._peak_reserved, -(-allocates // (2 * MiB)) * 2 * MiB)
             self._fallbacks.extend(fallback_ops)
+            self._executed.extend(executed_ops)
         self._queued.clear()
 
     def reset_peak_memory_stats(self, device: Any = None) -> None:
@@ -101,10 +111,15 @@ class FakeTorchNeuron:
     def clear_op_tracking(self) -> None:
         self.calls.append("clear_op_tracking")
         self._fallbacks.clear()
+        self._executed.clear()
 
     def get_fallback_ops(self) -> list[str]:
         self.calls.append("get_fallback_ops")
         return list(self._fallbacks)
+
+    def get_executed_ops(self) -> list[str]:
+        self.calls.append("get_executed_ops")
+        return list(self._executed)
 
     def torch_neuron_namespace(self) -> SimpleNamespace:
         names = [
@@ -125,6 +140,7 @@ class FakeTorchNeuron:
         module = ModuleType("torch_neuronx")
         module.clear_op_tracking = self.clear_op_tracking
         module.get_fallback_ops = self.get_fallback_ops
+        module.get_executed_ops = self.get_executed_ops
         return module
 
 
@@ -234,6 +250,20 @@ def test_neuron_fallback_ops_are_counted_per_op_after_a_synchronize(
     fake_neuron.run(fallback_ops=("aten::sort",))
     assert target.fallback_ops() == Counter({"aten::sort": 2, "aten::_unique2": 1})
     assert fake_neuron.calls[-2:] == ["synchronize", "get_fallback_ops"]
+
+
+def test_neuron_executed_ops_are_counted_per_op_after_a_synchronize(
+    fake_neuron: FakeTorchNeuron,
+) -> None:
+    """neuron.md 2.7: get_executed_ops after the same clear_op_tracking and synchronize; work
+    queued before the window is not counted."""
+    target = NeuronTarget()
+    fake_neuron.run(executed_ops=("aten::mm",))
+    target.start_fallback_tracking()
+    fake_neuron.run(executed_ops=("aten::addmm", "aten::relu"), fallback_ops=("aten::sort",))
+    fake_neuron.run(executed_ops=("aten::addmm",))
+    assert target.executed_ops() == Counter({"aten::addmm": 2, "aten::relu": 1, "aten::sort": 1})
+    assert fake_neuron.calls[-2:] == ["synchronize", "get_executed_ops"]
 
 
 def test_neuron_compile_counters_sum_microseconds_per_graph(

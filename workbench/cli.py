@@ -196,6 +196,23 @@ def cmd_env_diff(args: argparse.Namespace) -> int:
     return EXIT_DRIFT if worst == "critical" else EXIT_OK
 
 
+def cmd_tables_import_native(args: argparse.Namespace) -> int:
+    from workbench.coverage.native_table import import_native, summary_line
+
+    out = Path(args.out) if args.out is not None else None
+    print(summary_line(import_native(Path(args.file), release=args.release, out=out)))
+    return EXIT_OK
+
+
+def cmd_tables_save_measured(args: argparse.Namespace) -> int:
+    from workbench.coverage.measured_table import save_measured
+    from workbench.coverage.native_table import summary_line
+
+    out = Path(args.out) if args.out is not None else None
+    print(summary_line(save_measured(Path(args.result), release=args.release, out=out)))
+    return EXIT_OK
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from workbench.params import RUNNER_PARAMETERS, notebook_parameters
     from workbench.runner import available_notebooks
@@ -423,6 +440,34 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     diff_p.add_argument("new")
     diff_p.set_defaults(func=cmd_env_diff)
 
+    tables_p = sub.add_parser(
+        "tables",
+        help="TorchNeuron op tables for notebook 02: import the official one, or save a run's",
+    )
+    tables_sub = tables_p.add_subparsers(dest="tables_command", required=True)
+    out_help = "folder to write into (default $WORKBENCH_OP_TABLES or ~/.cache/workbench/op-tables)"
+    import_p = tables_sub.add_parser(
+        "import-native",
+        help="read a downloaded torch_api_compatibility.md (torch-neuronx repository) into a table",
+    )
+    import_p.add_argument("file", help="the markdown file")
+    import_p.add_argument(
+        "--release", help="the Neuron release it is for, where its title does not name one"
+    )
+    import_p.add_argument("--out", metavar="DIR", help=out_help)
+    import_p.set_defaults(func=cmd_tables_import_native)
+    save_p = tables_sub.add_parser(
+        "save-measured",
+        help="turn a notebook 02 result measured with target=neuron into a table",
+    )
+    save_p.add_argument("result", help="<run>/02_op_coverage.json (or the run folder)")
+    save_p.add_argument(
+        "--release",
+        help="file it under this release (default: the torch-neuronx version it records)",
+    )
+    save_p.add_argument("--out", metavar="DIR", help=out_help)
+    save_p.set_defaults(func=cmd_tables_save_measured)
+
     list_p = sub.add_parser("list", help="workloads, targets and notebook parameters")
     list_p.set_defaults(func=cmd_list)
 
@@ -437,10 +482,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def _subparser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> _Parser:
     """The (sub)command parser that `args` went through, for its own usage in errors."""
     chosen = parser
-    for dest in ("command", "env_command"):
+    for dest in ("command", "env_command", "tables_command"):
         name = getattr(args, dest, None)
         actions = [a for a in chosen._actions if isinstance(a, argparse._SubParsersAction)]
-        if name is None or not actions:
+        if name is None:
+            continue  # another command's subcommand (env pin, tables import-native)
+        if not actions:
             break
         chosen = actions[0].choices[name]
     assert isinstance(chosen, _Parser)

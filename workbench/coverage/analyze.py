@@ -73,6 +73,7 @@ def measure_on_target(workload: Workload, target: Target) -> tuple[TargetReading
     target.start_fallback_tracking()
     capture = capture_training_step(workload, device=target.device, synchronize=target.synchronize)
     fallbacks = target.fallback_ops() or Counter()
+    tracked = target.executed_ops()
     measurement = TargetReading(
         target=target.name,
         flavour=flavour,
@@ -81,6 +82,7 @@ def measure_on_target(workload: Workload, target: Target) -> tuple[TargetReading
         fallbacks=Counter(fallbacks),
         fallback_source=f"the {target.name} target's fallback readings",
         failure=capture.failure.summary() if capture.failure else None,
+        tracked=None if tracked is None else Counter(tracked),
     )
     try:
         model = workload.build_model("cpu").eval()

@@ -304,6 +304,11 @@ def report_data(report: CoverageReport) -> dict[str, Any]:
             "statement": report.measurement.statement,
             "fallbacks": dict(report.measurement.fallbacks),
             "executed_ops": len(report.measurement.executed),
+            # Per op, so `workbench tables save-measured` can make a table of this run.
+            "executed": dict(report.measurement.executed),
+            "tracked_executed": None
+            if report.measurement.tracked is None
+            else dict(report.measurement.tracked),
             "inference": report.measurement.inference,
             "failure": report.measurement.failure,
             "capture": _capture_data(report.target_capture) if report.target_capture else None,

@@ -3,12 +3,14 @@
 Every verdict carries its evidence. Precedence, strongest first:
 1. a measurement on that flavour's target (its fallback readings around a real training step,
    and, for XLA inference, torch_neuronx.analyze): overrides every table, and says so;
-2. the flavour's support tables in workbench/data, in the order TABLE_FILES lists them;
+2. the flavour's support tables: for XLA those in workbench/data, in the order TABLE_FILES
+   lists them; for native TorchNeuron the newest table the user imported into the op-tables
+   folder (`workbench tables import-native` / `save-measured`, see native_table.py);
 3. nothing names the op: "unknown", never "supported".
 
-Native TorchNeuron has no obtainable op table (its per-API table lives in the torch-neuronx
-repository, docs/torch_api_compatibility.md, and was not available to build one): its verdicts
-are "unknown" until measured with target=neuron on a Trn2/Trn3.
+No TorchNeuron table ships with the package (its per-API table lives in the torch-neuronx
+repository, docs/torch_api_compatibility.md, regenerated each release): until one is imported,
+native verdicts are "unknown" unless measured with target=neuron on a Trn2/Trn3.
 """
 
 from __future__ import annotations
@@ -21,6 +23,14 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from workbench.coverage.native_table import (
+    STATUS_CPU_FALLBACK,
+    STATUS_SUPPORTED,
+    STATUS_UNSUPPORTED,
+    NativeTable,
+    newest_native_table,
+    op_tables_dir,
+)
 from workbench.targets.base import InferenceAnalysis
 from workbench.targets.detect import FLAVOUR_NATIVE, FLAVOUR_XLA
 
@@ -49,6 +59,13 @@ NO_NATIVE_TABLE_WHY = (
     "unregistered ops fall back to the CPU silently, so coverage has to be measured: run with "
     "target=neuron on a Trn2/Trn3"
 )
+# How to get one, for the same place.
+HOW_TO_IMPORT_NATIVE = (
+    "to use TorchNeuron's table, download docs/torch_api_compatibility.md of your release from "
+    "github.com/aws-neuron/torch-neuronx and run `workbench tables import-native FILE`; or, after "
+    "a run with target=neuron, `workbench tables save-measured <run>/02_op_coverage.json` "
+    "(tables are read from {folder})"
+)
 
 # Table statuses -> verdicts. A torch-xla kernel is a static fact; "decomposes" re-dispatches
 # the op as other ops, each of which gets its own entry on the device.
@@ -57,12 +74,16 @@ _TABLE_VERDICTS = {
     "decomposes": SUPPORTED,
     "supported": SUPPORTED,
     "cpu_fallback": FALLS_BACK,
+    # TorchNeuron's N: a quantized variant or a backend it does not provide. Whether the op then
+    # reaches the CPU fallback or raises, it does not run on the NeuronCore.
+    "unsupported": FALLS_BACK,
 }
 _TABLE_WORDS = {
     "lowered": "torch-xla has a kernel for it",
     "decomposes": "no kernel of its own; decomposes into other ops (not checked one by one)",
     "supported": "on the official list",
     "cpu_fallback": "no torch-xla kernel: torch-xla's CPU fallback runs it",
+    "unsupported": "not supported",
 }
 
 
@@ -92,12 +113,22 @@ class SupportTable:
     method: str
     file: str
     statuses: dict[str, str] = field(repr=False)  # op (or packet name) -> status
+    # Per-table wording of a status (TorchNeuron's tables speak of the NeuronCore, not
+    # torch-xla), and per op what the table's own row says.
+    words: dict[str, str] = field(default_factory=dict, repr=False)
+    details: dict[str, str] = field(default_factory=dict, repr=False)
     # Ops whose gradient formula is the backend's own: the backward ops a CPU run shows for
     # them never reach that device.
     autograd_overrides: frozenset[str] = frozenset()
 
     def status(self, op: str) -> str | None:
         return self.statuses.get(op) or self.statuses.get(packet_name(op))
+
+    def detail(self, op: str) -> str:
+        return self.details.get(op) or self.details.get(packet_name(op)) or ""
+
+    def wording(self, status: str) -> str:
+        return self.words.get(status) or _TABLE_WORDS[status]
 
     def citation(self) -> str:
         return f"{self.name}, {self.date}"
@@ -136,8 +167,54 @@ def _version_key(file: str) -> tuple[int, ...]:
     return tuple(int(d) for d in digits if d.isdigit())
 
 
+_NATIVE_WORDS = {
+    STATUS_SUPPORTED: "TorchNeuron runs it on the NeuronCore",
+    STATUS_CPU_FALLBACK: "TorchNeuron runs it through its CPU fallback",
+    STATUS_UNSUPPORTED: "TorchNeuron does not support it",
+}
+_MEASURED_WORDS = {
+    STATUS_SUPPORTED: "ran on the NeuronCore with no fallback in a measured run",
+    STATUS_CPU_FALLBACK: "fell back to the CPU in a measured run",
+}
+
+
+def native_support_table(table: NativeTable) -> SupportTable:
+    """An imported or measured TorchNeuron table in the form every verdict reads."""
+    details = {}
+    for op, entry in table.ops.items():
+        rows = "; ".join(f"{row.api}: {row.support}" for row in entry.rows[:3])
+        dtypes = f"for {', '.join(entry.dtypes)}; " if entry.dtypes else ""
+        details[op] = f"{dtypes}{rows}"
+    measured = table.source.startswith("measured on")
+    return SupportTable(
+        name=f"TorchNeuron op table, release {table.release}, from {table.source}",
+        flavour=FLAVOUR_NATIVE,
+        version=table.release,
+        source=table.source,
+        date=f"imported {table.imported_on[:10]}",
+        method=table.method,
+        file=table.file,
+        statuses={op: entry.status for op, entry in table.ops.items()},
+        words=_MEASURED_WORDS if measured else _NATIVE_WORDS,
+        details=details,
+    )
+
+
+def native_table_note(tables: list[SupportTable]) -> str:
+    """For the report's sources: the TorchNeuron table the verdicts used, or why there is none
+    and how to import one."""
+    if tables:
+        table = tables[0]
+        return (
+            f"TorchNeuron table release {table.version} from {table.source}, {table.date} "
+            f"({table.file})"
+        )
+    return f"{NO_NATIVE_TABLE_WHY}; {HOW_TO_IMPORT_NATIVE.format(folder=op_tables_dir())}"
+
+
 def load_tables() -> dict[str, list[SupportTable]]:
-    """The support tables shipped in workbench/data, per flavour, strongest first."""
+    """The support tables per flavour, strongest first: those shipped in workbench/data, and
+    for native TorchNeuron the newest one imported into the op-tables folder."""
     data_dir = resources.files("workbench") / "data"
     files = sorted(entry.name for entry in data_dir.iterdir())
     tables: dict[str, list[SupportTable]] = {flavour: [] for flavour in FLAVOURS}
@@ -150,6 +227,9 @@ def load_tables() -> dict[str, list[SupportTable]]:
             newest = max(matches, key=_version_key)
             data = json.loads((data_dir / newest).read_text(encoding="utf-8"))
             tables[flavour].append(_table_from_json(newest, data))
+    native = newest_native_table()
+    if native is not None:
+        tables[FLAVOUR_NATIVE].append(native_support_table(native))
     return tables
 
 
@@ -166,6 +246,9 @@ class TargetReading:
     fallback_source: str
     inference: InferenceAnalysis | None = None
     failure: str | None = None
+    # target.executed_ops(): the target's own record of what ran (torch_neuronx's
+    # get_executed_ops on TorchNeuron); None where the target keeps none.
+    tracked: Counter[str] | None = None
 
     def fallback_calls(self, op: str) -> int:
         return self.fallbacks.get(op, 0) or (
@@ -206,7 +289,9 @@ def _table_verdict(
         return None
     table, status = named[0]
     verdict = _TABLE_VERDICTS[status]
-    evidence = [f"{_TABLE_WORDS[status]} ({table.citation()})"]
+    detail = table.detail(op)
+    words = f"{table.wording(status)} ({detail})" if detail else table.wording(status)
+    evidence = [f"{words} ({table.citation()})"]
     if verdict == SUPPORTED and "dynamic_output_shape" in tags and status == "lowered":
         # torch-xla's kernels for data-dependent shapes send the op to the CPU unless its
         # dynamic-shape experiments are on (measured for nonzero and masked_select on XLA:CPU).
@@ -216,7 +301,7 @@ def _table_verdict(
             "the output shape depends on data: torch-xla has a kernel but runs such ops on the "
             "CPU unless dynamic shapes are enabled",
         )
-    evidence += [f"also: {_TABLE_WORDS[s]} ({t.citation()})" for t, s in named[1:]]
+    evidence += [f"also: {t.wording(s)} ({t.citation()})" for t, s in named[1:]]
     return verdict, evidence
 
 

@@ -21,9 +21,9 @@ from workbench.coverage.records import (
 from workbench.coverage.support import (
     FALLS_BACK,
     FLAVOUR_LABELS,
-    NO_NATIVE_TABLE_WHY,
     SUPPORTED,
     UNKNOWN,
+    native_table_note,
 )
 from workbench.errors import WorkbenchError
 from workbench.scan.report import ScanReport
@@ -380,7 +380,13 @@ def evidence_sources(report: CoverageReport) -> None:
         for table in report.tables.get(flavour, [])
     ]
     if rows:
-        display(show.table(rows, caption="Support tables (workbench/data), strongest first"))
+        display(
+            show.table(
+                rows,
+                caption="Support tables (workbench/data, and TorchNeuron's as imported), "
+                "strongest first",
+            )
+        )
     measurement = report.measurement
     facts: dict[str, Any] = {"measurement": report.measurement_note}
     if measurement is not None:
@@ -392,8 +398,8 @@ def evidence_sources(report: CoverageReport) -> None:
             facts["inference analysis"] = measurement.inference.source
         if measurement.failure:
             facts["problem"] = measurement.failure
-    if FLAVOUR_NATIVE in report.flavours and not report.tables.get(FLAVOUR_NATIVE):
-        facts["native TorchNeuron"] = NO_NATIVE_TABLE_WHY
+    if FLAVOUR_NATIVE in report.flavours:
+        facts["native TorchNeuron table"] = native_table_note(report.tables.get(FLAVOUR_NATIVE, []))
     display(show.key_values(facts, caption="Measured evidence"))
 
 

@@ -234,6 +234,11 @@ class Target(ABC):
         """Ops that fell back to the host since `start_fallback_tracking`; None: no such reading."""
         return None
 
+    def executed_ops(self) -> Counter[str] | None:
+        """Ops the target's own tracking saw execute since `start_fallback_tracking` (calls per
+        op); None where it keeps no such record."""
+        return None
+
     @property
     def autocast_device_type(self) -> str:
         """The `device_type` that `torch.autocast` takes for this target's tensors.

@@ -263,6 +263,13 @@ class NeuronTarget(Target):
         # One entry per invocation, so the Counter gives calls per op.
         return Counter(torch_neuronx.get_fallback_ops())
 
+    def executed_ops(self) -> Counter[str] | None:
+        import torch_neuronx
+
+        # The same window and the same asynchrony as fallback_ops (neuron.md 2.7).
+        _torch_neuron().synchronize()
+        return Counter(torch_neuronx.get_executed_ops())
+
     @property
     def is_trainium(self) -> bool:
         return True
