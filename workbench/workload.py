@@ -150,6 +150,17 @@ def primary_output(outputs: Any) -> Any:
     return tensors[0][1]
 
 
+def on_primary_output(fn: Callable[[torch.Tensor, torch.Tensor], Any]) -> Callable[[Any, Any], Any]:
+    """A loss or metric written for one logits tensor, made to accept any model output (a
+    tuple, a dict, a ModelOutput): how workbench's own losses and metrics read a model's output.
+    A user's Workload gets the output as the model returned it."""
+
+    def read(outputs: Any, targets: Any) -> Any:
+        return fn(primary_output(outputs), targets)
+
+    return read
+
+
 def output_loss(outputs: Any) -> torch.Tensor:
     """The loss a model computed itself (a `loss` field or key)."""
     loss = outputs.get("loss") if isinstance(outputs, Mapping) else getattr(outputs, "loss", None)
@@ -203,13 +214,13 @@ class Workload:
     model_factory: Callable[[], nn.Module]
     # (batch_size, generator) -> (inputs, targets) on the CPU; `batch()` moves them.
     batch_maker: Callable[[int, torch.Generator], Batch]
-    # (primary output, targets) -> loss; unused when loss_from_output is set.
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    # (model output as returned, targets) -> loss; unused when loss_from_output is set.
+    loss_fn: Callable[[Any, torch.Tensor], torch.Tensor]
     optimizer_factory: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
     batch_size: int
     task: str = TASK_CLASSIFICATION
     sequence_length: int | None = None  # set for sequence workloads: throughput counts tokens
-    task_metric: Callable[[torch.Tensor, torch.Tensor], float] | None = accuracy
+    task_metric: Callable[[Any, torch.Tensor], float] | None = accuracy
     task_metric_name: str = "accuracy"
     # () -> held-out (inputs, targets) batches on the CPU, for the validation metric of notebook
     # 03; None: a few batches of batch_maker drawn with another seed than the training batch's.
@@ -231,13 +242,13 @@ class Workload:
         """The training loss of one forward's outputs."""
         if self.loss_from_output:
             return output_loss(outputs)
-        return self.loss_fn(primary_output(outputs), targets)
+        return self.loss_fn(outputs, targets)
 
     def score(self, outputs: Any, targets: torch.Tensor) -> float | None:
         """The task metric (accuracy, perplexity) of one forward's outputs, if the task has one."""
         if self.task_metric is None:
             return None
-        return float(self.task_metric(primary_output(outputs), targets))
+        return float(self.task_metric(outputs, targets))
 
     @property
     def is_sequence(self) -> bool:
@@ -291,6 +302,22 @@ class Workload:
             "optimizer": type(self.make_optimizer(model)).__name__,
             "loss": "the model's own (output.loss)" if self.loss_from_output else "workload loss",
         }
+
+
+# The contract's own frames sit between workbench's machinery and the model or loss. This file
+# also holds workload code (the plain-module wrapper's losses and batches), so a frame walker
+# looking for the user's code is told these frames by their code objects and passes through.
+CONTRACT_CODE = frozenset(
+    f.__code__
+    for f in (
+        call_model,
+        Workload.forward,
+        Workload.compute_loss,
+        Workload.score,
+        KeywordCall.forward,
+        on_primary_output(accuracy),
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -375,12 +402,15 @@ def workload_from_module(
         name=name,
         model_factory=factory,
         batch_maker=batch_maker,
-        loss_fn=token_cross_entropy if token_input else nn.functional.cross_entropy,
+        # A plain module may return a tuple or a dict: the loss and metric read its logits.
+        loss_fn=on_primary_output(
+            token_cross_entropy if token_input else nn.functional.cross_entropy
+        ),
         optimizer_factory=lambda params: torch.optim.AdamW(params, lr=1e-3),
         batch_size=batch_size,
         task=TASK_LANGUAGE_MODEL if token_input else TASK_CLASSIFICATION,
         sequence_length=description.shapes[0][-1] if token_input else None,
-        task_metric=perplexity if token_input else accuracy,
+        task_metric=on_primary_output(perplexity if token_input else accuracy),
         task_metric_name="perplexity" if token_input else "accuracy",
         description="user module, inputs "
         + "; ".join("x".join(map(str, shape)) for shape in description.shapes),

@@ -31,7 +31,7 @@ from torch.utils._pytree import tree_map
 
 import workbench
 from workbench.errors import FrameRef, describe_error, is_user_code
-from workbench.workload import Batch, Workload
+from workbench.workload import CONTRACT_CODE, Batch, Workload
 
 PHASE_SETUP = "setup"  # building the model, the optimizer and the batch (failures only)
 PHASE_FORWARD = "forward"  # model forward and loss
@@ -85,7 +85,7 @@ def _frame_kind(filename: str) -> str:
     return _TORCH  # torch, or a torch* sibling package such as torch_xla
 
 
-_KIND_BY_CODE: dict[CodeType, str] = {}
+_KIND_BY_CODE: dict[CodeType, str] = dict.fromkeys(CONTRACT_CODE, _PASS_THROUGH)
 
 
 def _code_kind(code: CodeType) -> str:

@@ -165,8 +165,9 @@ def normalize_name(name: str) -> str:
 
 
 def float_tensors(value: Any) -> list[torch.Tensor]:
-    """The floating-point tensors inside a (nested) output, in a fixed order."""
-    return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    """The floating-point tensors inside a (nested) output, in the order named_float_tensors
+    names them (one walk for both, so names and positions always agree)."""
+    return [t for _, t in named_float_tensors(value)]
 
 
 def to_cpu(value: Any) -> Any:

@@ -11,6 +11,7 @@ folders load with `local_files_only=True`.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import inspect
 import math
@@ -24,7 +25,16 @@ import yaml
 from torch import nn
 
 from workbench.errors import BadInput, describe_error, did_you_mean
-from workbench.workload import TASK_CLASSIFICATION, TASK_LANGUAGE_MODEL, Batch, Workload, accuracy
+from workbench.workload import (
+    DEFAULT_SEED,
+    TASK_CLASSIFICATION,
+    TASK_LANGUAGE_MODEL,
+    Batch,
+    Workload,
+    accuracy,
+    on_primary_output,
+    seeded,
+)
 
 CAUSAL_LM = "causal-lm"
 MASKED_LM = "masked-lm"
@@ -255,27 +265,19 @@ def _prepare_config(source: _Source) -> list[str]:
     return changed
 
 
-def _model_factory(source: _Source, transformers: Any) -> Callable[[], nn.Module]:
-    auto = getattr(transformers, source.task.auto_class)
-    if source.folder is None:
-        return lambda: auto.from_config(source.config)
-    folder = source.folder
-
-    def load() -> nn.Module:
-        return auto.from_pretrained(folder, config=source.config, local_files_only=True)
-
-    return load
-
-
-def _check_weights(source: _Source, transformers: Any) -> str:
-    """Load once now, so weights that do not fit the config fail here with one sentence."""
-    if source.folder is None:
-        return "random-init weights (no checkpoint)"
-    auto = getattr(transformers, source.task.auto_class)
+def _load_checkpoint(source: _Source, auto: Any) -> tuple[nn.Module, str]:
+    """The checkpoint's model, and how its weights were found. It is read once, here: weights
+    that do not fit the config fail with one sentence, and every later build copies this model
+    instead of reading the files again."""
     try:
-        model, info = auto.from_pretrained(
-            source.folder, config=source.config, local_files_only=True, output_loading_info=True
-        )
+        # Seeded: a task head the checkpoint lacks gets the same weights in every process.
+        with seeded(DEFAULT_SEED):
+            model, info = auto.from_pretrained(
+                source.folder,
+                config=source.config,
+                local_files_only=True,
+                output_loading_info=True,
+            )
     except Exception as exc:
         raise BadInput(
             f"Workload {source.spec!r}: the weights in {source.folder} do not load into "
@@ -294,8 +296,11 @@ def _check_weights(source: _Source, transformers: Any) -> str:
     if missing:
         # A base checkpoint loaded with a new task head: the head starts from seeded random
         # weights, as fine-tuning starts.
-        return f"checkpoint weights, {len(missing)} tensor(s) newly initialized ({missing[0]}…)"
-    return "checkpoint weights"
+        return (
+            model,
+            f"checkpoint weights, {len(missing)} tensor(s) newly initialized ({missing[0]}…)",
+        )
+    return model, "checkpoint weights"
 
 
 def _takes(model_class: Any, argument: str) -> bool:
@@ -378,9 +383,17 @@ def load_hf_workload(spec: str, options: HfOptions) -> Workload:
     transformers = _transformers()
     source = _resolve(spec, options, transformers)
     changed = _prepare_config(source)
-    weights = _check_weights(source, transformers)
     task, config = source.task, source.config
-    model_class = getattr(transformers, source.task.auto_class)._model_mapping[type(config)]
+    auto = getattr(transformers, task.auto_class)
+    model_factory: Callable[[], nn.Module]
+    if source.folder is not None:
+        loaded, weights = _load_checkpoint(source, auto)
+        # As for a plain module: each build gets its own copy, never optimizer-mutated weights.
+        model_factory = lambda: copy.deepcopy(loaded)  # noqa: E731
+    else:
+        # from_config draws the weights in build_model, under the workload's seed.
+        model_factory, weights = lambda: auto.from_config(config), "random-init weights"
+    model_class = auto._model_mapping[type(config)]
     batch_size = options.batch_size or DEFAULT_BATCH_SIZE
 
     sequence_length: int | None = None
@@ -412,14 +425,14 @@ def load_hf_workload(spec: str, options: HfOptions) -> Workload:
         notes.append("config: " + ", ".join(changed))
     return Workload(
         name=spec,
-        model_factory=_model_factory(source, transformers),
+        model_factory=model_factory,
         batch_maker=batches,
-        loss_fn=loss_fn,
+        loss_fn=on_primary_output(loss_fn),
         optimizer_factory=lambda params: torch.optim.AdamW(params, lr=5e-5),
         batch_size=batch_size,
         task=TASK_LANGUAGE_MODEL if task.name in (CAUSAL_LM, MASKED_LM) else TASK_CLASSIFICATION,
         sequence_length=sequence_length,
-        task_metric=metric,
+        task_metric=on_primary_output(metric),
         task_metric_name=metric_name,
         description="; ".join(notes),
         loss_from_output=True,
