@@ -154,10 +154,10 @@ class KilledFrom32(Linear):
 
 
 class SlowStep(Linear):
-    """A step whose host waits 100 ms on a device, as on an accelerator."""
+    """A step whose host waits 200 ms on a device, as on an accelerator."""
 
     def forward(self, x):
-        time.sleep(0.1)
+        time.sleep(0.2)
         return self.lin(x)
 
 
@@ -517,9 +517,11 @@ def test_sequence_lengths_come_from_the_list_or_a_file(tmp_path: Path) -> None:
 
 
 def test_dataloader_sweep_finds_the_worker_count_that_hides_the_data_cost(fixtures: str) -> None:
-    """Each sample costs 2 ms of real CPU work and the step waits 100 ms on a (simulated)
-    device: in the main process the loading adds to every step; one worker does it meanwhile."""
-    work = calibrate_sample_work(2.0)
+    """Each sample costs 6 ms of real CPU work and the step waits 200 ms on a (simulated)
+    device: in the main process the loading adds about 50 ms to every step; one worker does it
+    meanwhile and leaves only the hand-over (about 2 ms). The margins are wide because a
+    scheduler hiccup on a shared 2-core machine costs a few ms: 10 steps average them out."""
+    work = calibrate_sample_work(6.0)
     assert work.rounds > 0
     study = sweep_loader(
         WorkloadSpec(f"{fixtures}:slow_step"),
@@ -528,7 +530,7 @@ def test_dataloader_sweep_finds_the_worker_count_that_hides_the_data_cost(fixtur
         loader_settings([0, 1], [2], pin_memory_helps=False),
         work,
         items_per_sample=1,
-        steps=6,
+        steps=10,
         timeout_s=60,
     )
     main, one = study.results
