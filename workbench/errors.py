@@ -49,7 +49,7 @@ class FrameRef:
     in_user_code: bool
 
     def describe(self) -> str:
-        return f"{_short_path(self.path)}:{self.line} in {self.function}"
+        return f"{short_path(self.path)}:{self.line} in {self.function}"
 
 
 @dataclass(frozen=True)
@@ -143,9 +143,25 @@ def _library_dirs() -> _LibraryDirs:
     )
 
 
-def _short_path(path: str) -> str:
+def short_path(path: str) -> str:
+    """A source file as a reader finds it: a library's by its import path
+    (transformers/models/gpt2/modeling_gpt2.py, torch/nn/modules/linear.py) rather than where
+    this machine's environment keeps it, workbench's by its package path, and the user's
+    relative to the working folder."""
+    if path.startswith("<"):
+        return path
+    real = os.path.realpath(path)
+    for packages in (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}"):
+        if packages in real:
+            return real.rsplit(packages, 1)[1]
+    torch_parent = os.path.dirname(_library_dirs().torch_family) + os.sep
+    if real.startswith(torch_parent):  # torch from a source checkout
+        return real[len(torch_parent) :]
+    workbench_dir = _library_dirs().workbench
+    if real.startswith(workbench_dir):
+        return "workbench/" + real[len(workbench_dir) :]
     cwd = os.getcwd() + os.sep
-    return path[len(cwd) :] if path.startswith(cwd) else path
+    return real[len(cwd) :] if real.startswith(cwd) else path
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

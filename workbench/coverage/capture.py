@@ -30,7 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
 import workbench
-from workbench.errors import FrameRef, describe_error, is_user_code
+from workbench.errors import FrameRef, describe_error, is_user_code, short_path
 from workbench.workload import CONTRACT_CODE, Batch, Workload
 
 PHASE_SETUP = "setup"  # building the model, the optimizer and the batch (failures only)
@@ -112,19 +112,10 @@ class CallSite:
         return cls(frame.path, frame.line, frame.function, frame.in_user_code)
 
     def short(self) -> str:
-        where = f"{_short_path(self.path)}:{self.line} in {self.function}"
+        where = f"{short_path(self.path)}:{self.line} in {self.function}"
         if self.module:
             where = f"{where} [{self.module}]" if self.in_user_code else f"{self.module}: {where}"
         return f"{where} ({self.via})" if self.via else where
-
-
-def _short_path(path: str) -> str:
-    real = os.path.realpath(path)
-    for prefix, label in ((_TORCH_DIR, "torch/"), (_WORKBENCH_DIR, "workbench/")):
-        if real.startswith(prefix):
-            return label + real[len(prefix) :]
-    cwd = os.getcwd() + os.sep
-    return real[len(cwd) :] if real.startswith(cwd) else path
 
 
 def site_from_frame(frame: FrameType | None, module: str = "") -> CallSite | None:

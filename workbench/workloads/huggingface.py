@@ -163,6 +163,22 @@ def _unsupported_task(spec: str, why: str) -> BadInput:
     )
 
 
+def _same_kind(current: Any, value: Any) -> bool:
+    """Whether an override can replace a config value: numbers for numbers (an int where a
+    float is kept is fine), text for text, a flag for a flag; anything for a field left None."""
+    if current is None:
+        return True
+    if isinstance(current, bool) or isinstance(value, bool):
+        return isinstance(current, bool) and isinstance(value, bool)
+    if isinstance(current, (int, float)):
+        return isinstance(value, (int, float)) and not (
+            isinstance(current, int) and isinstance(value, float)
+        )
+    if isinstance(current, str):
+        return isinstance(value, str)
+    return True
+
+
 def _max_positions(config: Any) -> int | None:
     for key in _POSITION_KEYS:
         value = getattr(config, key, None)
@@ -237,7 +253,19 @@ def _resolve(spec: str, options: HfOptions, transformers: Any) -> _Source:
                 f"Workload {spec!r}: hf_config key {key!r} is not a field of "
                 f"{type(config).__name__}{did_you_mean(key, config.to_dict())}."
             )
-        setattr(config, key, value)
+        current = getattr(config, key)
+        if not _same_kind(current, value):
+            raise BadInput(
+                f"Workload {spec!r}: hf_config {key}={value!r}: {type(config).__name__}.{key} "
+                f"holds {type(current).__name__} values ({current!r}), not "
+                f"{type(value).__name__}."
+            )
+        try:
+            setattr(config, key, value)
+        except Exception as exc:  # transformers validates some fields as they are set
+            raise BadInput(
+                f"Workload {spec!r}: hf_config {key}={value!r} is refused: {describe_error(exc)}."
+            ) from None
 
     if options.task:
         task_name, reason = options.task, "set with -p task"
@@ -277,6 +305,9 @@ def _load_checkpoint(source: _Source, auto: Any) -> tuple[nn.Module, str]:
                 config=source.config,
                 local_files_only=True,
                 output_loading_info=True,
+                # Mismatched shapes come back in the loading info, so the sentence below can
+                # name them (transformers' own error points at a report it logged).
+                ignore_mismatched_sizes=True,
             )
     except Exception as exc:
         raise BadInput(
@@ -287,7 +318,7 @@ def _load_checkpoint(source: _Source, auto: Any) -> tuple[nn.Module, str]:
     mismatched = list(info.get("mismatched_keys") or [])
     total = len(model.state_dict())
     if mismatched or (total and len(missing) > total // 2):
-        shown = ", ".join(str(k) for k in (mismatched or missing)[:3])
+        shown = ", ".join(_key_text(k) for k in (mismatched or missing)[:2])
         raise BadInput(
             f"Workload {source.spec!r}: the weights in {source.folder} do not match its "
             f"config.json ({len(missing)} of {total} tensors missing, {len(mismatched)} of "
@@ -301,6 +332,29 @@ def _load_checkpoint(source: _Source, auto: Any) -> tuple[nn.Module, str]:
             f"checkpoint weights, {len(missing)} tensor(s) newly initialized ({missing[0]}…)",
         )
     return model, "checkpoint weights"
+
+
+def _check_buildable(spec: str, auto: Any, config: Any) -> None:
+    """Build the model on the meta device (shapes only, no memory, no weights drawn), so a
+    config whose fields contradict each other is one sentence now rather than a failed
+    notebook later."""
+    try:
+        with torch.device("meta"):
+            auto.from_config(config)
+    except Exception as exc:
+        raise BadInput(
+            f"Workload {spec!r}: {type(config).__name__} with these values builds no model: "
+            f"{describe_error(exc)}."
+        ) from None
+
+
+def _key_text(key: Any) -> str:
+    """A missing key as its name; a mismatched one, (name, checkpoint shape, model shape) in
+    transformers' loading info, with both shapes."""
+    if isinstance(key, tuple) and len(key) == 3:
+        name, stored, wanted = key
+        return f"{name} is {list(stored)} in the checkpoint, {list(wanted)} by the config"
+    return str(key)
 
 
 def _takes(model_class: Any, argument: str) -> bool:
@@ -391,6 +445,7 @@ def load_hf_workload(spec: str, options: HfOptions) -> Workload:
         # As for a plain module: each build gets its own copy, never optimizer-mutated weights.
         model_factory = lambda: copy.deepcopy(loaded)  # noqa: E731
     else:
+        _check_buildable(spec, auto, config)
         # from_config draws the weights in build_model, under the workload's seed.
         model_factory, weights = lambda: auto.from_config(config), "random-init weights"
     model_class = auto._model_mapping[type(config)]
