@@ -7,6 +7,7 @@ as it was. tests/HARDENING.md lists these cases with the faults covered elsewher
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -481,6 +482,20 @@ def test_bad_input_is_one_sentence_and_exit_2(tmp_path, monkeypatch, capsys, arg
 def test_the_table_counts_every_class():
     assert len(BAD_INPUTS) >= 60
     assert len({c[0] for c in BAD_INPUTS}) == len(BAD_INPUTS)
+
+
+def test_hardening_md_lists_exactly_these_cases():
+    """tests/HARDENING.md is what a reader checks: its bad-input table names every case here,
+    and nothing else."""
+    text = (Path(__file__).parent / "HARDENING.md").read_text()
+    section = text.split("## Bad input")[1].split("## Faults")[0]
+    rows = [
+        line.split("|")[1].strip()
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith("| case")
+    ]
+    assert sorted(rows) == sorted(c[0] for c in BAD_INPUTS)
+    assert f"{len(BAD_INPUTS)} cases" in text
 
 
 def test_pin_replaces_a_manifest_only_with_force(tmp_path, monkeypatch, capsys):

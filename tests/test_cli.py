@@ -104,6 +104,7 @@ def test_list_names_every_workload_target_and_parameter(capsys):
     out = capsys.readouterr().out
     for name in BUILTIN_WORKLOADS:
         assert name in out
+    assert "hf:FOLDER / hf:MODEL_TYPE" in out
     for target in ("cpu", "cuda", "xla", "neuron"):
         assert f"  {target} " in out
     assert "steady_steps (int, default 30)" in out

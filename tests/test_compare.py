@@ -176,6 +176,13 @@ def test_cli_exit_codes_and_an_offline_escaped_report(tmp_path: Path, capsys) ->
     assert data["regressions"] >= 1 and data["runs"][0]["label"] == "base"
     same = write_run(tmp_path / "same", started="2026-11-03", seed=3, workload="<b>mlp</b>")
     assert main(["compare", str(base), str(same), "--out", str(tmp_path / "cmp2")]) == 0
+    # A run folder's name reaches the console: its control sequences do not.
+    capsys.readouterr()
+    odd = write_run(tmp_path / "odd\x1b]0;title\x07\x1b[2J", started="2026-11-04", seed=4,
+                    workload="<b>mlp</b>")  # fmt: skip
+    assert main(["compare", str(base), str(odd), "--out", str(tmp_path / "cmp3")]) == 0
+    out = capsys.readouterr().out
+    assert "odd" in out and "\x1b" not in out and "\x07" not in out
 
 
 def test_bad_run_folders_are_one_sentence_each(tmp_path: Path) -> None:

@@ -537,3 +537,35 @@ def test_a_causal_lm_with_shifted_labels_has_stable_shapes_and_no_noise_flags() 
     assert risks.HOST_SYNC not in kinds and risks.INT64 not in kinds
     assert report.optimizer_note is not None
     assert risks.DYNAMIC_SHAPE not in kinds
+
+
+class IntegerRepeats(nn.Module):
+    """repeat_interleave with a Python int: every output size follows the input's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x.repeat_interleave(2, dim=1)[:, :6])
+
+
+class TensorRepeats(nn.Module):
+    """repeat_interleave with repeats read from the data: the output size is the data's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        counts = (x[:, 0] > 0).long() + 1
+        return self.lin(x.repeat_interleave(counts, dim=0)[: x.shape[0]])
+
+
+def test_repeat_interleave_is_flagged_only_when_its_repeats_come_from_data() -> None:
+    steady = analyze_coverage(_workload(IntegerRepeats), CpuTarget(), measure=False)
+    assert steady.shapes.stable and "depend on data" not in steady.shapes.sentence()
+    assert risks.DYNAMIC_SHAPE not in {f.kind for f in steady.flags}
+    moving = analyze_coverage(_workload(TensorRepeats), CpuTarget(), measure=False)
+    assert not moving.shapes.stable and "depend on data" in moving.shapes.sentence()
+    assert risks.DYNAMIC_SHAPE in {f.kind for f in moving.flags}

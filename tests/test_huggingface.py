@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ import torch
 
 from workbench.cli import main
 from workbench.coverage.capture import capture_training_step
+from workbench.coverage.records import SEEN_REFERENCE
 from workbench.coverage.risks import INT64, INT64_RANGE, capture_flags
 from workbench.errors import BadInput
 from workbench.report import network_references
@@ -368,6 +370,10 @@ def test_an_hf_checkpoint_runs_through_01_02_03(name, checkpoints, tmp_path) -> 
     assert any("optimizer" in row["calls"] for row in ops.values())
     assert ops["aten::embedding"]["first_site"]["text"].startswith("transformers/models/")
     assert not [f for f in coverage["flags"] if f["kind"] in (INT64, INT64_RANGE)]
+    # Shifted labels (sequence - 1) follow the sequence: no data-dependent shapes; the library
+    # is not the user's code, so its CUDA branches are no blocking scan finding.
+    assert coverage["shape_stability"]["stable"], coverage["shape_stability"]["sentence"]
+    assert coverage["scan"]["blocking"] == 0
 
     numerics = json.loads((run / "03_numerics.json").read_text())["data"]
     runs = {r["run"]["label"]: r for r in numerics["runs"]}
@@ -381,6 +387,13 @@ def test_an_hf_checkpoint_runs_through_01_02_03(name, checkpoints, tmp_path) -> 
     # same thing; Llama's attention dropout is 0 and it has no Dropout module.
     assert bool(numerics["dropout_disabled"]) == (name != "llama"), numerics["dropout_disabled"]
 
+    # 02's report: counts say what they count, ops are grouped by verdict with the evidence
+    # once, and the op-by-op table stays folded.
+    page = (run / "02_op_coverage.html").read_text()
+    total = len([row for row in coverage["ops"] if SEEN_REFERENCE in row["seen_in"]])
+    assert re.search(rf"\b{total} ops \([\d,]+ calls\)", page), total
+    assert "Ops grouped by verdict, evidence once per group" in page
+    assert "<details><summary>Every op, phase by phase" in page
     for page in ("01_baseline.html", "02_op_coverage.html", "03_numerics.html", "index.html"):
         html = (run / page).read_text()
         assert not network_references(html), page

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import re
 import sys
 from collections.abc import Callable
@@ -25,8 +26,7 @@ from workbench.errors import (
     WorkbenchError,
     did_you_mean,
 )
-from workbench.redact import scrub_text
-from workbench.terminal import strip_control
+from workbench.terminal import console_line
 from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
 
 # Each config key and the type its value must have (`only` may also be a list of numbers).
@@ -190,7 +190,7 @@ def cmd_env_diff(args: argparse.Namespace) -> int:
     for drift in drifts:
         # A hand-edited or foreign manifest may hold secrets or control sequences.
         line = f"{drift.severity:8} {drift.key}: {drift.old} -> {drift.new}  ({drift.reason})"
-        print(scrub_text(strip_control(line)))
+        print(console_line(line))
     worst = worst_severity(drifts)
     print(f"{len(drifts)} change(s); worst: {worst or 'none'}")
     return EXIT_DRIFT if worst == "critical" else EXIT_OK
@@ -218,7 +218,15 @@ def cmd_list(args: argparse.Namespace) -> int:
     from workbench.runner import available_notebooks
     from workbench.targets import TARGET_MODULES, target_class
 
-    print("workloads: " + ", ".join(BUILTIN_WORKLOADS) + ", or package.module:factory")
+    hf_state = (
+        "transformers installed"
+        if importlib.util.find_spec("transformers")
+        else "needs pip install 'workbench[hf]'"
+    )
+    print(
+        "workloads: " + ", ".join(BUILTIN_WORKLOADS) + ", package.module:factory, or "
+        f"hf:FOLDER / hf:MODEL_TYPE (a Hugging Face checkpoint or model type; {hf_state})"
+    )
     print("targets:")
     for name in TARGET_MODULES:
         availability = target_class(name).availability()
@@ -279,8 +287,8 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--workload",
         metavar="W",
-        help=f"built-in name ({', '.join(BUILTIN_WORKLOADS)}) or package.module:factory "
-        f"(default {DEFAULT_WORKLOAD})",
+        help=f"built-in name ({', '.join(BUILTIN_WORKLOADS)}), package.module:factory, or "
+        f"hf:FOLDER / hf:MODEL_TYPE (default {DEFAULT_WORKLOAD})",
     )
     group.add_argument(
         "--target", metavar="T", help="auto, cpu, cuda, xla or neuron (default auto)"
@@ -504,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except WorkbenchError as exc:
-        message = scrub_text(" ".join(strip_control(str(exc)).split()))
+        message = console_line(" ".join(str(exc).split()))
         print(f"workbench: error: {message}", file=sys.stderr)
         return exc.exit_code
 

@@ -42,7 +42,7 @@ from workbench.redact import scrub_data, scrub_text
 from workbench.report import UnsafeReport, export_html, write_index
 from workbench.scorecard import run_verdict, verdict_from_data
 from workbench.targets import TARGET_NAMES, get_target, resolve_target_name
-from workbench.terminal import strip_control
+from workbench.terminal import console_line, strip_control
 from workbench.workload import WorkloadSpec
 from workbench.workloads import DEFAULT_WORKLOAD
 
@@ -154,7 +154,7 @@ def prepare_out_dir(request: RunRequest, workload_name: str, target: str) -> Pat
 
 def _error_line(exc: BaseException | str) -> str:
     """One line for the console, summary.json and the index: no secret, no control sequence."""
-    return scrub_text(" ".join(strip_control(str(exc)).split()))[:500]
+    return console_line(" ".join(str(exc).split()))[:500]
 
 
 class _PrintedLines:
@@ -166,7 +166,7 @@ class _PrintedLines:
         self.progress = progress
 
     def write(self, text: str) -> None:
-        for line in scrub_text(strip_control(text)).splitlines():
+        for line in console_line(text).splitlines():
             if line.strip():
                 self.progress(f"    {line}")
 
@@ -582,6 +582,6 @@ def _stream_notebook_output_to(path: Path) -> _RunLogHandler:
 
 class _ScrubFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        record.msg = scrub_text(strip_control(record.getMessage()))
+        record.msg = console_line(record.getMessage())
         record.args = None
         return True

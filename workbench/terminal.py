@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from workbench.redact import scrub_text
+
 _CONTROL = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor movement, erase
     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: titles, hyperlinks, clipboard
@@ -24,3 +26,9 @@ _CONTROL = re.compile(
 def strip_control(text: str) -> str:
     """`text` without terminal control sequences or control characters (newlines and tabs kept)."""
     return _CONTROL.sub("", text)
+
+
+def console_line(text: str) -> str:
+    """A line for the console or a log that holds text from run files or user code: control
+    sequences stripped and secrets scrubbed (a hand-edited or foreign file may carry either)."""
+    return scrub_text(strip_control(text))

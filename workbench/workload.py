@@ -422,7 +422,7 @@ def import_factory(spec: str) -> Callable[[], Any]:
     if not module_name or not attribute:
         raise BadInput(
             f"Workload {spec!r}{did_you_mean(spec, BUILTIN_WORKLOADS)}: expected a built-in "
-            f"name ({', '.join(BUILTIN_WORKLOADS)}) or 'package.module:factory'."
+            f"name ({', '.join(BUILTIN_WORKLOADS)}), 'package.module:factory' or 'hf:FOLDER'."
         )
     # Console scripts do not put the working directory on sys.path; user modules live there.
     if os.getcwd() not in sys.path:

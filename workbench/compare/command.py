@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from workbench.errors import EXIT_OK, EXIT_REGRESSION, BadInput
+from workbench.terminal import console_line
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -68,16 +69,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out {out} is a file; name a folder for compare.html.")
     for skipped in comparison.skipped:
-        print(f"skipped: {skipped}", file=sys.stderr)
+        print(console_line(f"skipped: {skipped}"), file=sys.stderr)
     for change in comparison.changes:
         if change.status in (IMPROVEMENT, CHANGED):
-            print(change.line())
+            print(console_line(change.line()))
         elif change.status == REGRESSION:
-            print(change.line(), file=sys.stderr)
+            print(console_line(change.line()), file=sys.stderr)
     try:
         page = write_comparison(comparison, out)
     except OSError as exc:
         raise BadInput(f"cannot write the comparison to {out}: {exc.strerror or exc}.") from None
-    print(comparison.headline())
-    print(f"report: {page}")
+    print(console_line(comparison.headline()))
+    print(console_line(f"report: {page}"))
     return EXIT_REGRESSION if comparison.regressions else EXIT_OK

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from workbench.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, BadInput
+from workbench.terminal import console_line
 
 # Where array engines put the task's index, in the order they are looked up.
 INDEX_VARIABLES = ("SLURM_ARRAY_TASK_ID", "JOB_COMPLETION_INDEX", "AWS_BATCH_JOB_ARRAY_INDEX")
@@ -43,11 +44,13 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         only = ",".join(item.only) or "all"
         params = " ".join(f"{k}={v}" for k, v in item.parameters.items())
         print(
-            f"{item.index:3}  {item.name}: {item.workload} on {item.target}, notebooks {only}"
-            + (f", {params}" if params else "")
+            console_line(
+                f"{item.index:3}  {item.name}: {item.workload} on {item.target}, notebooks {only}"
+                + (f", {params}" if params else "")
+            )
         )
     for problem in problems:
-        print(f"workbench: error: {problem}", file=sys.stderr)
+        print(console_line(f"workbench: error: {problem}"), file=sys.stderr)
     return EXIT_BAD_INPUT if problems else EXIT_OK
 
 
@@ -81,7 +84,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
     page = write_dashboard(rows, root)
     for row in rows:
         state = row.verdict if row.verdict else row.state
-        print(f"{row.name}: {state}; {row.change or row.state}")
-    print(dashboard_data(rows)["headline"])
-    print(f"dashboard: {page}")
+        print(console_line(f"{row.name}: {state}; {row.change or row.state}"))
+    print(console_line(dashboard_data(rows)["headline"]))
+    print(console_line(f"dashboard: {page}"))
     return EXIT_REGRESSION if any(r.regressions for r in rows) else EXIT_OK
