@@ -307,6 +307,6 @@ def test_scrubbing_is_one_cached_pattern():
     ],
 )
 def test_control_sequences_are_stripped(raw, clean):
-    from workbench.terminal import strip_control
+    from workbench.redact import strip_control
 
     assert strip_control(raw) == clean

@@ -26,7 +26,7 @@ from workbench.errors import (
     WorkbenchError,
     did_you_mean,
 )
-from workbench.terminal import console_line
+from workbench.redact import console_line
 from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
 
 # Each config key and the type its value must have (`only` may also be a list of numbers).

@@ -1,4 +1,4 @@
-"""Keep secrets out of everything the workbook writes: manifests, notebooks, HTML, logs, console.
+"""Text the workbook writes, made safe: no secret and no terminal control sequence gets through.
 
 Policy (../reference: methods.md a5): store only environment variables that change behaviour
 (allowlist by name), blank those whose name suggests a secret, scan the kept values for
@@ -6,6 +6,12 @@ credential shapes and high-entropy tokens. `scrub_text` is the last pass over fi
 one compiled pattern for secret-named environment values, token shapes, secret-named flags,
 assignments and query parameters, and `user:password@`; README "Secrets" lists what it catches
 and what it does not.
+
+Text from user code is also made safe for a terminal, a log file, a JSON field or the index
+page (`strip_control`): colours are harmless, but CSI and OSC escape sequences can move the
+cursor, rewrite earlier console lines, set the window title or plant hyperlinks, and
+bidirectional-override characters can make a line read differently from what it contains.
+Every such sequence is removed; the text stays. `console_line` does both passes.
 """
 
 from __future__ import annotations
@@ -262,3 +268,25 @@ def scrub_data(data: object, environ: Mapping[str, str] = os.environ) -> object:
     if isinstance(data, (list, tuple)):
         return [scrub_data(v, environ) for v in data]
     return data
+
+
+_CONTROL = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor movement, erase
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: titles, hyperlinks, clipboard
+    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"  # DCS, SOS, PM, APC strings
+    r"|\x1b[@-Z\\-_]?"  # any other escape, or a lone ESC
+    r"|\x9b[0-?]*[ -/]*[@-~]"  # single-byte CSI
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # other C0/C1 controls; newline and tab stay
+    r"|[\u202a-\u202e\u2066-\u2069]"  # bidirectional overrides and isolates
+)
+
+
+def strip_control(text: str) -> str:
+    """`text` without terminal control sequences or control characters (newlines and tabs kept)."""
+    return _CONTROL.sub("", text)
+
+
+def console_line(text: str) -> str:
+    """A line for the console or a log that holds text from run files or user code: control
+    sequences stripped and secrets scrubbed (a hand-edited or foreign file may carry either)."""
+    return scrub_text(strip_control(text))

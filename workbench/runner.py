@@ -38,11 +38,10 @@ from workbench.errors import (
 )
 from workbench.kernel import private_kernelspec
 from workbench.params import RUNNER_PARAMETERS, notebook_parameters, validate
-from workbench.redact import scrub_data, scrub_text
+from workbench.redact import console_line, scrub_data, scrub_text, strip_control
 from workbench.report import UnsafeReport, export_html, write_index
 from workbench.scorecard import run_verdict, verdict_from_data
 from workbench.targets import TARGET_NAMES, get_target, resolve_target_name
-from workbench.terminal import console_line, strip_control
 from workbench.workload import WorkloadSpec
 from workbench.workloads import DEFAULT_WORKLOAD
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from workbench.errors import EXIT_OK, EXIT_REGRESSION, BadInput
-from workbench.terminal import console_line
+from workbench.redact import console_line
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from workbench.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, BadInput
-from workbench.terminal import console_line
+from workbench.redact import console_line
 
 # Where array engines put the task's index, in the order they are looked up.
 INDEX_VARIABLES = ("SLURM_ARRAY_TASK_ID", "JOB_COMPLETION_INDEX", "AWS_BATCH_JOB_ARRAY_INDEX")
