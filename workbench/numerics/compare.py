@@ -66,7 +66,6 @@ from workbench.numerics.records import (
     UNKNOWN,
     Attribution,
     BatchSource,
-    Comparison,
     FirstDivergence,
     MatchedCheck,
     NumericsResult,
@@ -74,6 +73,7 @@ from workbench.numerics.records import (
     Reproducibility,
     RunResult,
     TaskComparison,
+    TensorComparison,
     TensorVerdict,
     Unmatched,
     ValidationComparison,
@@ -350,11 +350,11 @@ def _compare(
     rule: VerdictRule,
     spread: float | None = None,
     module_type: str = "",
-) -> Comparison:
+) -> TensorComparison:
     rtol, atol = rule.tolerances(target.dtype, reference.dtype)
     metrics = compute_metrics(name, kind, target, reference, fp64, rtol=rtol, atol=atol)
     metrics.reference_spread = spread
-    return Comparison(metrics, judge(metrics, rule), module_type)
+    return TensorComparison(metrics, judge(metrics, rule), module_type)
 
 
 def _pair(
@@ -383,7 +383,7 @@ def _pair(
 
 def compare_layers(
     layers: LayerCapture, refs: ReferenceRuns, rule: VerdictRule
-) -> tuple[list[Comparison], Unmatched]:
+) -> tuple[list[TensorComparison], Unmatched]:
     """Each target layer output against the reference's of the same name, in target order."""
     target = {t.key: t for t in layers.tensors}
     reference = {t.key: t.value for t in refs.layers.tensors}
@@ -410,7 +410,7 @@ def compare_layers(
     return comparisons, unmatched
 
 
-def _flagged(comparison: Comparison, cost: PrecisionCostRule) -> bool:
+def _flagged(comparison: TensorComparison, cost: PrecisionCostRule) -> bool:
     """Whether a layer is re-run to find whose error it is: the dynamo rule fails it, and its
     error in the full run exceeds band_factor times the band of one rounding of its output
     (u x RMS, at least the reference's own error). A 16-bit run fails the dynamo rule nearly

@@ -244,7 +244,7 @@ def compute_metrics(
 
 
 @dataclass
-class Verdict:
+class MetricsVerdict:
     passed: bool
     rule: str  # which branch decided: close, fp64-rmse, non-finite, no-yardstick
     reason: str  # one line with the numbers that decided it
@@ -314,18 +314,18 @@ class VerdictRule:
 
 def judge(
     metrics: TensorMetrics, rule: VerdictRule, *, budget_rmse: float | None = None
-) -> Verdict:
+) -> MetricsVerdict:
     """Apply the rule to one tensor's metrics. `budget_rmse` replaces the reference's RMSE
     against fp64 as the yardstick (used to judge a run against another run of its precision)."""
     if metrics.new_nonfinite:
-        return Verdict(
+        return MetricsVerdict(
             False,
             RULE_NONFINITE,
             f"{metrics.new_nonfinite} NaN/Inf element(s) in the target where the reference "
             "is finite",
         )
     if metrics.share_outside == 0:
-        return Verdict(
+        return MetricsVerdict(
             True,
             RULE_CLOSE,
             f"close at rtol {metrics.rtol:g}, atol {metrics.atol:g} "
@@ -337,14 +337,14 @@ def judge(
     if (metrics.target_rmse_vs_fp64 is None or yardstick is None) and spread:
         # No fp64 run, but two reference runs that differ: their spread is the yardstick.
         passed = metrics.rmse <= k * spread + rule.rmse_atol
-        return Verdict(
+        return MetricsVerdict(
             passed,
             RULE_SPREAD,
             f"RMSE vs reference {metrics.rmse:.3g} {'<=' if passed else '>'} {k:g} x the two "
             f"reference runs' spread {spread:.3g} + {rule.rmse_atol:g}",
         )
     if metrics.target_rmse_vs_fp64 is None or yardstick is None:
-        return Verdict(
+        return MetricsVerdict(
             False,
             RULE_NO_YARDSTICK,
             f"{share_text(metrics.share_outside)} of elements outside rtol {metrics.rtol:g}, "
@@ -357,7 +357,7 @@ def judge(
     budget = k * yardstick + rule.rmse_atol
     passed = metrics.target_rmse_vs_fp64 <= budget
     sign = "<=" if passed else ">"
-    return Verdict(
+    return MetricsVerdict(
         passed,
         RULE_FP64,
         f"RMSE vs fp64 {metrics.target_rmse_vs_fp64:.3g} {sign} {k:g} x {yardstick:.3g}"

@@ -16,10 +16,10 @@ from workbench.errors import BadInput
 from workbench.numerics.capture import CAST, FP64, PRECISIONS
 from workbench.numerics.metrics import (
     DTYPE_TOLERANCES,
+    MetricsVerdict,
     OwnError,
     PrecisionCostRule,
     TensorMetrics,
-    Verdict,
     VerdictRule,
     dtype_name,
 )
@@ -111,11 +111,11 @@ class NumericsSettings:
 
 
 @dataclass
-class Comparison:
+class TensorComparison:
     """One tensor's metrics and the rule's verdict on them."""
 
     metrics: TensorMetrics
-    verdict: Verdict
+    verdict: MetricsVerdict
     module_type: str = ""  # a layer's class name ("Linear"); empty for other tensors
 
     @property
@@ -145,7 +145,7 @@ class FirstDivergence:
     layer: str
     module_type: str
     position: int  # 1-based, in the target's execution order
-    full_run: Comparison  # the layer's output in the full target run
+    full_run: TensorComparison  # the layer's output in the full target run
     attribution: Attribution
 
     @property
@@ -209,7 +209,7 @@ class Judgement:
 
 
 @dataclass
-class RunVerdict:
+class NumericsRunVerdict:
     """Machine-readable: blocker (NaN/Inf, or device fidelity fails), attention (precision
     cost fails, or the run could not run), else pass."""
 
@@ -265,11 +265,11 @@ class RunResult:
     status: str = "ok"  # ok | failed
     failed_phase: str | None = None  # setup, compile, layers, training
     error: str | None = None
-    layers: list[Comparison] = field(default_factory=list)  # target execution order
-    outputs: list[Comparison] = field(default_factory=list)
-    loss: Comparison | None = None
-    gradients: list[Comparison] = field(default_factory=list)
-    trajectory: Comparison | None = None
+    layers: list[TensorComparison] = field(default_factory=list)  # target execution order
+    outputs: list[TensorComparison] = field(default_factory=list)
+    loss: TensorComparison | None = None
+    gradients: list[TensorComparison] = field(default_factory=list)
+    trajectory: TensorComparison | None = None
     losses: list[float] = field(default_factory=list)
     task: TaskComparison | None = None
     first_divergence: FirstDivergence | None = None
@@ -285,7 +285,7 @@ class RunResult:
     nonfinite: NonFinite | None = None
     fidelity: Judgement | None = None
     precision_cost: Judgement | None = None
-    verdict: RunVerdict | None = None
+    verdict: NumericsRunVerdict | None = None
     seconds: float = 0.0
 
     @property
@@ -293,7 +293,7 @@ class RunResult:
         return self.run["label"]
 
     @property
-    def final_comparisons(self) -> list[Comparison]:
+    def final_comparisons(self) -> list[TensorComparison]:
         """What the run verdict judges: outputs, loss, gradients, trajectory."""
         found = [*self.outputs, *([self.loss] if self.loss else []), *self.gradients]
         return found + ([self.trajectory] if self.trajectory else [])
@@ -311,7 +311,7 @@ class BatchSource:
     used_artifact: bool
     note: str
     # Notebook 01's eval-mode fp32 eager outputs (on its own target) against this reference.
-    baseline_outputs: Comparison | None = None
+    baseline_outputs: TensorComparison | None = None
     baseline_device: str | None = None
 
 

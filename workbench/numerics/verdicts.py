@@ -30,8 +30,8 @@ from workbench.numerics.records import (
     PASS,
     TRIVIAL,
     Judgement,
+    NumericsRunVerdict,
     RunResult,
-    RunVerdict,
 )
 
 
@@ -144,18 +144,20 @@ def precision_cost(
     return Judgement(JUDGED_PASS, "; ".join(passed))
 
 
-def run_verdict(run: RunResult) -> RunVerdict:
+def run_verdict(run: RunResult) -> NumericsRunVerdict:
     label = run.label
     if run.status != "ok":
-        return RunVerdict(COULD_NOT_RUN, f"{label} could not run ({run.failed_phase})")
+        return NumericsRunVerdict(COULD_NOT_RUN, f"{label} could not run ({run.failed_phase})")
     if run.nonfinite is not None:
-        return RunVerdict(BLOCKER, run.nonfinite.sentence(label))
+        return NumericsRunVerdict(BLOCKER, run.nonfinite.sentence(label))
     assert run.fidelity is not None and run.precision_cost is not None
     if run.fidelity.status == JUDGED_FAIL:
-        return RunVerdict(BLOCKER, f"{label}: device fidelity fails: {run.fidelity.reason}")
+        return NumericsRunVerdict(BLOCKER, f"{label}: device fidelity fails: {run.fidelity.reason}")
     if not run.precision_cost.passed:
-        return RunVerdict(ATTENTION, f"{label}: precision cost fails: {run.precision_cost.reason}")
+        return NumericsRunVerdict(
+            ATTENTION, f"{label}: precision cost fails: {run.precision_cost.reason}"
+        )
     fidelity_words = "trivially true" if run.fidelity.status == TRIVIAL else run.fidelity.status
-    return RunVerdict(
+    return NumericsRunVerdict(
         PASS, f"{label}: device fidelity {fidelity_words}; precision cost within tolerance"
     )

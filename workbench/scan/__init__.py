@@ -25,7 +25,7 @@ from pathlib import Path
 
 from workbench.errors import BadInput
 from workbench.scan.python import python_hits
-from workbench.scan.report import Finding, ScanReport
+from workbench.scan.report import ScanFinding, ScanReport
 from workbench.scan.rules import FLAVOURS, RULES, SEVERITIES, severity_for
 from workbench.scan.sources import workload_source_files
 from workbench.targets.detect import FLAVOUR_NATIVE, FLAVOUR_XLA
@@ -99,7 +99,7 @@ def _files(root: Path) -> Iterator[Path]:
 
 def _findings(
     label: str, text: str, hits: list[tuple[int, str]], flavours: list[str], how: str
-) -> list[Finding]:
+) -> list[ScanFinding]:
     lines = text.splitlines()
     found, seen = [], set()
     for line, rule_id in hits:
@@ -109,7 +109,7 @@ def _findings(
             continue
         seen.add((line, rule_id))
         found.append(
-            Finding(
+            ScanFinding(
                 path=label,
                 line=line,
                 rule=rule_id,

@@ -8,7 +8,7 @@ from workbench.scan.rules import BLOCKING, SEVERITIES
 
 
 @dataclass(frozen=True)
-class Finding:
+class ScanFinding:
     path: str
     line: int
     rule: str
@@ -30,13 +30,13 @@ class ScanReport:
     roots: list[str]
     flavours: list[str]
     files: int = 0
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[ScanFinding] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
     # Definitions in the workload's files that it never uses (another model in the same module)
     left_out: list[str] = field(default_factory=list)
 
     @property
-    def blocking(self) -> list[Finding]:
+    def blocking(self) -> list[ScanFinding]:
         return [f for f in self.findings if f.severity == BLOCKING]
 
     def sentence(self) -> str:
@@ -47,7 +47,7 @@ class ScanReport:
         return f"{len(self.findings)} finding(s) in {self.files} file(s): {text}."
 
 
-def format_finding(finding: Finding) -> str:
+def format_finding(finding: ScanFinding) -> str:
     replacements = [
         f"{label}: {text}"
         for label, text, severity in (
