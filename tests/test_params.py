@@ -197,3 +197,13 @@ def test_parameters_are_read_as_papermill_reads_them(path) -> None:
         assert ours[name].type_name == info["inferred_type_name"]
         assert ours[name].default == ast.literal_eval(info["default"])
         assert ours[name].help == info["help"]
+
+
+def test_workload_parameters_are_the_workload_specs_fields() -> None:
+    """params.py names them without importing torch (the command line answers fast); this keeps
+    the list equal to what WorkloadSpec reads."""
+    from dataclasses import fields
+
+    from workbench.workload import WorkloadSpec
+
+    assert set(WORKLOAD_PARAMETERS) == {f.name for f in fields(WorkloadSpec)} - {"spec"}

@@ -61,7 +61,10 @@ def _top_level_name(obj: object) -> str | None:
     return None if not name or name.startswith("<") else name
 
 
-def _definitions(tree: ast.Module) -> dict[str, ast.AST]:
+_Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+
+
+def _definitions(tree: ast.Module) -> dict[str, _Definition]:
     return {
         node.name: node
         for node in tree.body
@@ -73,10 +76,9 @@ def _names_in(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
-def _span(node: ast.AST) -> tuple[int, int]:
-    decorators = getattr(node, "decorator_list", [])
-    first = min([node.lineno, *(d.lineno for d in decorators)])  # type: ignore[attr-defined]
-    return first, node.end_lineno or node.lineno  # type: ignore[attr-defined]
+def _span(node: _Definition) -> tuple[int, int]:
+    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    return first, node.end_lineno or node.lineno
 
 
 def _leave_out_unused(source: SourceFile) -> None:
@@ -106,6 +108,8 @@ def workload_source_files(workload: Workload) -> list[SourceFile]:
     files: dict[Path, SourceFile] = {}
     for obj in _workload_objects(workload):
         try:
+            # getsourcefile takes any object at run time (typeshed narrows it to modules,
+            # classes and functions) and raises TypeError for what has no source file.
             source = inspect.getsourcefile(obj)  # type: ignore[arg-type]
         except TypeError:  # builtins, C extensions, partials
             continue
