@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.test_compare import write_run
+from workbench.cli import main
 from workbench.errors import BadInput
 from workbench.fleet.collect import COMPLETE, INCOMPLETE, MISSING, collect
 from workbench.fleet.command import resolve_index
 from workbench.fleet.matrix import check_matrix, load_matrix
 from workbench.fleet.root import claim
 from workbench.report import network_references
+from workbench.targets import target_class
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
@@ -164,6 +168,162 @@ def test_a_missing_item_is_shown_not_dropped(tmp_path: Path) -> None:
         collect(tmp_path / "nowhere")
 
 
+TWO_TARGETS = (
+    "defaults: {only: ['00']}\n"
+    "items:\n"
+    "  - {workload: seed-mlp, target: neuron, name: mlp-trn2}\n"
+    "  - {workload: seed-mlp, target: cpu, name: mlp-cpu}\n"
+)
+
+
+def test_a_matrix_is_checked_without_its_devices_and_indexed_per_target(
+    tmp_path: Path, capsys
+) -> None:
+    path = write(tmp_path / "m.yaml", TWO_TARGETS)
+    matrix = load_matrix(path)
+    assert check_matrix(matrix) == [], "a target missing here is the item's own check, on its node"
+    assert [i.name for i in matrix.select("cpu")] == ["mlp-cpu"]
+    assert matrix.item(0, "cpu").name == "mlp-cpu" and matrix.item(0).name == "mlp-trn2"
+    with pytest.raises(BadInput, match=r"out of range: .* 0 to 0 on target 'cpu'"):
+        matrix.item(1, "cpu")
+    assert main(["matrix", str(path)]) == 0
+    assert main(["matrix", str(path), "--count", "--target", "cpu"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "1"
+    assert main(["matrix", str(path), "--target", "neuron"]) == 0
+    assert (
+        capsys.readouterr().out
+        == "  0  mlp-trn2: seed-mlp on neuron, notebooks 00 (item 0 of the file)\n"
+    )
+    assert main(["matrix", str(path), "--count", "--target", "xla"]) == 2
+    assert "no item on target 'xla'; its targets: cpu, neuron." in capsys.readouterr().err
+    bad = write(tmp_path / "bad.yaml", "items:\n  - {workload: seed-mlp, target: trn9}\n")
+    assert main(["matrix", str(bad), "--count"]) == 2, "an unknown target name is still caught"
+
+
+@pytest.mark.skipif(
+    target_class("neuron").availability().available, reason="this machine has a Neuron device"
+)
+def test_a_two_target_fleet_is_one_array_per_target_into_one_root(tmp_path: Path) -> None:
+    """submit.sh against a stand-in sbatch, the cpu array's task run as Slurm would run it, the
+    neuron item refused here, and one collect over both."""
+    path = write(tmp_path / "m.yaml", TWO_TARGETS)
+    root = tmp_path / "root"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "sbatch-calls"
+    sbatch = write(
+        bin_dir / "sbatch",
+        f'#!/bin/bash\necho "$*" >> {calls}\necho $((100 + $(wc -l < {calls})))\n',
+    )
+    workbook = write(bin_dir / "wb", f'#!/bin/bash\nexec {sys.executable} -m workbench.cli "$@"\n')
+    for script in (sbatch, workbook):
+        script.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "WORKBENCH": str(workbook)}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    submit = DEPLOY / "slurm" / "submit.sh"
+    submitted = subprocess.run(
+        [str(submit), str(path), str(root), "2", "neuron:trn2", "cpu"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    assert submitted.stdout.splitlines()[-1] == "collect job after every array: 103"
+    neuron_array, cpu_array, collect_job = calls.read_text().splitlines()
+    assert (
+        "--partition=trn2 --array=0-0%2" in neuron_array
+        and "WORKBENCH_TARGET=neuron" in neuron_array
+    )
+    assert "--partition" not in cpu_array and "--array=0-0%2" in cpu_array
+    assert "WORKBENCH_TARGET=cpu" in cpu_array and "--dependency=afterany:101:102" in collect_job
+
+    def array_task(target: str) -> subprocess.CompletedProcess[str]:
+        task_env = {
+            **env,
+            "WORKBENCH_MATRIX": str(path),
+            "WORKBENCH_ROOT": str(root),
+            "WORKBENCH_TARGET": target,
+            "SLURM_ARRAY_TASK_ID": "0",
+        }
+        return subprocess.run(
+            ["bash", str(DEPLOY / "slurm" / "workbench-array.sbatch")],
+            cwd=tmp_path,
+            env=task_env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+
+    refused = array_task("neuron")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "item 0 (mlp-trn2): Target 'neuron' is not available here" in refused.stderr
+    ran = array_task("cpu")
+    assert ran.returncode == 0, ran.stderr
+    assert (root / "mlp-cpu" / "latest" / "summary.json").is_file()
+
+    result = workbench("collect", str(root), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    data = json.loads((root / "matrix.json").read_text())
+    states = {item["name"]: item["state"] for item in data["items"]}
+    assert states == {"mlp-trn2": MISSING, "mlp-cpu": COMPLETE}
+
+
+def fake_workbook(tmp_path: Path) -> tuple[Path, Path]:
+    """A stand-in `workbench` that logs its arguments and exits with the next of $WB_CODES."""
+    log = tmp_path / "calls"
+    fake = write(
+        tmp_path / "fake-workbench",
+        f'#!/bin/bash\necho "$*" >> {log}\n'
+        f'n=$(wc -l < {log}); codes=($WB_CODES); exit "${{codes[$((n - 1))]}}"\n',
+    )
+    fake.chmod(0o755)
+    return fake, log
+
+
+def test_the_slurm_task_runs_a_killed_item_once_more_and_nothing_else(tmp_path: Path) -> None:
+    """The array script's retry: 137/143 once, findings (1-5) and a second kill returned."""
+    fake, log = fake_workbook(tmp_path)
+    for codes, expected, runs in (
+        ("137 0", 0, 2),
+        ("143 5", 5, 2),
+        ("1 0", 1, 1),
+        ("137 137", 137, 2),
+    ):
+        log.unlink(missing_ok=True)
+        env = {
+            **os.environ,
+            "WORKBENCH": str(fake),
+            "WB_CODES": codes,
+            "WORKBENCH_MATRIX": "m.yaml",
+            "WORKBENCH_ROOT": "root",
+            "SLURM_ARRAY_TASK_ID": "3",
+        }
+        result = subprocess.run(
+            ["bash", str(DEPLOY / "slurm" / "workbench-array.sbatch")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == expected, (codes, result.stderr)
+        lines = log.read_text().splitlines()
+        assert lines == ["run --matrix m.yaml --index 3 --out root"] * runs, codes
+
+
+def test_collect_exits_5_when_an_item_regressed(tmp_path: Path, capsys) -> None:
+    root = tmp_path / "root"
+    claim(root, load_matrix(write(tmp_path / "m.yaml", "items:\n  - {workload: seed-mlp}\n")))
+    write_run(root / "seed-mlp-auto" / "night1", started="2026-11-01T02:00:00", seed=1)
+    write_run(root / "seed-mlp-auto" / "night2", started="2026-11-02T02:00:00", seed=2)
+    assert main(["collect", str(root)]) == 0
+    write_run(root / "seed-mlp-auto" / "night3", started="2026-11-03T02:00:00", seed=3, step=0.0125)
+    assert main(["collect", str(root)]) == 5
+    assert "regress" in capsys.readouterr().out
+    item = json.loads((root / "matrix.json").read_text())["items"][0]
+    assert item["runs"] == 3 and item["regressions"] >= 1
+
+
 def test_kubernetes_templates_validate_against_the_api_schema() -> None:
     manifests = sorted((DEPLOY / "kubernetes").glob("*.yaml"))
     assert len(manifests) == 2
@@ -185,9 +345,10 @@ def test_kubernetes_templates_validate_against_the_api_schema() -> None:
     assert "completionMode: Indexed" in job and "backoffLimitPerIndex: 1" in job
     assert "values: [1, 2, 3, 4, 5]" in job and "values: [137, 143]" in job
     assert '"--index", "auto"' in job and "aws.amazon.com/neuroncore" in job
+    assert '"--target", "xla"' in job and "--count --target xla" in job
 
 
-def test_airflow_dag_maps_one_task_per_item_then_collects() -> None:
+def test_airflow_dag_maps_one_task_per_item_then_collects(tmp_path: Path) -> None:
     source = (DEPLOY / "airflow" / "workbench_matrix_dag.py").read_text()
     tree = ast.parse(source)
     calls = {
@@ -196,7 +357,8 @@ def test_airflow_dag_maps_one_task_per_item_then_collects() -> None:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
     }
     assert {"partial", "expand"} <= calls
-    assert 'trigger_rule="all_done"' in source and "--index $ITEM_INDEX" in source
+    assert 'trigger_rule="all_done"' in source
+    assert "--target $ITEM_TARGET --index $ITEM_INDEX" in source and '"retries": 0' in source
     # The parse-time item count uses only YAML: run that function on the CI matrix.
     function = next(
         node
@@ -207,8 +369,35 @@ def test_airflow_dag_maps_one_task_per_item_then_collects() -> None:
     exec(  # noqa: S102 - the DAG's own helper, without Airflow
         "from pathlib import Path\nimport yaml\n" + ast.unparse(function), namespace
     )
-    assert namespace["matrix_indexes"](str(REPO / "tests" / "slurm" / "fleet.yaml")) == ["0", "1"]
-    assert namespace["matrix_indexes"]("/no/such/matrix.yaml") == []
+    indexes = namespace["matrix_indexes"]
+    assert indexes(str(REPO / "tests" / "slurm" / "fleet.yaml"), "cpu") == ["0", "1"]
+    assert indexes("/no/such/matrix.yaml", "cpu") == []
+    two = tmp_path / "two.yaml"
+    two.write_text(TWO_TARGETS + "  - {workload: tiny-cnn}\n")
+    assert [indexes(str(two), t) for t in ("neuron", "cpu", "auto")] == [["0"], ["0"], ["0"]]
+    # The retry is the task's shell command: run it with a stand-in workbook killed once.
+    settings = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and getattr(node.targets[0], "id", "") in ("MATRIX", "ROOT", "WORKBENCH", "RUN_ITEM")
+    ]
+    fake, log = fake_workbook(tmp_path)
+    env = {**os.environ, "WORKBENCH": str(fake), "WORKBENCH_MATRIX": "m.yaml"}
+    env["WORKBENCH_ROOT"] = "root"
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("WORKBENCH", "WORKBENCH_MATRIX", "WORKBENCH_ROOT"):
+            patch.setenv(name, env[name])
+        exec("import os\n" + "\n".join(map(ast.unparse, settings)), namespace)  # noqa: S102
+    for codes, expected, runs in (("137 0", 0, 2), ("2 0", 2, 1), ("143 143", 143, 2)):
+        log.unlink(missing_ok=True)
+        task_env = {**env, "WB_CODES": codes, "ITEM_TARGET": "cpu", "ITEM_INDEX": "1"}
+        result = subprocess.run(
+            ["bash", "-c", namespace["RUN_ITEM"]], env=task_env, capture_output=True, text=True
+        )
+        assert result.returncode == expected, (codes, result.stderr)
+        calls = log.read_text().splitlines()
+        assert calls == ["run --matrix m.yaml --target cpu --index 1 --out root"] * runs
 
 
 def test_slurm_templates_are_valid_bash_and_pass_the_array_index() -> None:
@@ -219,4 +408,4 @@ def test_slurm_templates_are_valid_bash_and_pass_the_array_index() -> None:
     array = (slurm / "workbench-array.sbatch").read_text()
     assert '--index "$SLURM_ARRAY_TASK_ID"' in array and "#SBATCH --exclusive" in array
     submit = (slurm / "submit.sh").read_text()
-    assert '--dependency="afterany:$array"' in submit and "--array=" in submit
+    assert '--dependency="afterany:$after"' in submit and "--array=" in submit

@@ -150,7 +150,6 @@ def _run_matrix_item(args: argparse.Namespace) -> int:
         flag
         for flag, value in (
             ("--workload", args.workload),
-            ("--target", args.target),
             ("--only", args.only),
             ("--config", args.config),
             ("-p", args.param),
@@ -162,7 +161,7 @@ def _run_matrix_item(args: argparse.Namespace) -> int:
     from workbench.fleet import command as fleet_command
 
     return fleet_command.run_matrix_item(
-        args.matrix, args.index, args.out, args.show_code, args.cell_timeout
+        args.matrix, args.index, args.target, args.out, args.show_code, args.cell_timeout
     )
 
 
@@ -326,7 +325,8 @@ def _configure_run(run_p: argparse.ArgumentParser) -> None:
     matrix.add_argument(
         "--index",
         help="the matrix item to run: a number, or auto for $SLURM_ARRAY_TASK_ID, "
-        "$JOB_COMPLETION_INDEX or $AWS_BATCH_JOB_ARRAY_INDEX (with --matrix, --out is ROOT)",
+        "$JOB_COMPLETION_INDEX or $AWS_BATCH_JOB_ARRAY_INDEX (with --matrix, --out is ROOT, "
+        "and --target T counts the index over T's items only: one array per target)",
     )
 
 
@@ -411,6 +411,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     matrix_p.add_argument("file")
     matrix_p.add_argument("--count", action="store_true", help="print only the number of items")
+    matrix_p.add_argument(
+        "--target",
+        metavar="T",
+        help="only the items on target T, numbered as `run --matrix FILE --target T --index` "
+        "counts them (every item is still checked)",
+    )
     matrix_p.set_defaults(func=_lazy_handler("workbench.fleet.command", "cmd_matrix"))
 
     collect_p = sub.add_parser(

@@ -355,13 +355,20 @@ def update_latest(reports_root: Path, out: Path) -> None:
 
 
 @dataclass
-class PreparedRun:
-    """A request checked end to end: the notebooks, their values, the workload and the target."""
+class CheckedRequest:
+    """A request checked for everything that does not need its target's device: the
+    notebooks, their values, the workload and the target's name (not whether it is here)."""
 
     notebooks: list[Path]
     declared: dict[str, dict[str, Any]]
     per_notebook: dict[str, dict[str, Any]]
     workload_name: str
+
+
+@dataclass
+class PreparedRun(CheckedRequest):
+    """A request checked end to end: a CheckedRequest whose target is available here."""
+
     target: str
     target_reason: str
     validation: str
@@ -400,8 +407,9 @@ class PreparedRun:
         }
 
 
-def prepare_run(request: RunRequest) -> PreparedRun:
-    """Check everything about a request before anything is written; bad input is BadInput."""
+def check_request(request: RunRequest) -> CheckedRequest:
+    """Check a request without its target's device (a matrix is checked on a login node, its
+    items run on their own nodes); bad input is BadInput."""
     if request.target not in TARGET_NAMES:
         raise BadInput(
             f"Unknown target {request.target!r}; choose one of {', '.join(TARGET_NAMES)}."
@@ -428,15 +436,19 @@ def prepare_run(request: RunRequest) -> PreparedRun:
     given = {k: v for params in per_notebook.values() for k, v in params.items()}
     # Loaded once here so that a bad workload is rejected before any notebook starts.
     workload = WorkloadSpec.from_params({**given, "workload": request.workload}).load()
+    return CheckedRequest(notebooks, declared, per_notebook, strip_control(workload.name))
+
+
+def prepare_run(request: RunRequest) -> PreparedRun:
+    """Check everything about a request, its target's presence here included, before anything
+    is written; bad input is BadInput."""
+    checked = check_request(request)
     target, reason = resolve_target_name(request.target)
     return PreparedRun(
-        notebooks,
-        declared,
-        per_notebook,
-        strip_control(workload.name),
-        target,
-        reason,
-        get_target(target).validation_statement(),
+        **vars(checked),
+        target=target,
+        target_reason=reason,
+        validation=get_target(target).validation_statement(),
     )
 
 

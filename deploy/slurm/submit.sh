@@ -1,23 +1,50 @@
 #!/bin/bash
-# Submit a matrix as a Slurm array plus its collect job, and print both job ids.
-#   deploy/slurm/submit.sh MATRIX ROOT [MAX_AT_ONCE]
-# The matrix is checked first (every item's workload and parameters): a bad item stops the
-# submission with one sentence per item, before any node is booked.
+# Submit a matrix as Slurm arrays plus one collect job, and print the job ids.
+#   deploy/slurm/submit.sh MATRIX ROOT [MAX_AT_ONCE [TARGET[:PARTITION[:WORKBENCH]] ...]]
+# Without TARGET: one array over every item, all on the same kind of node. A fleet on two
+# targets names each one, for example
+#   deploy/slurm/submit.sh matrix.yaml /fsx/nightly 4 \
+#     xla:trn1:/opt/trn1/bin/workbench neuron:trn2:/opt/trn2/bin/workbench
+# which submits one array per target (sized by `workbench matrix MATRIX --count --target T`,
+# on that target's partition, run by that target's workbench; the default partition and
+# $WORKBENCH where left out). Every array writes into ROOT, and one collect job after all of
+# them builds the one dashboard; items of a target that was not submitted show as missing.
+# The matrix is checked first (every item's workload, target name and parameters; whether a
+# device is present is each item's own check, on its node): a bad item stops the submission
+# with one sentence per item, before any node is booked.
 set -euo pipefail
 if [ $# -lt 2 ]; then
-  echo "usage: $0 MATRIX ROOT [MAX_AT_ONCE]" >&2
+  echo "usage: $0 MATRIX ROOT [MAX_AT_ONCE [TARGET[:PARTITION[:WORKBENCH]] ...]]" >&2
   exit 2
 fi
 matrix=$(realpath "$1")
 root=$(realpath -m "$2")
 at_once=${3:-4}
+shift $(($# < 3 ? $# : 3))
+[ $# -gt 0 ] || set -- ""  # no TARGET: one array over every item
 here=$(cd "$(dirname "$0")" && pwd)
 WORKBENCH=${WORKBENCH:-workbench}
-count=$("$WORKBENCH" matrix "$matrix" --count)
 mkdir -p "$root"
-array=$(sbatch --parsable --array="0-$((count - 1))%$at_once" --chdir="$root" \
-  --export="ALL,WORKBENCH=$WORKBENCH,WORKBENCH_MATRIX=$matrix,WORKBENCH_ROOT=$root" \
-  "$here/workbench-array.sbatch")
-collect=$(sbatch --parsable --dependency="afterany:$array" --chdir="$root" \
+arrays=()
+for spec in "$@"; do
+  IFS=: read -r target partition workbench <<<"$spec"
+  workbench=${workbench:-$WORKBENCH}
+  options=(--parsable --chdir="$root")
+  if [ -n "$target" ]; then
+    count=$("$workbench" matrix "$matrix" --count --target "$target")
+  else
+    count=$("$workbench" matrix "$matrix" --count)
+  fi
+  if [ -n "$partition" ]; then
+    options+=(--partition="$partition")
+  fi
+  array=$(sbatch "${options[@]}" --array="0-$((count - 1))%$at_once" \
+    --export="ALL,WORKBENCH=$workbench,WORKBENCH_MATRIX=$matrix,WORKBENCH_ROOT=$root,WORKBENCH_TARGET=$target" \
+    "$here/workbench-array.sbatch")
+  arrays+=("$array")
+  echo "array job $array (${target:-every} target: $count items, at most $at_once at once)"
+done
+after=$(IFS=:; echo "${arrays[*]}")
+collect=$(sbatch --parsable --dependency="afterany:$after" --chdir="$root" \
   --export="ALL,WORKBENCH=$WORKBENCH,WORKBENCH_ROOT=$root" "$here/workbench-collect.sbatch")
-echo "array job $array ($count items, at most $at_once at once); collect job $collect"
+echo "collect job after every array: $collect"

@@ -36,17 +36,19 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     from workbench.fleet.matrix import check_matrix, load_matrix
 
     matrix = load_matrix(args.file)
-    problems = check_matrix(matrix)
+    chosen = matrix.select(args.target)
+    problems = check_matrix(matrix)  # every item, whichever target is listed
     if args.count and not problems:
-        print(len(matrix.items))
+        print(len(chosen))
         return EXIT_OK
-    for item in matrix.items:
+    for position, item in enumerate(chosen):
         only = ",".join(item.only) or "all"
         params = " ".join(f"{k}={v}" for k, v in item.parameters.items())
         print(
             console_line(
-                f"{item.index:3}  {item.name}: {item.workload} on {item.target}, notebooks {only}"
+                f"{position:3}  {item.name}: {item.workload} on {item.target}, notebooks {only}"
                 + (f", {params}" if params else "")
+                + (f" (item {item.index} of the file)" if args.target else "")
             )
         )
     for problem in problems:
@@ -55,14 +57,21 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def run_matrix_item(
-    matrix_file: str, index: str, out: str | None, show_code: bool, cell_timeout: int | None
+    matrix_file: str,
+    index: str,
+    target: str | None,
+    out: str | None,
+    show_code: bool,
+    cell_timeout: int | None,
 ) -> int:
+    """Run one item into ROOT; with `target`, the index counts only that target's items (one
+    array per target, all writing into the same ROOT)."""
     from workbench.fleet.matrix import check_item, load_matrix
     from workbench.fleet.root import claim
     from workbench.runner import run
 
     matrix = load_matrix(matrix_file)
-    item = matrix.item(resolve_index(index))
+    item = matrix.item(resolve_index(index), target)
     check_item(item, str(matrix.path))
     root = Path(out or "reports")
     claim(root, matrix)

@@ -10,7 +10,9 @@
       - {workload: seed-mlp, target: neuron}
 
 An array job passes only an item's index; everything else comes from this file. Every item is
-checked (workload spec, target, notebooks, parameters) before any item runs.
+checked (workload spec, target name, notebooks, parameters) before any item runs; whether the
+item's device is present is checked by its own run, on its node. One array per target (Trn1 and
+Trn2 need different images) passes `--target T` with the index, which then counts only T's items.
 """
 
 from __future__ import annotations
@@ -65,13 +67,27 @@ class Matrix:
     path: Path
     items: list[MatrixItem]
 
-    def item(self, index: int) -> MatrixItem:
-        if not 0 <= index < len(self.items):
+    def select(self, target: str | None = None) -> list[MatrixItem]:
+        """The items on `target` as the file names it (all items for None), in file order: the
+        list an array of that target's items is indexed over."""
+        if target is None:
+            return self.items
+        chosen = [item for item in self.items if item.target == target]
+        if not chosen:
+            targets = ", ".join(sorted({item.target for item in self.items}))
+            raise BadInput(f"{self.path} has no item on target {target!r}; its targets: {targets}.")
+        return chosen
+
+    def item(self, index: int, target: str | None = None) -> MatrixItem:
+        """Item `index` of the whole file, or the index-th item on `target` (0 first)."""
+        chosen = self.select(target)
+        if not 0 <= index < len(chosen):
+            among = f" on target {target!r} (--target counts only those)" if target else ""
             raise BadInput(
                 f"--index {index} is out of range: {self.path} has items 0 to "
-                f"{len(self.items) - 1}."
+                f"{len(chosen) - 1}{among}."
             )
-        return self.items[index]
+        return chosen[index]
 
     def fingerprint(self) -> str:
         """Identifies the items (names and settings), so two matrices never share a ROOT."""
@@ -155,9 +171,13 @@ def load_matrix(path: str | Path) -> Matrix:
     return Matrix(path, items)
 
 
-def check_item(item: MatrixItem, where: str) -> None:
-    """BadInput, in one sentence naming the item, for anything its run would reject."""
-    from workbench.runner import prepare_run
+def check_item(item: MatrixItem, where: str, *, here: bool = True) -> None:
+    """BadInput, in one sentence naming the item, for anything its run would reject.
+
+    here=False leaves out whether the item's target is available on this machine: a matrix is
+    checked where it is submitted, and each item's own run checks its device on its node.
+    """
+    from workbench.runner import check_request, prepare_run
 
     try:
         reserved = sorted(set(item.parameters) & set(RUNNER_SET))
@@ -165,7 +185,11 @@ def check_item(item: MatrixItem, where: str) -> None:
             raise BadInput(
                 f"parameter {reserved[0]!r} is set by the item's own key, not parameters"
             )
-        prepare_run(item.request(Path("reports")))
+        request = item.request(Path("reports"))
+        if here:
+            prepare_run(request)
+        else:
+            check_request(request)
     except BadInput as exc:
         raise BadInput(
             f"{where}: item {item.index} ({item.name}): {str(exc).rstrip('.')}."
@@ -173,11 +197,11 @@ def check_item(item: MatrixItem, where: str) -> None:
 
 
 def check_matrix(matrix: Matrix) -> list[str]:
-    """One sentence per bad item (empty when every item would run)."""
+    """One sentence per bad item (empty when every item would run on a node with its target)."""
     problems = []
     for item in matrix.items:
         try:
-            check_item(item, str(matrix.path))
+            check_item(item, str(matrix.path), here=False)
         except BadInput as exc:
             problems.append(str(exc))
     return problems
