@@ -23,7 +23,7 @@ import torch
 
 from workbench.errors import BadInput
 from workbench.targets import detect, get_target, resolve_target_name
-from workbench.targets.neuron import NeuronTarget
+from workbench.targets.neuron import NEURON_COMPILER_HOST_OOM_PATTERNS, NeuronTarget
 from workbench.targets.xla import XlaTarget
 
 TORCH_MAJOR_MINOR = ".".join(torch.__version__.split("+")[0].split(".")[:2])
@@ -337,6 +337,39 @@ print(json.dumps(get_target("auto").describe()))
     assert facts["total_memory_bytes"] == 24 * 1024 * MiB
     assert facts["device_count"] == 4
     assert facts["torch_neuronx"] == "2.14.3.0"
+
+
+# neuron.md section 6 item 7: the compiler killed for host RAM, "[F137] ... insufficient system
+# memory" or -9 (the F137 wording of the reports peers_and_pain_points.md P4 cites). neuron.md
+# documents no device out-of-memory text; the device forms are those methods.md e2 lists.
+DOCUMENTED_COMPILER_HOST_OOM = (
+    "[F137] neuronx-cc was forcibly killed - insufficient system memory",
+    "Command '['neuronx-cc', 'compile']' died with <Signals.SIGKILL: 9>.",
+    "neuronx-cc returned non-zero exit status -9.",
+)
+DOCUMENTED_DEVICE_OOM = (
+    'nrt_tensor_allocate status=4 message="Allocation Failure" on nc 0',
+    "Failed to allocate 1073741824 bytes on DEVICE",
+    "NRT_RESOURCE",
+    "Allocated memory out of bound for the graph",
+)
+
+
+@pytest.mark.parametrize("target", [NeuronTarget, XlaTarget])
+def test_neuron_oom_patterns_are_the_device_s_and_host_ram_is_the_compiler_s(
+    target: type[NeuronTarget] | type[XlaTarget],
+) -> None:
+    """The two pattern lists read disjoint failures: a device out-of-memory text marks a batch
+    that does not fit, the compiler's host-RAM kill is named by compiler_host_oom with its
+    remedy and is no device OOM (notebook 04 must not bound its search by it)."""
+    for pattern in NEURON_COMPILER_HOST_OOM_PATTERNS:
+        assert pattern not in target.out_of_memory_patterns, pattern
+    for text in DOCUMENTED_COMPILER_HOST_OOM:
+        assert target.out_of_memory_evidence(text) is None, text
+        assert "more host RAM" in (target.compiler_host_oom(text) or ""), text
+    for text in DOCUMENTED_DEVICE_OOM:
+        assert target.out_of_memory_evidence(text), text
+        assert target.compiler_host_oom(text) is None, text
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,11 +21,13 @@ import torch
 
 from workbench.environment.instance import InstanceType
 from workbench.errors import BadInput
+from workbench.scorecard import ATTENTION, BLOCKER
 from workbench.targets.cpu import CpuTarget
 from workbench.targets.cuda import CudaTarget
-from workbench.targets.neuron import NeuronTarget
+from workbench.targets.neuron import NeuronTarget, neuron_compiler_host_oom
 from workbench.targets.xla import XlaTarget
 from workbench.timing import Measurement
+from workbench.tuning import views
 from workbench.tuning.buckets import evaluate, optimal_boundaries, plan_buckets, read_lengths
 from workbench.tuning.cost import MEASURED, cost_study, load_prices
 from workbench.tuning.dataloader import (
@@ -57,10 +59,23 @@ from workbench.tuning.plan import (
     plan_global_batch,
     split_global_batch,
 )
-from workbench.tuning.process import FINISHED, TERMINATE_GRACE_S, run_in_child
-from workbench.tuning.records import RetuneSettings
+from workbench.tuning.process import (
+    EXITED,
+    FINISHED,
+    TERMINATE_GRACE_S,
+    ChildOutcome,
+    run_in_child,
+)
+from workbench.tuning.records import (
+    Recommendation,
+    RetuneResult,
+    RetuneSettings,
+    result_data,
+    retuning_verdict,
+)
 from workbench.tuning.retune import run_retuning
 from workbench.tuning.trials import (
+    COMPILER_HOST_RAM,
     ERROR,
     OK,
     OOM,
@@ -71,9 +86,11 @@ from workbench.tuning.trials import (
     TIMEOUT,
     BatchTrialJob,
     MemoryBudget,
+    SearchResult,
     Trial,
     TrialRunner,
     choose_batch,
+    classify,
     power_of_two_sizes,
     search_largest_batch,
     sweep_batch_sizes,
@@ -325,7 +342,6 @@ def test_oom_texts_are_recognised_per_target() -> None:
     host = "RuntimeError: [enforce fail] DefaultCPUAllocator: can't allocate memory: 1 bytes"
     cuda = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     runtime = 'nrt_tensor_allocate status=4 message="Allocation Failure" on nc 0'
-    compiler_ram = "[F137] neuronx-cc was forcibly killed - insufficient system memory"
     compiler_hbm = "Allocated memory out of bound for the graph"
     xla = "RESOURCE_EXHAUSTED: Out of memory allocating 4294967296 bytes"
     not_memory = "ValueError: reshape expects a batch divisible by 3"
@@ -334,12 +350,175 @@ def test_oom_texts_are_recognised_per_target() -> None:
         assert target.out_of_memory_evidence(not_memory) is None, target.name
     assert CudaTarget.out_of_memory_evidence(cuda) == "CUDA out of memory"
     assert CpuTarget.out_of_memory_evidence(cuda) is None
-    for text in (runtime, compiler_ram, compiler_hbm):
+    for text in (runtime, compiler_hbm):
         assert NeuronTarget.out_of_memory_evidence(text), text
         assert XlaTarget.out_of_memory_evidence(text), text
         assert CpuTarget.out_of_memory_evidence(text) is None, text
     assert XlaTarget.out_of_memory_evidence(xla)
-    assert NeuronTarget.out_of_memory_evidence("neuronx-cc returned non-zero exit status -9.")
+    # The compiler killed for host RAM is named by compiler_host_oom, not read as a device OOM.
+    for text in COMPILER_HOST_RAM_TEXTS:
+        for target in (NeuronTarget, XlaTarget):
+            assert target.out_of_memory_evidence(text) is None, (target.name, text)
+            assert target.compiler_host_oom(text), (target.name, text)
+        assert CpuTarget.compiler_host_oom(text) is None, text
+    for text in DEVICE_OOM_TEXTS:
+        assert NeuronTarget.compiler_host_oom(text) is None, text
+
+
+# Neuron's texts, for trials that cannot run here (no Trainium, no neuronx-cc). The compiler
+# killed for host RAM as neuron.md section 6 item 7 documents it ("[F137] ... insufficient system
+# memory", or killed with -9; the F137 wording is that of the reports peers_and_pain_points.md P4
+# cites), raised as torch-neuronx would raise the compiler's failure. neuron.md documents no
+# device out-of-memory text: these are the runtime and compiler forms methods.md e2 lists.
+COMPILER_HOST_RAM_TEXTS = (
+    "RuntimeError: neuronx-cc failed: [F137] neuronx-cc was forcibly killed - insufficient "
+    "system memory",
+    "subprocess.CalledProcessError: Command '['neuronx-cc', 'compile', 'model.hlo.pb']' died "
+    "with <Signals.SIGKILL: 9>.",
+    "RuntimeError: neuronx-cc returned non-zero exit status -9.",
+)
+DEVICE_OOM_TEXTS = (
+    'RuntimeError: nrt_tensor_allocate status=4 message="Allocation Failure" on nc 0',
+    "RuntimeError: Failed to allocate 1073741824 bytes on DEVICE",
+    "RuntimeError: neuronx-cc failed: Allocated memory out of bound for the graph",
+)
+
+
+def _failed_outcome(text: str, *, reported: bool = True) -> ChildOutcome:
+    """A trial child that failed with `text`: as its reported error (the step raised it), or
+    only in its output when it exited without reporting."""
+    if reported:
+        return ChildOutcome(FINISHED, {"error": text, "items_per_step": 64}, 0, 2.0, "")
+    return ChildOutcome(EXITED, None, 1, 2.0, f"compiling graph ...\n{text}\n")
+
+
+@pytest.mark.parametrize("reported", [True, False])
+@pytest.mark.parametrize("text", COMPILER_HOST_RAM_TEXTS)
+def test_a_trial_whose_compiler_is_killed_for_host_ram_is_not_out_of_memory(
+    text: str, reported: bool
+) -> None:
+    """Fake outcomes with the documented compiler texts (module constants above): the real
+    compiler cannot run here. The trial keeps its own status and 01's remedy sentence."""
+    budget = MemoryBudget(16 * 2**30, "test", 0.1)
+    trial = classify(SEARCH, 64, _failed_outcome(text, reported=reported), NeuronTarget(), budget)
+    assert trial.status == COMPILER_HOST_RAM and trial.status != OOM and not trial.fits
+    assert trial.oom_evidence is None
+    # The same sentence notebook 01 gives (neuron_compiler_host_oom), with its remedy.
+    assert trial.diagnosis == neuron_compiler_host_oom(text)
+    assert trial.diagnosis and trial.diagnosis.startswith("neuronx-cc ran out of host memory")
+    assert "fewer parallel compile jobs" in trial.diagnosis
+    assert "more host RAM" in trial.diagnosis
+    assert trial.diagnosis in trial.line() and COMPILER_HOST_RAM in trial.line()
+
+
+@pytest.mark.parametrize("reported", [True, False])
+@pytest.mark.parametrize("text", DEVICE_OOM_TEXTS)
+def test_a_trial_with_a_device_out_of_memory_text_is_still_out_of_memory(
+    text: str, reported: bool
+) -> None:
+    """Fake outcomes with the documented device texts (module constants above)."""
+    budget = MemoryBudget(16 * 2**30, "test", 0.1)
+    trial = classify(SEARCH, 64, _failed_outcome(text, reported=reported), NeuronTarget(), budget)
+    assert trial.status == OOM and trial.oom_evidence and trial.oom_evidence in text
+    assert trial.diagnosis is None
+
+
+class FakeNeuronRunner:
+    """Stands in for TrialRunner on Neuron: each batch's outcome carries a documented text
+    (device OOM above `device_limit`; the compiler killed for host RAM in `killed`), and is
+    classified as a real trial's is."""
+
+    def __init__(self, device_limit: int, killed: range) -> None:
+        self.device_limit, self.killed = device_limit, killed
+        self.budget = MemoryBudget(16 * 2**30, "test", 0.1)
+
+    def run(self, stage: str, batch_size: int, *_: object) -> Trial:
+        if batch_size in self.killed:
+            outcome = _failed_outcome(COMPILER_HOST_RAM_TEXTS[0])
+        elif batch_size > self.device_limit:
+            outcome = _failed_outcome(DEVICE_OOM_TEXTS[0])
+        else:
+            steady = [0.01] * SEARCH_STEADY_STEPS
+            outcome = ChildOutcome(
+                FINISHED, {"steady_times": steady, "items_per_step": batch_size}, 0, 1.0, ""
+            )
+        return classify(stage, batch_size, outcome, NeuronTarget(), self.budget)
+
+
+@pytest.mark.parametrize(
+    ("device_limit", "killed", "largest", "smallest_failure", "stopped_at"),
+    [
+        (10_000, range(1000, 10_000), 1, None, 1000),  # the top end's compile is killed
+        (10_000, range(1, 10_000), None, None, 1),  # even the smallest batch's compile
+        (700, range(400, 700), 1, 1000, 500),  # killed while bisecting below a device OOM
+    ],
+)
+def test_the_search_stops_at_a_compile_killed_for_host_ram(
+    device_limit: int,
+    killed: range,
+    largest: int | None,
+    smallest_failure: int | None,
+    stopped_at: int,
+) -> None:
+    """A compiler killed for host RAM neither bounds the search as the device's limit nor is
+    bisected below: the search ends there, says why and carries the remedy."""
+    fake = FakeNeuronRunner(device_limit, killed)
+    result = search_largest_batch(fake, 1, 1000)  # type: ignore[arg-type]
+    last = result.trials[-1]
+    assert (last.batch_size, last.status) == (stopped_at, COMPILER_HOST_RAM)
+    assert [t.status for t in result.trials].count(COMPILER_HOST_RAM) == 1
+    assert result.compiler_host_ram == stopped_at
+    assert (result.largest_fit, result.smallest_failure) == (largest, smallest_failure)
+    assert f"the search stopped at batch {stopped_at}" in result.stopped
+    assert "not the device's memory limit" in result.stopped
+    assert last.diagnosis and last.diagnosis in result.stopped
+    # A device OOM still bounds the search as before.
+    plain = search_largest_batch(FakeNeuronRunner(700, range(0)), 1, 1000)  # type: ignore[arg-type]
+    assert (plain.largest_fit, plain.smallest_failure, plain.compiler_host_ram) == (700, 701, None)
+    assert {t.status for t in plain.trials} == {OK, OOM}
+
+
+def _retune_result(search: SearchResult) -> RetuneResult:
+    return RetuneResult(
+        workload={}, target={"name": "neuron"}, measured_label="measured on this machine (neuron)",
+        settings=RetuneSettings(), throughput_unit="samples/s",
+        budget=MemoryBudget(2**34, "test", 0.1),
+        search=search, sweep=[], choice=None, scaling=None, world=None, plans=[],
+        accumulation=None, loader=None, buckets=None, cost=None,
+        recommendation=Recommendation(), skipped={}, wall_seconds=1.0,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("killed", [range(1000, 10_000), range(1, 10_000)])
+def test_headline_table_and_result_file_name_the_compiler_host_ram_stop(
+    killed: range, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What 04 shows and keeps of a search the compiler's host RAM stopped (fake Neuron
+    outcomes with the documented F137 text, as above)."""
+    search = search_largest_batch(FakeNeuronRunner(10_000, killed), 1, 1000)  # type: ignore[arg-type]
+    result = _retune_result(search)
+    killed_trial = search.trials[-1]
+    remedy = killed_trial.diagnosis or ""
+    assert "fewer parallel compile jobs" in remedy
+    headline = result.headline()
+    assert COMPILER_HOST_RAM in headline and remedy in headline
+    assert "no batch size from" not in headline, "the device's limit was not found"
+    views.headline(result)
+    views.search(result)
+    shown = capsys.readouterr().out
+    assert f"[warn] {headline}" in shown
+    table = shown[shown.index("Search trials, in order") :]
+    killed_row = next(line for line in table.splitlines() if COMPILER_HOST_RAM in line)
+    assert remedy in killed_row, "the trial table's 'why' column carries the remedy"
+    data = json.loads(json.dumps(result_data(result), default=str))
+    stored = data["search"]["trials"][-1]
+    assert stored["status"] == COMPILER_HOST_RAM and stored["diagnosis"] == remedy
+    assert stored["fits"] is False
+    assert data["search"]["compiler_host_ram_batch"] == killed_trial.batch_size
+    assert remedy in data["search"]["stopped"] and data["headline"] == headline
+    verdict = retuning_verdict(result)
+    assert verdict.status == (BLOCKER if search.largest_fit is None else ATTENTION)
+    assert any(remedy in f.reason for f in verdict.findings)
 
 
 class FakeRunner:

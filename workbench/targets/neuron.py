@@ -29,20 +29,19 @@ from workbench.targets.base import (
 from workbench.targets.dynamo_counters import dynamo_compile_counters, dynamo_compile_events
 
 _US_PER_SECOND = 1e6
-# How the Neuron runtime and compiler report running out of memory, on both torch-neuronx paths
-# (reference: methods.md e2 and neuron.md section 6, items 7 and 13).
+# How the Neuron runtime and compiler report running out of device memory, on both
+# torch-neuronx paths (reference: methods.md e2 and neuron.md section 6, item 13): a batch that
+# raises one of these does not fit the device.
 NEURON_OUT_OF_MEMORY_PATTERNS: tuple[str, ...] = (
     r"Failed to allocate[^\n]*DEVICE",  # runtime: device memory
     r"nrt_tensor_allocate[^\n]*Allocation Failure",
     r"\bNRT_RESOURCE\b",
     r"\bNERR_RESOURCE\b",
     r"Allocated memory out of bound",  # compiler: the graph needs more device memory than exists
-    r"\[F137\][^\n]*",  # compiler: out of host RAM
-    r"insufficient system memory",
-    r"neuronx-cc[^\n]*(?:-9\b|SIGKILL|[Kk]illed)",  # compiler killed by the kernel's OOM killer
 )
 # neuronx-cc out of host RAM: its own F137 error, or the kernel's OOM killer (-9 / SIGKILL)
-# (neuron.md section 6, item 7).
+# (neuron.md section 6, item 7). Not in the list above: the compiler ran out of the host's
+# memory, which says nothing about whether the batch fits the device.
 NEURON_COMPILER_HOST_OOM_PATTERNS: tuple[str, ...] = (
     r"\[F137\][^\n]*",
     r"insufficient system memory",

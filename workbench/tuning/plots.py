@@ -7,13 +7,14 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from workbench.tuning.records import RetuneResult
-from workbench.tuning.trials import OK, OOM, OVER_BUDGET, TIMEOUT, Trial
+from workbench.tuning.trials import COMPILER_HOST_RAM, OK, OOM, OVER_BUDGET, TIMEOUT, Trial
 
 STATUS_STYLE = {
     OK: ("tab:green", "o"),
     OVER_BUDGET: ("tab:orange", "s"),
     OOM: ("tab:red", "X"),
     TIMEOUT: ("tab:purple", "v"),
+    COMPILER_HOST_RAM: ("tab:brown", "P"),
 }
 FAILED_STYLE = ("tab:gray", "D")  # any other failure: an error or a crash
 MiB = 2**20

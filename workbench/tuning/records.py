@@ -22,6 +22,7 @@ from workbench.tuning.plan import (
     AccumulationCheck,
     GlobalBatchPlan,
 )
+from workbench.tuning.trials import COMPILER_HOST_RAM as TRIAL_COMPILER_HOST_RAM
 from workbench.tuning.trials import CRASHED as TRIAL_CRASHED
 from workbench.tuning.trials import ERROR as TRIAL_ERROR
 from workbench.tuning.trials import TIMEOUT as TRIAL_TIMEOUT
@@ -160,13 +161,18 @@ class RetuneResult:
         rec = self.recommendation
         fit = self.search.largest_fit
         lead = self.measured_label[0].upper() + self.measured_label[1:]
+        cut = self.search.compiler_host_ram is not None
         if fit is None:
+            if cut:
+                return f"{lead}: {TRIAL_COMPILER_HOST_RAM}: {self.search.stopped}."
             return f"{lead}: no batch size from {self.search.low} fits: {self.search.stopped}."
         text = (
             f"{lead}: batches up to {fit} fit the "
             f"{self.budget.total_bytes / 2**30:.3g} GiB budget ({len(self.search.trials)} search "
             "trials)"
         )
+        if cut:
+            text += f"; {TRIAL_COMPILER_HOST_RAM}: {self.search.stopped}"
         if self.choice:
             text += (
                 "; the batch-size sweep's throughput-best per-core batch is "
@@ -201,16 +207,28 @@ class RetuneResult:
 
 RETUNING_RULE = (
     "blocker: no batch size of the range fits; attention: a trial or a data-parallel launch "
-    "broke for a reason other than memory (an error, a crash, a timeout), or accumulated "
-    "micro-batches do not reproduce one big batch's gradients; pass otherwise"
+    "broke for a reason other than memory (an error, a crash, a timeout), the compiler ran out "
+    "of host RAM in a trial (the search stops there), or accumulated micro-batches do not "
+    "reproduce one big batch's gradients; pass otherwise"
 )
 
 
 def retuning_verdict(result: RetuneResult) -> Verdict:
     """Notebook 04's verdict, by RETUNING_RULE."""
     findings = []
+    compiler = [t for t in result.trials if t.status == TRIAL_COMPILER_HOST_RAM]
     if result.search.largest_fit is None:
-        findings.append(Finding(BLOCKER, f"no batch size fits: {result.search.stopped}"))
+        lead = "no batch size was measured to fit" if compiler else "no batch size fits"
+        findings.append(Finding(BLOCKER, f"{lead}: {result.search.stopped}"))
+    if compiler:
+        first = compiler[0]
+        findings.append(
+            Finding(
+                ATTENTION,
+                f"{len(compiler)} trial(s) stopped by the compiler running out of host RAM, "
+                f"first at batch {first.batch_size}: {first.diagnosis}",
+            )
+        )
     broken = [t for t in result.trials if t.status in (TRIAL_ERROR, TRIAL_CRASHED, TRIAL_TIMEOUT)]
     if broken:
         first = broken[0]
@@ -262,6 +280,7 @@ def result_data(result: RetuneResult) -> dict[str, Any]:
             "largest_fit": result.search.largest_fit,
             "smallest_failure": result.search.smallest_failure,
             "stopped": result.search.stopped,
+            "compiler_host_ram_batch": result.search.compiler_host_ram,
         },
         "sweep": {
             "trials": [_trial_data(t) for t in result.sweep],

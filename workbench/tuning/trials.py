@@ -6,6 +6,14 @@ Its outcome is classified in the parent: it fits only when it ran and its peak m
 within the budget less the safety margin; running out of memory (the target's own error texts,
 or a SIGKILL, which is what the Linux OOM killer sends), a timeout and any other error all mean
 it does not.
+
+One failure is kept apart from running out of memory: the compiler killed for lack of host RAM
+(on Neuron, neuronx-cc's F137 or its -9 exit; Target.compiler_host_oom, the reading notebook 01
+uses). It says nothing about the device's memory, so it is not "this batch does not fit": the
+trial gets its own status and the remedy, and the search stops at that batch instead of
+bisecting below it as if it were the device's limit. A larger batch compiles a larger graph,
+which needs more host RAM still, and every further trial would pay a compile that may be
+killed the same way; the remedy (fewer compiles at once, a larger host) is what moves it.
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ from workbench.workload import WorkloadSpec
 OK = "ok"
 OVER_BUDGET = "over budget"  # ran, but its peak memory left less than the safety margin
 OOM = "out of memory"
+# The compiler was killed for host RAM: neither a fit nor the device's limit (module docstring).
+COMPILER_HOST_RAM = "compiler host RAM"
 TIMEOUT = "timeout"
 ERROR = "error"  # a failure that is not about memory: the model itself broke at this size
 CRASHED = "crashed"  # the process died (a signal other than SIGKILL) without reporting
@@ -151,6 +161,9 @@ class Trial:
     error: str | None = None
     location: str | None = None
     oom_evidence: str | None = None  # the text (or signal) that marked it out of memory
+    # COMPILER_HOST_RAM trials: the compiler's failure named, with its remedy (the sentence
+    # notebook 01 gives, from Target.compiler_host_oom).
+    diagnosis: str | None = None
     exit_code: int | None = None
     output_tail: str = ""  # kept for failed trials only
 
@@ -171,7 +184,9 @@ class Trial:
             text += f", median step {format_seconds(self.steady.median)}"
         if self.peak_memory_bytes is not None:
             text += f", peak {self.peak_memory_bytes / 2**20:,.0f} MiB"
-        if self.error:
+        if self.diagnosis:
+            text += f" ({self.diagnosis})"
+        elif self.error:
             text += f" ({self.error.splitlines()[0][:160]})"
         elif self.oom_evidence:
             text += f" ({self.oom_evidence})"
@@ -198,10 +213,20 @@ def classify(
         trial.status = TIMEOUT
         trial.error = f"still running after {format_seconds(outcome.seconds)}: killed"
     elif trial.error or result is None:
-        evidence = target.out_of_memory_evidence(f"{trial.error or ''}\n{outcome.output_tail}")
-        if evidence is None and outcome.status == SIGNALLED and outcome.signal_name == "SIGKILL":
+        text = f"{trial.error or ''}\n{outcome.output_tail}"
+        # Checked first: a compile killed for host RAM never reached the device.
+        diagnosis = target.compiler_host_oom(text)
+        evidence = None if diagnosis else target.out_of_memory_evidence(text)
+        if (
+            diagnosis is None
+            and evidence is None
+            and outcome.status == SIGNALLED
+            and outcome.signal_name == "SIGKILL"
+        ):
             evidence = "killed by SIGKILL, the signal of the Linux OOM killer"
-        if evidence is not None:
+        if diagnosis is not None:
+            trial.status, trial.diagnosis = COMPILER_HOST_RAM, diagnosis
+        elif evidence is not None:
             trial.status, trial.oom_evidence = OOM, evidence
         elif result is None:
             trial.status = CRASHED
@@ -253,6 +278,37 @@ class SearchResult:
     largest_fit: int | None = None
     smallest_failure: int | None = None
     stopped: str = ""  # why the search ended, in one sentence
+    # The batch whose compile was killed for host RAM, where the search stopped; None otherwise.
+    compiler_host_ram: int | None = None
+
+
+class _CompilerOutOfHostRam(Exception):
+    """Ends the search at a COMPILER_HOST_RAM trial."""
+
+    def __init__(self, trial: Trial) -> None:
+        super().__init__(trial.diagnosis)
+        self.trial = trial
+
+
+def _stop_for_compiler_host_ram(result: SearchResult, trial: Trial) -> None:
+    """The search ends at `trial`: what fit before it stays measured, and the reason says the
+    limit met is the host's while compiling, not the device's memory (module docstring)."""
+    fitted = [t.batch_size for t in result.trials if t.fits]
+    failed = [t.batch_size for t in result.trials if not t.fits and t.status != COMPILER_HOST_RAM]
+    result.largest_fit = max(fitted, default=None)
+    result.smallest_failure = min(failed, default=None)
+    result.compiler_host_ram = trial.batch_size
+    measured = (
+        f"batch {result.largest_fit} is the largest measured to fit (the device's limit is at "
+        "least that)"
+        if result.largest_fit is not None
+        else "no batch size was measured to fit"
+    )
+    result.stopped = (
+        f"the search stopped at batch {trial.batch_size}: {trial.diagnosis}. That is not the "
+        f"device's memory limit, and a larger batch compiles a larger graph, so the search "
+        f"ends here; {measured}"
+    )
 
 
 def search_largest_batch(
@@ -260,7 +316,8 @@ def search_largest_batch(
 ) -> SearchResult:
     """Largest batch in [low, high] that fits: the two ends first (does anything fit; does
     everything), then bisection between the largest fit and the smallest failure. That takes
-    at most ceil(log2(high - low + 1)) + 2 trials, and every trial is kept."""
+    at most ceil(log2(high - low + 1)) + 2 trials, and every trial is kept. A trial whose
+    compile is killed for host RAM ends the search there (module docstring)."""
     if not 1 <= low <= high:
         raise BadInput(f"batch range [{low}, {high}]: need 1 <= min_batch <= max_batch.")
     result = SearchResult(low, high, trial_bound(low, high))
@@ -270,6 +327,8 @@ def search_largest_batch(
         trial = runner.run(SEARCH, batch_size, SEARCH_STEADY_STEPS, SEARCH_WARMUP)
         result.trials.append(trial)
         bar.update()
+        if trial.status == COMPILER_HOST_RAM:
+            raise _CompilerOutOfHostRam(trial)
         return trial.fits
 
     try:
@@ -293,6 +352,9 @@ def search_largest_batch(
         result.largest_fit, result.smallest_failure = fit, fail
         result.stopped = f"batch {fit} fits and {fail} does not"
         return result
+    except _CompilerOutOfHostRam as stop:
+        _stop_for_compiler_host_ram(result, stop.trial)
+        return result
     finally:
         bar.total = bar.n  # bisection ends before its bound: the search is complete, not cut
         bar.close()
@@ -310,7 +372,8 @@ def power_of_two_sizes(low: int, high: int) -> list[int]:
 def sweep_batch_sizes(
     runner: TrialRunner, sizes: Sequence[int], steady_steps: int, *, progress_bars: bool = False
 ) -> list[Trial]:
-    """One full trial per batch size; a size that fails is recorded and the sweep goes on."""
+    """One full trial per batch size; a size that fails is recorded and the sweep goes on (a
+    compile killed for host RAM too, recorded with its remedy)."""
     trials = []
     for batch_size in tqdm(sizes, desc="batch-size sweep", disable=not progress_bars):
         trials.append(runner.run(SWEEP, batch_size, steady_steps, SWEEP_WARMUP))

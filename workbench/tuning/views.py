@@ -55,13 +55,14 @@ def _trial_row(trial: Trial, unit: str, throughput_label: str) -> dict[str, Any]
         "IQR": f"{steady.relative_iqr:.0%}" if steady else "n/a",
         throughput_label: _rate(trial.throughput, unit),
         "trial time": format_seconds(trial.seconds),
-        "why": trial.oom_evidence or _first_line(trial.error),
+        "why": trial.diagnosis or trial.oom_evidence or _first_line(trial.error),
     }
 
 
 def headline(result: RetuneResult) -> None:
     failed = [t for t in result.trials if not t.fits]
-    kind = "warn" if result.search.largest_fit is None or result.skipped else "ok"
+    cut = result.search.compiler_host_ram is not None
+    kind = "warn" if result.search.largest_fit is None or result.skipped or cut else "ok"
     display(show.banner(result.headline(), kind))
     if failed and result.search.largest_fit is not None:
         display(
@@ -344,7 +345,7 @@ def problems(result: RetuneResult) -> None:
             continue
         shown = True
         text = f"{trial.stage} trial at batch {trial.batch_size}: {trial.status}"
-        detail = trial.oom_evidence or _first_line(trial.error)
+        detail = trial.diagnosis or trial.oom_evidence or _first_line(trial.error)
         if trial.location:
             detail += f" at {trial.location}"
         display(show.banner(f"{text}: {detail}", "warn"))
