@@ -11,6 +11,7 @@ import pytest
 
 from workbench.cli import main
 from workbench.compare import Gates, compare_runs
+from workbench.compare.plots import timing_series
 from workbench.compare.records import IMPROVEMENT, NOISE, REGRESSION, WITHIN_GATE
 from workbench.compare.stats import mann_whitney_u
 from workbench.errors import BadInput
@@ -202,3 +203,18 @@ def test_bad_run_folders_are_one_sentence_each(tmp_path: Path) -> None:
         compare_runs([base, tmp_path / "torn"])
     with pytest.raises(BadInput, match="at least two readable runs"):
         compare_runs([base])
+
+
+def test_the_figure_plots_every_timing_metric_the_runs_share(tmp_path: Path) -> None:
+    runs = [
+        write_run(tmp_path / f"night{i}", started=f"2026-11-0{i + 1}", seed=i) for i in range(3)
+    ]
+    comparison = compare_runs(runs)
+    figure = timing_series(comparison)
+    assert figure is not None
+    titles = {ax.get_title().split(" (")[0] for ax in figure.axes if ax.get_visible()}
+    expected = {c.name for c in comparison.changes if c.area == "timing"}
+    assert titles == expected
+    assert any(t.endswith("steady p99") for t in titles)
+    assert any(t.endswith("throughput") for t in titles)
+    assert any(t.endswith("peak host memory") for t in titles)

@@ -75,7 +75,10 @@ def _figure_html(comparison: Comparison) -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=90)
     data = base64.b64encode(buffer.getvalue()).decode("ascii")
-    alt = "Steady-state median and first-call time of each step over the runs compared"
+    alt = (
+        "Steady-state median and p99, throughput, first call and peak memory of each step over "
+        "the runs compared"
+    )
     return f'<img alt="{alt}" src="data:image/png;base64,{data}">'
 
 
