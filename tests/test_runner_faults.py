@@ -92,7 +92,7 @@ def test_a_half_written_notebook_never_reaches_its_final_name(tmp_path):
     partial.write_text(partial.read_text()[:500])  # what a full disk leaves mid-save
     outcome = _finish(tmp_path, NotebookOutcome("00_environment", "ok", 1.0))
     assert outcome.status == "failed"
-    assert "executed notebook was not saved" in outcome.error
+    assert "executed notebook was not saved (its copy is cut short)" in outcome.error
     assert not (tmp_path / "00_environment.ipynb").exists()
     assert not partial.exists(), "papermill's unscrubbed copy never stays behind"
 

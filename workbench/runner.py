@@ -46,6 +46,11 @@ from workbench.workload import WorkloadSpec
 from workbench.workloads import DEFAULT_WORKLOAD
 
 DEFAULT_CELL_TIMEOUT_S = 3600  # a cold Neuron compile can take most of an hour
+# Held in the run folder while notebooks write, and freed just before index.html and
+# summary.json: a disk that a notebook's figures fill still has room for the record of the run.
+# Both files together are under 30 KiB for a five-notebook run.
+RUN_FILES_RESERVE = ".space-for-summary"
+RUN_FILES_RESERVE_BYTES = 128 * 1024
 
 
 @dataclass
@@ -140,9 +145,13 @@ def prepare_out_dir(request: RunRequest, workload_name: str, target: str) -> Pat
                     "earlier run is overwritten."
                 )
             out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("")
-        probe.unlink()
+        # The write test is also the reserve: a folder that cannot take it is no place for a run.
+        reserve = out / RUN_FILES_RESERVE
+        try:
+            reserve.write_bytes(bytes(RUN_FILES_RESERVE_BYTES))
+        except OSError:
+            reserve.unlink(missing_ok=True)  # a part-written reserve is not left behind
+            raise
     except OSError as exc:
         where = request.out or request.reports_root
         raise BadInput(
@@ -272,8 +281,12 @@ def _finish_outputs(path: Path, out: Path, outcome: NotebookOutcome, show_code: 
     if partial.exists():
         try:
             _save_executed(partial, executed, outcome)
-        except (OSError, ValueError) as exc:  # half-written by a full disk, or not writable
+        except OSError as exc:  # not writable, or no room for the scrubbed copy
             _add_error(outcome, "failed", f"the executed notebook was not saved ({_reason(exc)})")
+        except ValueError:  # papermill's copy was cut short, by a full disk most often
+            _add_error(
+                outcome, "failed", "the executed notebook was not saved (its copy is cut short)"
+            )
         finally:
             # papermill's copy is unscrubbed and may be half-written: it never stays behind.
             partial.unlink(missing_ok=True)
@@ -535,6 +548,7 @@ def write_run_files(
     overall = run_verdict([asdict(o) for o in outcomes])
     summary["verdict"] = {"status": overall.status, "reasons": overall.reasons}
     summary["unwritten"] = unwritten  # what a failed write (a full disk) left out, and why
+    (out / RUN_FILES_RESERVE).unlink(missing_ok=True)
     # The index is written first, so summary.json can record whether it was; a run with
     # anything unwritten is incomplete and exits 1.
     for name, write in (
