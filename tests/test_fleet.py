@@ -7,6 +7,7 @@ The Slurm templates also run for real on a single-node cluster in tests/slurm/lo
 from __future__ import annotations
 
 import ast
+import html
 import json
 import os
 import subprocess
@@ -18,8 +19,9 @@ import pytest
 from tests.test_compare import write_run
 from workbench.cli import main
 from workbench.errors import BadInput
-from workbench.fleet.collect import COMPLETE, INCOMPLETE, MISSING, collect
+from workbench.fleet.collect import COMPLETE, INCOMPLETE, MISSING, ItemRow, collect
 from workbench.fleet.command import resolve_index
+from workbench.fleet.dashboard import dashboard_data
 from workbench.fleet.matrix import check_matrix, load_matrix
 from workbench.fleet.root import claim
 from workbench.report import network_references
@@ -152,6 +154,10 @@ def test_matrix_items_run_into_root_and_collect_shows_every_item(tmp_path: Path)
     data = json.loads((tmp_path / "root" / "matrix.json").read_text())
     assert [item["state"] for item in data["items"]] == [COMPLETE, INCOMPLETE]
     assert data["verdict"] == "blocker", "an item without a complete run is never a pass"
+    headline = data["items"][0]["headlines"][0]
+    assert headline.startswith("00_environment: ") and len(headline) > len("00_environment: ")
+    assert html.escape(headline) in page, "each item shows what its latest run found"
+    assert "Fleet verdict: blocker</strong>" in page
 
 
 def test_a_missing_item_is_shown_not_dropped(tmp_path: Path) -> None:
@@ -322,6 +328,28 @@ def test_collect_exits_5_when_an_item_regressed(tmp_path: Path, capsys) -> None:
     assert "regress" in capsys.readouterr().out
     item = json.loads((root / "matrix.json").read_text())["items"][0]
     assert item["runs"] == 3 and item["regressions"] >= 1
+
+
+@pytest.mark.parametrize(
+    ("states", "expected"),
+    [
+        ([("pass", 0), ("pass", 0)], "pass"),
+        ([("pass", 0), ("pass", 2)], "attention"),  # a regression is never a quiet pass
+        ([("attention", 0), ("pass", 0)], "attention"),
+        ([("blocker", 0), ("pass", 1)], "blocker"),
+        ([("pass", 0), (None, 0)], "blocker"),  # an item with no complete run
+    ],
+)
+def test_the_fleet_verdict_follows_its_stated_rule(states, expected) -> None:
+    rows = [
+        ItemRow(f"item{i}", "seed-mlp", "cpu", MISSING if verdict is None else COMPLETE)
+        for i, (verdict, _) in enumerate(states)
+    ]
+    for row, (verdict, regressions) in zip(rows, states, strict=True):
+        row.verdict, row.regressions = verdict, regressions
+    data = dashboard_data(rows)
+    assert data["verdict"] == expected
+    assert "regressed" in data["verdict_rule"] and "without a complete run" in data["verdict_rule"]
 
 
 def test_kubernetes_templates_validate_against_the_api_schema() -> None:

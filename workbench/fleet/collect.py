@@ -31,6 +31,7 @@ class ItemRow:
     exit_code: int | None = None
     verdict: str | None = None
     reasons: list[str] = field(default_factory=list)
+    headlines: list[str] = field(default_factory=list)  # "01_baseline: ..." per notebook
     runs: int = 0
     regressions: int = 0
     change: str = ""  # the comparison headline, or why there is none
@@ -63,6 +64,11 @@ def _item_row(root: Path, folder: Path, name: str, workload: str, target: str) -
     row.exit_code = newest.summary.get("exit_code")
     row.verdict = verdict.get("status")
     row.reasons = list(verdict.get("reasons", []))
+    row.headlines = [
+        f"{notebook['notebook']}: {notebook['headline']}"
+        for notebook in newest.summary.get("notebooks", [])
+        if isinstance(notebook, dict) and notebook.get("headline")
+    ]
     row.runs = len(runs)
     if len(runs) < 2:
         row.change = "first run: nothing to compare with yet"

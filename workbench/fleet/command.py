@@ -94,6 +94,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
     for row in rows:
         state = row.verdict if row.verdict else row.state
         print(console_line(f"{row.name}: {state}; {row.change or row.state}"))
-    print(console_line(dashboard_data(rows)["headline"]))
+    data = dashboard_data(rows)
+    print(console_line(f"fleet verdict: {data['verdict']}; {data['headline']}"))
     print(console_line(f"dashboard: {page}"))
     return EXIT_REGRESSION if any(r.regressions for r in rows) else EXIT_OK
