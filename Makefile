@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup run prewarm test test-main test-xla test-slurm lint xla-venv
+.PHONY: setup run prewarm test test-main test-xla test-slurm test-airflow lint xla-venv
 
 setup: $(STAMP)
 
@@ -63,3 +63,19 @@ test-xla: $(XLA_STAMP)
 # packages): an array over a two-item matrix, then the collect job. Needs root; skips otherwise.
 test-slurm: $(STAMP)
 	bash tests/slurm/local_cluster.sh
+
+# The fleet DAG under a real Airflow (`airflow dags test`: its mapped item tasks and the collect
+# task run real `workbench` commands). Airflow gets its own venv, which may live outside this
+# checkout (AIRFLOW_VENV=...) to be reused. Pinned: Airflow's constraint files live on GitHub,
+# which only the registries' packages stand in for here.
+AIRFLOW_VENV ?= .venv-airflow
+AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
+
+$(AIRFLOW_STAMP):
+	$(PYTHON) -m venv $(AIRFLOW_VENV)
+	$(AIRFLOW_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(AIRFLOW_VENV)/bin/python -m pip install --quiet "apache-airflow==3.3.2"
+	touch $(AIRFLOW_STAMP)
+
+test-airflow: $(STAMP) $(AIRFLOW_STAMP)
+	AIRFLOW_VENV=$(AIRFLOW_VENV) bash tests/airflow/dag_test.sh

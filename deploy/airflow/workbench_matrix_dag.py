@@ -1,4 +1,4 @@
-"""Airflow 2.3+ DAG: every matrix item as one mapped task, per target, then one collect task.
+"""Airflow DAG (3.x, and 2.3 or newer): every matrix item as one mapped task, per target, then one collect task.
 
 Dynamic task mapping (`.partial().expand()`) makes one task instance per item; the matrix file
 decides how many, so adding a model to the file adds a task on the next parse. Each target gets
@@ -26,8 +26,13 @@ from pathlib import Path
 
 import pendulum
 import yaml
-from airflow import DAG
-from airflow.operators.bash import BashOperator
+
+try:  # Airflow 3: the Task SDK and the standard provider
+    from airflow.providers.standard.operators.bash import BashOperator
+    from airflow.sdk import DAG
+except ImportError:  # Airflow 2.3 to 2.x
+    from airflow import DAG
+    from airflow.operators.bash import BashOperator
 
 MATRIX = os.environ.get("WORKBENCH_MATRIX", "/opt/workbook/matrix.yaml")
 ROOT = os.environ.get("WORKBENCH_ROOT", "/fsx/workbench/nightly")
