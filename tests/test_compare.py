@@ -43,6 +43,7 @@ def write_run(
     numerics_pass: bool = True,
     verdict: str = "pass",
     schema: int = SCHEMA_VERSION,
+    steady: list[float] | None = None,
 ) -> Path:
     """A run folder as `workbench run` leaves one, with the fields compare reads."""
     folder.mkdir(parents=True)
@@ -60,7 +61,10 @@ def write_run(
         "status": "ok",
         "failure": None,
         "items_per_step": 64,
-        "phases": [phase("first_call", [step * 5]), phase("steady", _samples(seed, step))],
+        "phases": [
+            phase("first_call", [step * 5]),
+            phase("steady", steady or _samples(seed, step)),
+        ],
     }
     results = {
         "01_baseline": {"configs": [config]},
@@ -128,6 +132,21 @@ def test_a_slowdown_beyond_the_gate_but_within_noise_is_not_a_regression(tmp_pat
     slower = write_run(tmp_path / "slower", started="2026-11-02", seed=2, step=0.0103)
     strict = compare_runs([base, slower], Gates(step_time=0.0, p_value=1e-12))
     assert _status(strict, "train/eager steady median") == NOISE
+
+
+def test_a_burst_of_load_over_most_of_a_run_is_noise_and_a_shift_is_not(tmp_path: Path) -> None:
+    """Measured on this kind of machine: a burst slowed 18 of a run's 30 steps by 60%. The rank
+    test calls that significant and the median moves 60%; the quartiles still overlap."""
+    base = write_run(tmp_path / "base", started="2026-11-01", seed=1, step=0.005)
+    burst = _samples(2, 0.005, 12) + _samples(3, 0.008, 18)
+    loaded = write_run(tmp_path / "loaded", started="2026-11-02", steady=burst)
+    change = next(
+        c for c in compare_runs([base, loaded]).changes if c.name == "train/eager steady median"
+    )
+    assert change.ratio > 1.5 and change.p_value < 0.01
+    assert change.status == NOISE and "interquartile ranges overlap" in change.note
+    shifted = write_run(tmp_path / "shifted", started="2026-11-03", seed=4, step=0.0055)
+    assert _status(compare_runs([base, shifted]), "train/eager steady median") == REGRESSION
 
 
 def test_history_judges_the_newest_run_against_the_median_of_the_others(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""Airflow DAG (3.x, and 2.3 or newer): every matrix item as one mapped task, per target, then one collect task.
+"""Airflow DAG (3.x, and 2.3 or newer): every matrix item as one mapped task, per target, then
+one collect task.
 
 Dynamic task mapping (`.partial().expand()`) makes one task instance per item; the matrix file
 decides how many, so adding a model to the file adds a task on the next parse. Each target gets
