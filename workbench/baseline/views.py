@@ -302,7 +302,8 @@ def problems(result: BaselineResult) -> None:
 def raise_on_step_failure(result: BaselineResult) -> None:
     """Fail the notebook (after its result is saved) when any step raised."""
     if result.failures:
-        listed = "; ".join(f.summary() for f in result.failures)
+        # A failure's own text often ends in a full stop; the sentence adds its own.
+        listed = "; ".join(f.summary() for f in result.failures).rstrip(".")
         raise WorkbenchError(
             f"{len(result.failures)} configuration(s) failed: {listed}. The report above shows "
             "every configuration; fix the step and run notebook 01 again."
