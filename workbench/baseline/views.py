@@ -303,7 +303,7 @@ def raise_on_step_failure(result: BaselineResult) -> None:
     """Fail the notebook (after its result is saved) when any step raised."""
     if result.failures:
         # A failure's own text often ends in a full stop; the sentence adds its own.
-        listed = "; ".join(f.summary() for f in result.failures).rstrip(".")
+        listed = "; ".join(f.summary().rstrip(".") for f in result.failures)
         raise WorkbenchError(
             f"{len(result.failures)} configuration(s) failed: {listed}. The report above shows "
             "every configuration; fix the step and run notebook 01 again."
