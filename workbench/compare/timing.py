@@ -114,9 +114,8 @@ def configs_of(run: Run) -> dict[tuple[str, str], dict[str, Any]]:
 
 def quartiles_apart(new: list[float], base: list[float]) -> bool:
     """Whether one sample's interquartile range lies wholly above or below the other's."""
-    new_q1, new_q3 = quantile(sorted(new), 0.25), quantile(sorted(new), 0.75)
-    base_q1, base_q3 = quantile(sorted(base), 0.25), quantile(sorted(base), 0.75)
-    return new_q1 > base_q3 or new_q3 < base_q1
+    new, base = sorted(new), sorted(base)
+    return quantile(new, 0.25) > quantile(base, 0.75) or quantile(new, 0.75) < quantile(base, 0.25)
 
 
 def _judge(
@@ -145,6 +144,12 @@ def timing_changes(runs: list[Run], gates: Gates, environment_note: str) -> list
     changes = []
     for key, config in new_configs.items():
         label = f"{key[0]}/{key[1]}"
+        # Every sampled metric rests on the same steady-state samples: test them once.
+        base_samples = [t for c in previous_configs if key in c for t in steady_samples(c[key])]
+        new_samples = steady_samples(config)
+        tested = bool(base_samples and new_samples)
+        samples_p = mann_whitney_u(new_samples, base_samples)[1] if tested else None
+        samples_apart = quartiles_apart(new_samples, base_samples) if tested else True
         for metric in METRICS:
             series = [metric.value(c[key]) if key in c else None for c in previous_configs] + [
                 metric.value(config)
@@ -168,17 +173,9 @@ def timing_changes(runs: list[Run], gates: Gates, environment_note: str) -> list
                 )
                 continue
             base = earlier[-1] if len(previous) == 1 else median(earlier)
-            p_value = None
-            separated = True
-            note = ""
+            p_value = samples_p if metric.sampled else None
+            separated = samples_apart if metric.sampled else True
             if metric.sampled:
-                base_samples = [
-                    t for c in previous_configs if key in c for t in steady_samples(c[key])
-                ]
-                new_samples = steady_samples(config)
-                if base_samples and new_samples:
-                    p_value = mann_whitney_u(new_samples, base_samples)[1]
-                    separated = quartiles_apart(new_samples, base_samples)
                 note = "rank test on raw steady-state samples"
                 if not separated:
                     note += (

@@ -48,7 +48,8 @@ def dashboard_data(rows: list[ItemRow]) -> dict[str, Any]:
     regressed = [r for r in rows if r.regressions]
     not_done = [r for r in rows if r.state != COMPLETE]
     verdicts = [r.verdict for r in rows if r.verdict in STATUSES]
-    verdicts += [ATTENTION for r in regressed]
+    if regressed:
+        verdicts.append(ATTENTION)
     return {
         "headline": (
             f"{len(rows)} item(s): {len(ready)} pass, {len(regressed)} regressed, "
