@@ -31,6 +31,7 @@ from workbench.tuning import views
 from workbench.tuning.buckets import evaluate, optimal_boundaries, plan_buckets, read_lengths
 from workbench.tuning.cost import MEASURED, cost_study, load_prices
 from workbench.tuning.dataloader import (
+    WAIT_SHARE_LIMIT,
     LoaderResult,
     LoaderSetting,
     calibrate_sample_work,
@@ -717,6 +718,27 @@ def test_dataloader_sweep_finds_the_worker_count_that_hides_the_data_cost(fixtur
     assert main.wait_share > 3 * one.wait_share
     assert main.wait_share > study.limit
     assert study.recommended is one
+
+
+def test_wait_share_leaves_out_a_step_that_other_load_stalled_but_not_a_starved_supply() -> None:
+    """The CI failure this guards: one worker, hand-over waits of 2 ms on 200 ms steps, and one
+    step where other load held the process for about 110 ms: the whole-run share came to 5.2%
+    and the sweep recommended nothing. A supply that falls behind every step, or every other
+    step (two workers finishing together), must still count in full."""
+    one_worker = LoaderSetting(1, False, 2)
+    steps = [0.202] * 9 + [0.312]
+    stalled = LoaderResult(one_worker, "ok", Measurement([0.002] * 9 + [0.112]), Measurement(steps))
+    assert stalled.steps is not None and stalled.steps.discarded == [9]
+    assert stalled.wait_share == pytest.approx(0.002 / 0.202)
+    assert cheapest_sufficient_setting([stalled], WAIT_SHARE_LIMIT) is stalled
+
+    starved = LoaderResult(one_worker, "ok", Measurement([0.05] * 10), Measurement([0.25] * 10))
+    assert starved.wait_share == pytest.approx(0.2)
+    every_other = LoaderResult(
+        one_worker, "ok", Measurement([0.1, 0.0] * 5), Measurement([0.3, 0.2] * 5)
+    )
+    assert every_other.wait_share == pytest.approx(0.2)
+    assert cheapest_sufficient_setting([starved, every_other], WAIT_SHARE_LIMIT) is None
 
 
 def test_recommendation_is_the_cheapest_setting_under_the_limit() -> None:

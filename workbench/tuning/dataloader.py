@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from workbench.errors import BadInput
 from workbench.targets import get_target
 from workbench.targets.base import Target
-from workbench.timing import Measurement, format_seconds
+from workbench.timing import OUTLIER_RULE, Measurement, format_seconds
 from workbench.tuning.process import FINISHED, run_in_child, usable_cores
 from workbench.workload import Inputs, WorkloadSpec, input_tensors, move_inputs
 
@@ -182,10 +182,18 @@ class LoaderResult:
 
     @property
     def wait_share(self) -> float | None:
-        """Time blocked in next(loader) over the whole step time, across the measured steps."""
-        if self.waits is None or self.steps is None or self.steps.total <= 0:
+        """Time blocked in next(loader) over the whole step time, across the measured steps
+        that the step-time outlier rule keeps (timing.OUTLIER_RULE): one step stalled by other
+        load on the machine is not the loader's supply rate. A loader that cannot keep up
+        slows every step, or every few steps, alike, so the rule keeps those steps."""
+        if self.waits is None or self.steps is None:
             return None
-        return self.waits.total / self.steps.total
+        left_out = set(self.steps.discarded)
+        kept = [i for i in range(len(self.steps.times)) if i not in left_out]
+        step_time = sum(self.steps.times[i] for i in kept)
+        if step_time <= 0:
+            return None
+        return sum(self.waits.times[i] for i in kept) / step_time
 
     @property
     def throughput(self) -> float | None:
@@ -272,6 +280,10 @@ def sweep_loader(
     most_in_flight = max((s.num_workers * (s.prefetch_factor or 0) for s in settings), default=0)
     warmup = most_in_flight + 2
     study = LoaderStudy(batch_size, work, warmup, steps)
+    study.notes.append(
+        "the share of the step spent waiting for data leaves out steps the outlier rule drops: "
+        + OUTLIER_RULE
+    )
     study.notes.append(
         f"the training process runs cores minus workers intra-op threads (at least 1) of the "
         f"{cores} usable cores, so loader workers and the step do not fight over them"
