@@ -10,6 +10,7 @@ counts and seconds), not that the real libraries behave as documented.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -23,8 +24,10 @@ import torch
 
 from workbench.errors import BadInput
 from workbench.targets import detect, get_target, resolve_target_name
+from workbench.targets import xla as xla_module
 from workbench.targets.neuron import NEURON_COMPILER_HOST_OOM_PATTERNS, NeuronTarget
 from workbench.targets.xla import XlaTarget
+from workbench.targets.xla_analysis import parse as parse_xla_analysis
 
 TORCH_MAJOR_MINOR = ".".join(torch.__version__.split("+")[0].split(".")[:2])
 MiB = 1 << 20
@@ -432,7 +435,99 @@ def fake_xla(monkeypatch: pytest.MonkeyPatch) -> FakeTorchXla:
     fake = FakeTorchXla()
     install_fake_xla(fake, monkeypatch, {"torch-xla": f"{TORCH_MAJOR_MINOR}.0"})
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    # XlaTarget switches torch_xla's compile analysis on through the environment: undone after.
+    for name in ("PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE", "WORKBENCH_XLA_ANALYSIS"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     return fake
+
+
+def analysis_block(cause: str, graph_hash: str, *frames: str) -> str:
+    """One Compilation Analysis block as torch-xla 2.9 writes it at PT_XLA_DEBUG_LEVEL=1
+    (xla_cpu.md 2.4; the layout copied from a real XLA:CPU run)."""
+    lines = [
+        "=" * 80,
+        "Compilation Cause",
+        f"  {cause}",
+        "Graph Info: ",
+        f"  Graph Hash: {graph_hash}",
+        "  Number of Graph Inputs: 3",
+        "  Number of Graph Outputs: 2",
+        "Python Frame Triggered Execution: ",
+        *(f"  {frame}" for frame in frames),
+        "-" * 80,
+        "=" * 80,
+    ]
+    body = "\n".join(f"Compilation Analysis: {line}" for line in lines)
+    return f"\n{body}\n\nComputation hash: 0123456789abcdef0123456789abcdef\n"
+
+
+XLA_SYNC = "sync (/venv/lib/python3.11/site-packages/torch_xla/torch_xla.py:87)"
+WORKBOOK_STEP = f"synchronize ({Path(xla_module.__file__).resolve()}:150)"
+USER_READ = "forward (/home/me/model.py:41)"
+
+
+def test_xla_compile_analysis_names_the_hash_the_cause_and_only_the_users_line() -> None:
+    """xla_cpu.md 2.4: PT_XLA_DEBUG_LEVEL's blocks give the cause, the graph hash and the Python
+    frames, innermost first. A graph the workbook's own step end cut has no user line; a
+    value read inside the model's forward names that line."""
+    text = analysis_block("user torch_xla.sync", "b73714bec594f894", XLA_SYNC, WORKBOOK_STEP)
+    text += analysis_block(
+        "most likely user code trying to access tensor value before torch_xla.sync",
+        "22e4b54d1d001893",
+        "item (/venv/lib/python3.11/site-packages/torch/_tensor.py:10)",
+        USER_READ,
+        WORKBOOK_STEP,
+    )
+    # Dynamo's generated FX module is no one's line either (seen on XLA:CPU).
+    text += analysis_block(
+        "most likely user code trying to access tensor value before torch_xla.sync",
+        "33e4b54d1d001893",
+        "optimized_mod (/home/me/.cache/workbench/venv/torch_xla/_dynamo/dynamo_bridge.py:524)",
+        "forward (<eval_with_key>.4:5)",
+        WORKBOOK_STEP,
+    )
+    step_end, value_read, generated = parse_xla_analysis(text)
+    assert generated.user_frame() is None
+    assert (step_end.cause, step_end.graph_hash) == ("user torch_xla.sync", "b73714bec594f894")
+    assert step_end.user_frame() is None
+    assert value_read.cause.startswith("most likely user code")
+    frame = value_read.user_frame()
+    assert frame is not None and frame.label() == "model.py:41 in forward"
+    assert parse_xla_analysis("Execution Analysis: Graph Hash: 1\n") == []
+
+
+def test_xla_ledger_events_carry_hash_cause_and_what_changed_at_the_same_line(
+    fake_xla: FakeTorchXla,
+) -> None:
+    """neuron.md 2.4 (CompileTime samples: end time, ns) matched with xla_cpu.md 2.4's blocks
+    from the newest end: the clear_all of fallback tracking restarts the samples, not the file."""
+    target = XlaTarget()
+    path = os.environ["PT_XLA_DEBUG_FILE"]
+    assert os.environ["PT_XLA_DEBUG_LEVEL"] == "1" and target._analysis.enabled_here
+    with open(path, "a") as handle:  # what torch_xla appends, one block per compile
+        handle.write(analysis_block("user torch_xla.sync", "aaaa0000aaaa0000", XLA_SYNC))
+        handle.write(analysis_block("user code read a value", "1111bbbb1111bbbb", USER_READ))
+        handle.write(analysis_block("user code read a value", "2222cccc2222cccc", USER_READ))
+    # Only the two newest compiles are still in the metrics.
+    fake_xla.metrics["CompileTime"] = (2, 3e8, ((1000.2, 1e8), (1001.2, 2e8)))
+    first, second = target.compile_events(since=0.0)
+    assert first.graph_id == "xla 1111bbbb1111bbbb" and first.location == "model.py:41 in forward"
+    assert "user code read a value" in first.detail and "before" not in first.detail
+    assert second.graph_id == "xla 2222cccc2222cccc" and second.seconds == pytest.approx(0.2)
+    assert "compiled graph 1111bbbb1111 before" in second.detail
+    assert [e.graph_id for e in target.compile_events(since=1000.5)] == ["xla 2222cccc2222cccc"]
+
+
+def test_xla_without_analysis_blocks_still_lists_every_compile(fake_xla: FakeTorchXla) -> None:
+    """Where the user set PT_XLA_DEBUG_LEVEL themselves (to the console), the workbook leaves
+    it alone and the ledger keeps torch_xla's metrics only."""
+    os.environ["PT_XLA_DEBUG_LEVEL"] = "2"
+    target = XlaTarget()
+    assert not target._analysis.enabled_here and "PT_XLA_DEBUG_FILE" not in os.environ
+    fake_xla.metrics["CompileTime"] = (1, 1e8, ((1000.2, 1e8),))
+    (event,) = target.compile_events(since=0.0)
+    assert event.graph_id == "xla compile 1" and "UncachedCompile" in event.detail
 
 
 def test_xla_fallback_ops_are_aten_counters_without_host_reads(fake_xla: FakeTorchXla) -> None:

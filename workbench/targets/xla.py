@@ -33,6 +33,7 @@ from workbench.targets.base import (
 )
 from workbench.targets.dynamo_counters import dynamo_compile_events
 from workbench.targets.neuron import NEURON_OUT_OF_MEMORY_PATTERNS, neuron_compiler_host_oom
+from workbench.targets.xla_analysis import AnalysisFile, CompileAnalysis
 
 # `.item()`, `.tolist()` and printing a tensor read one value back to the host through this op.
 # torch_xla counts it like a fallback, but it is a host sync, not a missing lowering.
@@ -129,6 +130,8 @@ class XlaTarget(Target):
         )
 
     def __init__(self) -> None:
+        # Before anything is traced: torch_xla reads its debug level once (xla_analysis).
+        self._analysis = AnalysisFile()
         import torch_xla
 
         self._device = torch_xla.device()
@@ -267,23 +270,22 @@ class XlaTarget(Target):
         # torch_xla compiles a traced graph only when its hash is not in the computation cache,
         # so every sample is a graph (or shape) it had not seen in this process.
         data = met.metric_data("CompileTime")
+        samples = list(data[2]) if data else []
+        # torch_xla writes one analysis per compile, in the same order as the samples. The
+        # samples restart when the metrics are cleared and the file does not, so the two are
+        # matched from the newest end.
+        analyses = self._analysis.analyses()
+        newest: list[CompileAnalysis | None] = list(analyses[-len(samples) :] if samples else [])
+        matched = [None] * (len(samples) - len(newest)) + newest
         events = []
-        for number, (ended, nanoseconds) in enumerate(data[2] if data else (), 1):
+        earlier: dict[str, str] = {}  # user location -> the graph hash last compiled there
+        for number, ((ended, nanoseconds), analysis) in enumerate(
+            zip(samples, matched, strict=True), 1
+        ):
             seconds = nanoseconds / _NS_PER_SECOND
-            if ended - seconds < since:
-                continue
-            events.append(
-                CompileEvent(
-                    started_at=ended - seconds,
-                    seconds=seconds,
-                    graph_id=f"xla compile {number}",
-                    cause=CAUSE_NEW_XLA_GRAPH,
-                    detail=(
-                        "the traced graph's hash was not in torch_xla's computation cache "
-                        "(UncachedCompile)"
-                    ),
-                )
-            )
+            event = _xla_compile_event(number, ended - seconds, seconds, analysis, earlier)
+            if event.started_at >= since:
+                events.append(event)
         # compile() captures with Dynamo first (backend openxla): its guard failures and graph
         # breaks are the causes of the XLA graphs that follow them.
         return sorted(events + dynamo_compile_events(since), key=lambda e: e.started_at)
@@ -416,3 +418,40 @@ class XlaTarget(Target):
             "pjrt_device": _pjrt_device() or None,
             "device_kind": self.device_kind(),
         }
+
+
+def _xla_compile_event(
+    number: int,
+    started_at: float,
+    seconds: float,
+    analysis: CompileAnalysis | None,
+    earlier: dict[str, str],
+) -> CompileEvent:
+    """One CompileTime sample, with torch_xla's analysis of it where there is one. `earlier`
+    maps each user location to the hash last compiled there, so a second graph cut at the same
+    line says what it replaced."""
+    detail = "the traced graph's hash was not in torch_xla's computation cache (UncachedCompile)"
+    if analysis is None or not analysis.graph_hash:
+        return CompileEvent(
+            started_at, seconds, f"xla compile {number}", CAUSE_NEW_XLA_GRAPH, detail
+        )
+    frame = analysis.user_frame()
+    location = frame.label() if frame else ""
+    detail = f"graph {analysis.graph_hash[:12]} not in the computation cache; torch_xla: "
+    detail += analysis.cause or "no cause given"
+    previous = earlier.get(location) if location else None
+    if previous and previous != analysis.graph_hash:
+        detail += (
+            f"; this place compiled graph {previous[:12]} before, so the traced graph changed "
+            "(a new input shape, or different ops)"
+        )
+    if location:
+        earlier[location] = analysis.graph_hash
+    return CompileEvent(
+        started_at,
+        seconds,
+        f"xla {analysis.graph_hash[:16]}",
+        CAUSE_NEW_XLA_GRAPH,
+        detail,
+        location,
+    )
