@@ -19,6 +19,7 @@ import psutil
 import pytest
 import torch
 
+from workbench.baseline.records import LedgerEntry
 from workbench.environment.instance import InstanceType
 from workbench.errors import BadInput
 from workbench.scorecard import ATTENTION, BLOCKER
@@ -520,6 +521,56 @@ def test_headline_table_and_result_file_name_the_compiler_host_ram_stop(
     verdict = retuning_verdict(result)
     assert verdict.status == (BLOCKER if search.largest_fit is None else ATTENTION)
     assert any(remedy in f.reason for f in verdict.findings)
+
+
+def test_a_compiled_trial_carries_its_compile_ledger_into_the_table_and_result(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A real torch.compile (Inductor) trial in a child process: its compiles come back with
+    cause and phase, and 04's trial table and ledger show them."""
+    job = BatchTrialJob(WorkloadSpec("seed-mlp"), "cpu", 4, "compiled", 3, SEARCH_WARMUP)
+    outcome = run_in_child(job, CpuTarget.trial_start_method, timeout_s=300)
+    assert outcome.status == FINISHED, outcome.output_tail
+    budget = MemoryBudget(2**40, "test", 0.1)
+    trial = classify(SEARCH, 4, outcome, CpuTarget(), budget)
+    assert trial.fits and trial.compiles, outcome.result
+    assert trial.compiles[0].cause == "first compile" and trial.compiles[0].phase == "first_call"
+    assert not trial.steady_compiles and trial.compile_seconds and trial.compile_seconds > 0
+    assert f"{len(trial.compiles)} compile(s)" in trial.line()
+    search = SearchResult(4, 4, 3, trials=[trial], largest_fit=4)
+    result = _retune_result(search)
+    views.compiles(result)
+    shown = capsys.readouterr().out
+    assert "Compile ledger of every trial" in shown and "first compile" in shown
+    stored = json.loads(json.dumps(result_data(result), default=str))["search"]["trials"][0]
+    assert stored["compiles"][0]["cause"] == "first compile"
+
+
+def test_a_trial_that_recompiles_while_timed_draws_attention_and_one_that_does_not_passes() -> None:
+    def trial(batch: int, steady_recompile: bool) -> Trial:
+        made = Trial(SEARCH, batch, OK, 1.0)
+        made.compiles = [
+            LedgerEntry("train", "compiled", "first_call", 1, "0/0", "first compile", 2.0)
+        ]
+        if steady_recompile:
+            made.compiles.append(
+                LedgerEntry(
+                    "train", "compiled", "steady", 9, "0/1", "guard failure", 1.5,
+                    detail="tensor 'x' size mismatch at index 0. expected 4, actual 3",
+                )
+            )  # fmt: skip
+        return made
+
+    clean = _retune_result(SearchResult(1, 8, 5, trials=[trial(8, False)], largest_fit=8))
+    assert retuning_verdict(clean).status == "pass"
+    noisy = _retune_result(
+        SearchResult(1, 8, 5, trials=[trial(8, False), trial(4, True)], largest_fit=8)
+    )
+    verdict = retuning_verdict(noisy)
+    assert verdict.status == ATTENTION
+    assert "recompiled during steady state, first at batch 4: guard failure at step 9" in (
+        verdict.findings[0].reason
+    )
 
 
 class FakeRunner:

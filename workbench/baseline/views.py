@@ -20,6 +20,7 @@ from workbench.baseline.records import (
     BaselineResult,
     CompilePayback,
     ConfigResult,
+    LedgerEntry,
     PhaseResult,
     baseline_verdict,
     config_status,
@@ -310,24 +311,28 @@ def raise_on_step_failure(result: BaselineResult) -> None:
         )
 
 
+def ledger_row(entry: LedgerEntry) -> dict[str, Any]:
+    """One compile as a table row: the same columns wherever a ledger is shown (01, 04)."""
+    return {
+        "phase": PHASE_LABELS[entry.phase],
+        "step": entry.step,
+        "graph": entry.graph_id,
+        "compile time": _seconds(entry.seconds),
+        "cause": entry.cause,
+        "detail": entry.detail or "",
+        "user code": entry.location or "",
+        "cache": entry.cache or "n/a",
+        "saved by the cache": _seconds(entry.saved_seconds) if entry.cache == "hit" else "",
+    }
+
+
 def compile_ledger(result: BaselineResult, cache: Any = None) -> None:
     """Every compile with its phase, step, time and cause; then what the compile cache did.
 
     `cache` is the run's CompileCache (context.RunContext.compile_cache), None when unknown.
     """
     rows = [
-        {
-            "configuration": f"{entry.kind}/{entry.mode}",
-            "phase": PHASE_LABELS[entry.phase],
-            "step": entry.step,
-            "graph": entry.graph_id,
-            "compile time": _seconds(entry.seconds),
-            "cause": entry.cause,
-            "detail": entry.detail or "",
-            "user code": entry.location or "",
-            "cache": entry.cache or "n/a",
-            "saved by the cache": _seconds(entry.saved_seconds) if entry.cache == "hit" else "",
-        }
+        {"configuration": f"{entry.kind}/{entry.mode}", **ledger_row(entry)}
         for config in result.configs
         for entry in config.ledger
     ]

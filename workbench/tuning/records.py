@@ -208,8 +208,9 @@ class RetuneResult:
 RETUNING_RULE = (
     "blocker: no batch size of the range fits; attention: a trial or a data-parallel launch "
     "broke for a reason other than memory (an error, a crash, a timeout), the compiler ran out "
-    "of host RAM in a trial (the search stops there), or accumulated micro-batches do not "
-    "reproduce one big batch's gradients; pass otherwise"
+    "of host RAM in a trial (the search stops there), a trial compiled during its timed steps "
+    "(its throughput includes compile time), or accumulated micro-batches do not reproduce one "
+    "big batch's gradients; pass otherwise"
 )
 
 
@@ -236,6 +237,16 @@ def retuning_verdict(result: RetuneResult) -> Verdict:
             Finding(
                 ATTENTION,
                 f"{len(broken)} trial(s) broke, first at batch {first.batch_size}: {first.status}",
+            )
+        )
+    unsteady = [t for t in result.trials if t.steady_compiles]
+    if unsteady:
+        first = unsteady[0]
+        findings.append(
+            Finding(
+                ATTENTION,
+                f"{len(unsteady)} trial(s) recompiled during steady state, first at batch "
+                f"{first.batch_size}: {first.steady_compiles[0].sentence()}",
             )
         )
     launches = result.scaling.runs if result.scaling else []

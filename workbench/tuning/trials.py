@@ -20,14 +20,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psutil
 from tqdm.auto import tqdm
 
 from workbench.baseline.measure import run_config
-from workbench.baseline.records import TRAIN, BaselineSettings, ConfigResult
+from workbench.baseline.records import (
+    PHASE_STEADY,
+    TRAIN,
+    BaselineSettings,
+    ConfigResult,
+    LedgerEntry,
+)
 from workbench.errors import BadInput
 from workbench.targets import get_target
 from workbench.targets.base import Target
@@ -143,6 +149,8 @@ def _payload(config: ConfigResult, target: Target, host: HostPeakRss) -> dict[st
         "memory_source": source,
         "error": failure.error if failure else None,
         "location": failure.location if failure else None,
+        # Each batch size is a new shape: on Neuron, a compile per trial (the ledger says which).
+        "ledger": [asdict(entry) for entry in config.ledger],
     }
 
 
@@ -166,10 +174,22 @@ class Trial:
     diagnosis: str | None = None
     exit_code: int | None = None
     output_tail: str = ""  # kept for failed trials only
+    compiles: list[LedgerEntry] = field(default_factory=list)  # the trial's compile ledger
 
     @property
     def fits(self) -> bool:
         return self.status == OK
+
+    @property
+    def compile_seconds(self) -> float | None:
+        """Compile time the compiler reported for this trial; None where it reports none."""
+        known = [entry.seconds for entry in self.compiles if entry.seconds is not None]
+        return sum(known) if known else None
+
+    @property
+    def steady_compiles(self) -> list[LedgerEntry]:
+        """Compiles during the timed steps: their time is inside the measured throughput."""
+        return [entry for entry in self.compiles if entry.phase == PHASE_STEADY]
 
     @property
     def throughput(self) -> float | None:
@@ -184,6 +204,10 @@ class Trial:
             text += f", median step {format_seconds(self.steady.median)}"
         if self.peak_memory_bytes is not None:
             text += f", peak {self.peak_memory_bytes / 2**20:,.0f} MiB"
+        if self.compiles:
+            seconds = self.compile_seconds
+            text += f", {len(self.compiles)} compile(s)"
+            text += f" {format_seconds(seconds)}" if seconds is not None else ""
         if self.diagnosis:
             text += f" ({self.diagnosis})"
         elif self.error:
@@ -209,6 +233,7 @@ def classify(
         trial.memory_source = result.get("memory_source", "")
         trial.error = result.get("error")
         trial.location = result.get("location")
+        trial.compiles = [LedgerEntry(**entry) for entry in result.get("ledger", [])]
     if outcome.status == TIMED_OUT:
         trial.status = TIMEOUT
         trial.error = f"still running after {format_seconds(outcome.seconds)}: killed"

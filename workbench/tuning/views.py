@@ -7,6 +7,7 @@ from typing import Any
 from IPython.display import display
 
 from workbench import markup as show
+from workbench.baseline.views import ledger_row
 from workbench.timing import format_seconds
 from workbench.tuning.dataloader import LoaderResult
 from workbench.tuning.parallel import FAILED, TIMEOUT, ScalingRun
@@ -54,9 +55,44 @@ def _trial_row(trial: Trial, unit: str, throughput_label: str) -> dict[str, Any]
         "p99 step": _seconds(steady.p99 if steady else None),
         "IQR": f"{steady.relative_iqr:.0%}" if steady else "n/a",
         throughput_label: _rate(trial.throughput, unit),
+        "compiles": _compiles(trial),
         "trial time": format_seconds(trial.seconds),
         "why": trial.diagnosis or trial.oom_evidence or _first_line(trial.error),
     }
+
+
+def _compiles(trial: Trial) -> str:
+    if not trial.compiles:
+        return "none recorded"
+    seconds = trial.compile_seconds
+    text = f"{len(trial.compiles)}" + (f" ({format_seconds(seconds)})" if seconds else "")
+    steady = trial.steady_compiles
+    return text + (f", {len(steady)} in steady state" if steady else "")
+
+
+def compiles(result: RetuneResult) -> None:
+    """Every trial's compiles, with 01's ledger columns: on Neuron, each batch size is a graph
+    of its own, and its compile is part of what a batch size costs."""
+    rows = [
+        {"stage": t.stage, "batch": t.batch_size, **ledger_row(entry)}
+        for t in result.trials
+        for entry in t.compiles
+    ]
+    if not rows:
+        display(show.banner("The compiler recorded no compile in any trial.", "info"))
+        return
+    unsteady = [t for t in result.trials if t.steady_compiles]
+    if unsteady:
+        first = unsteady[0]
+        display(
+            show.banner(
+                f"{len(unsteady)} trial(s) compiled during their timed steps, first at batch "
+                f"{first.batch_size} ({first.steady_compiles[0].sentence()}): their step times "
+                "include compile time.",
+                "warn",
+            )
+        )
+    display(show.table(rows, caption="Compile ledger of every trial, in the order they ran"))
 
 
 def headline(result: RetuneResult) -> None:
