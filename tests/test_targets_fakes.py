@@ -487,7 +487,16 @@ def test_xla_compile_analysis_names_the_hash_the_cause_and_only_the_users_line()
         "forward (<eval_with_key>.4:5)",
         WORKBOOK_STEP,
     )
-    step_end, value_read, generated = parse_xla_analysis(text)
+    # Notebook 02's op capture stands between the op and the model's line.
+    capture = Path(xla_module.__file__).resolve().parent.parent / "coverage" / "capture.py"
+    text += analysis_block(
+        "most likely user code trying to access tensor value before torch_xla.sync",
+        "44e4b54d1d001893",
+        f"__torch_dispatch__ ({capture}:120)",
+        USER_READ,
+    )
+    step_end, value_read, generated, captured = parse_xla_analysis(text)
+    assert captured.user_frame() == value_read.user_frame()
     assert generated.user_frame() is None
     assert (step_end.cause, step_end.graph_hash) == ("user torch_xla.sync", "b73714bec594f894")
     assert step_end.user_frame() is None

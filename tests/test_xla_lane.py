@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -71,6 +72,10 @@ def test_baseline_reports_xla_compile_counts_and_no_steady_recompiles(xla_run: P
         first = [e for e in ledger if e["kind"] == config and e["phase"] == "first_call"]
         xla = [e for e in first if e["cause"] == "new XLA graph hash"]
         assert xla and all(e["step"] == 1 and e["seconds"] > 0 for e in xla)
+    # Each XLA graph is named by torch_xla's own hash, with torch_xla's cause.
+    xla_graphs = [e for e in ledger if e["cause"] == "new XLA graph hash"]
+    assert all(re.fullmatch(r"xla [0-9a-f]{16}", e["graph_id"]) for e in xla_graphs), xla_graphs
+    assert all("torch_xla: " in e["detail"] for e in xla_graphs)
     # Compiled mode captures with Dynamo (openxla): its first compile is in the ledger too.
     assert any(e["mode"] == "compiled" and e["cause"] == "first compile" for e in ledger)
 
@@ -79,6 +84,11 @@ def test_coverage_is_measured_on_xla(xla_run: Path) -> None:
     coverage = data(xla_run, "02_op_coverage")
     assert coverage["coverage"]["xla"]["basis"].startswith("measured on xla")
     assert coverage["coverage"]["xla"]["distinct"]["supported"] > 0
+    # What the measured step compiled, each graph by torch_xla's hash and cause.
+    compiles = coverage["measurement"]["compiles"]
+    assert compiles and all(re.fullmatch(r"xla [0-9a-f]{16}", e["graph_id"]) for e in compiles)
+    page = (xla_run / "02_op_coverage.html").read_text()
+    assert "compiled during the measured training step" in page
 
 
 def test_numerics_compares_xla_fp32_and_bf16_autocast(xla_run: Path) -> None:

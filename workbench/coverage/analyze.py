@@ -10,6 +10,7 @@ run of the same step on the target, whose readings override the tables.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from time import perf_counter
 
@@ -71,6 +72,7 @@ def measure_on_target(workload: Workload, target: Target) -> tuple[TargetReading
     if flavour is None:
         return None
     target.start_fallback_tracking()
+    started = time.time()
     capture = capture_training_step(workload, device=target.device, synchronize=target.synchronize)
     fallbacks = target.fallback_ops() or Counter()
     tracked = target.executed_ops()
@@ -83,6 +85,7 @@ def measure_on_target(workload: Workload, target: Target) -> tuple[TargetReading
         fallback_source=f"the {target.name} target's fallback readings",
         failure=capture.failure.summary() if capture.failure else None,
         tracked=None if tracked is None else Counter(tracked),
+        compiles=target.compile_events(started),
     )
     try:
         model = workload.build_model("cpu").eval()

@@ -4,7 +4,7 @@ and the shape of 02_op_coverage.json."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from workbench import scorecard
@@ -310,6 +310,7 @@ def report_data(report: CoverageReport) -> dict[str, Any]:
             if report.measurement.tracked is None
             else dict(report.measurement.tracked),
             "inference": report.measurement.inference,
+            "compiles": [asdict(event) for event in report.measurement.compiles],
             "failure": report.measurement.failure,
             "capture": _capture_data(report.target_capture) if report.target_capture else None,
         },

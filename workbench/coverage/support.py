@@ -31,7 +31,7 @@ from workbench.coverage.native_table import (
     newest_native_table,
     op_tables_dir,
 )
-from workbench.targets.base import InferenceAnalysis
+from workbench.targets.base import CompileEvent, InferenceAnalysis
 from workbench.targets.detect import FLAVOUR_NATIVE, FLAVOUR_XLA
 
 SUPPORTED = "supported"
@@ -249,6 +249,9 @@ class TargetReading:
     # target.executed_ops(): the target's own record of what ran (torch_neuronx's
     # get_executed_ops on TorchNeuron); None where the target keeps none.
     tracked: Counter[str] | None = None
+    # What the target compiled during the measured step (Target.compile_events): on the lazy
+    # XLA path, each graph with its hash and the user line that cut it, where one did.
+    compiles: list[CompileEvent] = field(default_factory=list)
 
     def fallback_calls(self, op: str) -> int:
         return self.fallbacks.get(op, 0) or (

@@ -28,6 +28,7 @@ from workbench.coverage.support import (
 from workbench.errors import WorkbenchError
 from workbench.scan.report import ScanReport
 from workbench.targets.detect import FLAVOUR_NATIVE
+from workbench.timing import format_seconds
 
 MAX_BLOCKERS_SHOWN = 30
 
@@ -345,6 +346,27 @@ def graph_breaks(report: CoverageReport) -> None:
                     for n, b in enumerate(compiled.breaks, start=1)
                 ],
                 caption=f"Graph breaks (torch._dynamo.explain, torch {compiled.torch_version})",
+            )
+        )
+    measured = report.measurement
+    if measured is not None and measured.compiles:
+        display(
+            show.table(
+                [
+                    {
+                        "#": n,
+                        "graph": event.graph_id,
+                        "compile time": format_seconds(event.seconds)
+                        if event.seconds is not None
+                        else "n/a",
+                        "cause": event.cause,
+                        "detail": event.detail,
+                        "user code": event.location,
+                    }
+                    for n, event in enumerate(measured.compiles, start=1)
+                ],
+                caption=f"What {measured.target} compiled during the measured training step "
+                "(a user line means that line cut the graph mid-step)",
             )
         )
     if compiled.ops_per_graph:

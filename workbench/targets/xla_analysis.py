@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 _PREFIX = "Compilation Analysis:"
-# Marks the debug variables as set by the workbook, not by the user.
+# Marks the debug variables as set by the workbook (not by the user), and in which process.
 _OWNED = "WORKBENCH_XLA_ANALYSIS"
 _FRAME = re.compile(r"^\s*(?P<function>\S+) \((?P<file>.+):(?P<line>\d+)\)\s*$")
 # Frames inside these packages say how the graph was cut, not which user code cut it.
@@ -35,6 +35,7 @@ _LIBRARY_PARTS = (f"{os.sep}torch_xla{os.sep}", f"{os.sep}torch{os.sep}")
 # The workbook's own frames (its step loop) and the workloads it ships (the user's side).
 _WORKBOOK = str(Path(__file__).resolve().parent.parent) + os.sep
 _WORKLOADS = os.path.join(_WORKBOOK, "workloads") + os.sep
+_CAPTURE = os.path.join(_WORKBOOK, "coverage") + os.sep
 
 
 @dataclass(frozen=True)
@@ -57,14 +58,16 @@ class CompileAnalysis:
 
     def user_frame(self) -> Frame | None:
         """The line of the workload's code that made the graph end here: the innermost frame
-        past torch and torch_xla, when it is not the workbook's own step loop (which ends every
-        step with a sync, and is not the user's doing). Workload modules shipped with the
-        workbook count as the user's."""
+        past torch, torch_xla and notebook 02's op capture, when it is not the workbook's own
+        code (its step loop ends every step with a sync, and reads losses after a phase: not
+        the user's doing). Workload modules shipped with the workbook count as the user's."""
         for frame in self.frames:
             if frame.file.startswith("<") or any(part in frame.file for part in _LIBRARY_PARTS):
                 continue  # torch, torch_xla, or code they generated (Dynamo's FX modules)
             if frame.file.startswith(_WORKLOADS):
                 return frame
+            if frame.file.startswith(_CAPTURE):
+                continue  # notebook 02's op capture sits between every op and its caller
             return None if frame.file.startswith(_WORKBOOK) else frame
         return None
 
@@ -109,15 +112,21 @@ class AnalysisFile:
     def __init__(self) -> None:
         self.path: str | None = os.environ.get("PT_XLA_DEBUG_FILE")
         self.enabled_here = False
+        owner = os.environ.get(_OWNED)
+        if "PT_XLA_DEBUG_LEVEL" in os.environ and owner is None:
+            return  # the user's settings
+        if owner == str(os.getpid()):
+            # Another target in this process set it up: torch_xla keeps writing where it
+            # started, so this one reads the same file.
+            self.enabled_here = True
+            return
         # A child process (a tuning trial) inherits the parent's variables: it gets a file of
         # its own, so the two processes' blocks never interleave in one file.
-        if "PT_XLA_DEBUG_LEVEL" in os.environ and os.environ.get(_OWNED) != "1":
-            return
         handle, path = tempfile.mkstemp(prefix="workbench-xla-compiles-", suffix=".txt")
         os.close(handle)
         atexit.register(_remove, path)
         os.environ["PT_XLA_DEBUG_LEVEL"] = "1"
-        os.environ[_OWNED] = "1"
+        os.environ[_OWNED] = str(os.getpid())
         os.environ["PT_XLA_DEBUG_FILE"] = path
         self.path = path
         self.enabled_here = True
