@@ -714,3 +714,54 @@ def test_auto_picks_xla_on_a_legacy_neuron_stack(
     name, reason = resolve_target_name("auto")
     assert name == "xla"
     assert "Neuron PJRT plugin" in reason
+
+
+def _neff(cache: Path, module: str) -> None:
+    """A compiled module as neuron.md 2.8 lays the cache out: neuronxcc-<ver>/MODULE_<hash>."""
+    folder = cache / "neuronxcc-2.21.0" / f"MODULE_{module}"
+    folder.mkdir(parents=True)
+    (folder / "model.hlo.pb").write_bytes(b"hlo")
+    (folder / "model.neff").write_bytes(b"neff")
+
+
+def test_xla_on_a_trn1_counts_neuron_cache_hits_and_misses(
+    fake_xla: FakeTorchXla, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """neuron.md 2.8: on a Trn1 each graph torch_xla compiles is looked up in the Neuron
+    compile cache (NEURON_COMPILE_CACHE_URL), and a miss leaves a new MODULE_<hash>/model.neff.
+    Three compiles in the run, one new module: two lookups were served by the cache. A module
+    an earlier run left, or a failed compile's folder without a NEFF, is not this run's miss."""
+    monkeypatch.setenv("PJRT_DEVICE", "NEURON")
+    monkeypatch.delenv("NEURON_CC_FLAGS", raising=False)
+    monkeypatch.setenv("NEURON_COMPILE_CACHE_URL", "")
+    target = XlaTarget()
+    _neff(tmp_path / "neuron", "earlier")
+    assert "Neuron compile cache" in target.use_compile_cache(str(tmp_path))
+    assert os.environ["NEURON_COMPILE_CACHE_URL"] == str(tmp_path / "neuron")
+    with open(os.environ["PT_XLA_DEBUG_FILE"], "a") as handle:
+        for graph in ("a1", "b2", "c3"):
+            handle.write(analysis_block("user torch_xla.sync", graph * 8, XLA_SYNC))
+    _neff(tmp_path / "neuron", "new")
+    (tmp_path / "neuron" / "neuronxcc-2.21.0" / "MODULE_failed").mkdir()
+    counters = target.cache_counters()
+    assert counters is not None and (counters.hits, counters.misses) == (2, 1)
+    assert str(tmp_path / "neuron") in counters.source
+
+
+def test_xla_on_a_trn1_reads_cache_dir_first_and_leaves_a_remote_cache_uncounted(
+    fake_xla: FakeTorchXla, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """neuron.md 2.8: --cache_dir in NEURON_CC_FLAGS wins over NEURON_COMPILE_CACHE_URL, which
+    may be an s3:// URL: no local folder to count in."""
+    monkeypatch.setenv("PJRT_DEVICE", "NEURON")
+    monkeypatch.setenv("NEURON_COMPILE_CACHE_URL", "s3://bucket/cache")
+    monkeypatch.setenv("NEURON_CC_FLAGS", f"--model-type=transformer --cache_dir={tmp_path}")
+    target = XlaTarget()
+    target.use_compile_cache(None)
+    _neff(tmp_path, "new")
+    counters = target.cache_counters()
+    assert counters is not None and counters.misses == 1 and str(tmp_path) in counters.source
+    monkeypatch.delenv("NEURON_CC_FLAGS")
+    remote = XlaTarget()
+    remote.use_compile_cache(None)
+    assert remote.cache_counters() is None

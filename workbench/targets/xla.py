@@ -9,10 +9,12 @@ module's functions: its import registers the PJRT runtime, and on a Trn1 it can 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -56,6 +58,23 @@ def neuron_cache_url(folder: str) -> str:
     """The Neuron compile cache inside a run's stamped cache folder; runs and pre-warming agree
     on it, so what neuron_parallel_compile fills is what the next run looks up."""
     return os.path.join(folder, "neuron")
+
+
+def neuron_cache_root() -> str | None:
+    """The local folder of the Neuron compile cache (neuron.md 2.8): --cache_dir in
+    NEURON_CC_FLAGS wins over NEURON_COMPILE_CACHE_URL, whose default is
+    /var/tmp/neuron-compile-cache. None for a remote (s3://) cache, which is not counted."""
+    flags = re.search(r"--cache_dir[= ](\S+)", os.environ.get("NEURON_CC_FLAGS", ""))
+    url = flags.group(1) if flags else os.environ.get("NEURON_COMPILE_CACHE_URL", "")
+    url = url or "/var/tmp/neuron-compile-cache"
+    return None if "://" in url else url
+
+
+def _neff_modules(root: str | None) -> set[str]:
+    """The cache's compiled modules: neuronxcc-<version>/MODULE_<hash> holding a model.neff."""
+    if root is None:
+        return set()
+    return {str(neff.parent) for neff in Path(root).glob("neuronxcc-*/MODULE_*/model.neff")}
 
 
 def _pjrt_device() -> str:
@@ -304,12 +323,15 @@ class XlaTarget(Target):
             # On a Trn1 the compile cache is torch-neuronx's: neuronx-cc's NEFFs, keyed by graph
             # hash, compiler version and flags (neuron.md 2.8), also what
             # neuron_parallel_compile fills.
+            if folder is not None:
+                os.environ["NEURON_COMPILE_CACHE_URL"] = neuron_cache_url(folder)
+            self._neuron_cache = neuron_cache_root()
+            self._neffs_at_start = _neff_modules(self._neuron_cache)
             if folder is None:
                 return (
                     "the Neuron compile cache stays where NEURON_COMPILE_CACHE_URL or "
                     "--cache_dir points (default /var/tmp/neuron-compile-cache)"
                 )
-            os.environ["NEURON_COMPILE_CACHE_URL"] = neuron_cache_url(folder)
             return f"the Neuron compile cache in {os.environ['NEURON_COMPILE_CACHE_URL']}"
         if folder is None:
             return "torch_xla's persistent compilation cache is off"
@@ -326,6 +348,8 @@ class XlaTarget(Target):
         return f"torch_xla's persistent compilation cache in {path}"
 
     def cache_counters(self) -> CacheCounters | None:
+        if _pjrt_device() == "NEURON":
+            return self._neuron_cache_counters()
         import torch_xla.debug.metrics as met
 
         def count(name: str) -> int:
@@ -341,6 +365,34 @@ class XlaTarget(Target):
                 "start_fallback_tracking"
             ),
             extra={"deserialize_failures": count("PersistentCacheDeserializeFailure")},
+        )
+
+    def _neuron_cache_counters(self) -> CacheCounters | None:
+        """On a Trn1 every graph torch_xla compiles is looked up in the Neuron compile cache;
+        a lookup that misses runs neuronx-cc and leaves a new MODULE_<hash>/model.neff there
+        (neuron.md 2.8). The cache keeps no counters of its own, so: misses are the modules
+        this run added; hits are the process's compiles (torch_xla's analyses, one per
+        compile, never cleared) that added none."""
+        root = getattr(self, "_neuron_cache", None)
+        if root is None:
+            return None
+        added = len(_neff_modules(root) - self._neffs_at_start)
+        lookups = len(self._analysis.analyses())
+        counted = self._analysis.enabled_here
+        return CacheCounters(
+            hits=max(lookups - added, 0) if counted else None,
+            misses=added,
+            saved_seconds=None,
+            source=(
+                f"MODULE_*/model.neff folders added under {root} during this run (each a "
+                "neuronx-cc compile)"
+                + (
+                    "; hits: torch_xla's compiles of this process (its PT_XLA_DEBUG_LEVEL=1 "
+                    "analyses) that added none"
+                    if counted
+                    else "; hits not counted (PT_XLA_DEBUG_LEVEL is the user's)"
+                )
+            ),
         )
 
     def start_fallback_tracking(self) -> None:
