@@ -176,6 +176,22 @@ def test_risk_flags_come_from_torch_metadata_and_real_values() -> None:
     assert "wbtest" not in risks.builtin_namespaces()
 
 
+def test_builtin_namespaces_read_in_the_background_are_the_same_set() -> None:
+    """analyze_coverage starts the fresh interpreter before the capture; what it reads is what
+    a direct read gives, and the process is consumed once."""
+    direct = risks.builtin_namespaces()
+    risks.builtin_namespaces.cache_clear()
+    try:
+        risks.prefetch_builtin_namespaces()
+        assert risks._pending_namespaces is not None
+        assert risks.builtin_namespaces() == direct and "aten" in direct
+        assert risks._pending_namespaces is None
+        risks.prefetch_builtin_namespaces()  # already known: nothing is started
+        assert risks._pending_namespaces is None
+    finally:
+        risks._pending_namespaces = None
+
+
 class FailsInSecondLayer(nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -27,7 +27,12 @@ from workbench.coverage.records import (
     OpRow,
     op_row,
 )
-from workbench.coverage.risks import BOOKKEEPING_NAMESPACES, capture_flags, optimizer_sync_note
+from workbench.coverage.risks import (
+    BOOKKEEPING_NAMESPACES,
+    capture_flags,
+    optimizer_sync_note,
+    prefetch_builtin_namespaces,
+)
 from workbench.coverage.shapes import (
     ShapeStability,
     compare_captures,
@@ -155,6 +160,7 @@ def analyze_coverage(
     """Everything notebook 02 shows: capture, shapes, graph breaks, flags, verdicts."""
     check_flavours(flavours)
     started = perf_counter()
+    prefetch_builtin_namespaces()
     reference = capture_training_step(workload)
     variants, shapes = _shape_variants(workload, reference)
     compiled = explain_forward(workload)

@@ -123,6 +123,32 @@ class RiskFlag:
     calls: int
 
 
+_NAMESPACES_SCRIPT = (
+    "import json, torch; "
+    "print(json.dumps(sorted({n.split('::')[0] for n in torch._C._dispatch_get_all_op_names()})))"
+)
+_pending_namespaces: subprocess.Popen[str] | None = None
+
+
+def prefetch_builtin_namespaces() -> None:
+    """Start builtin_namespaces' interpreter now, so its `import torch` (seconds) runs while
+    this process captures the step, instead of after it."""
+    global _pending_namespaces
+    if _pending_namespaces is None and builtin_namespaces.cache_info().currsize == 0:
+        _pending_namespaces = _start_namespaces_process()
+
+
+def _start_namespaces_process() -> subprocess.Popen[str]:
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    return subprocess.Popen(
+        [sys.executable, "-c", _NAMESPACES_SCRIPT],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
 @functools.cache
 def builtin_namespaces() -> frozenset[str]:
     """Operator namespaces a fresh `import torch` registers (aten, prims, quantized, ...).
@@ -130,16 +156,12 @@ def builtin_namespaces() -> frozenset[str]:
     Read from a new interpreter, so extensions this process already loaded do not count, with
     device-backend autoloading off, so torch-neuronx's own ops count as custom too.
     """
-    script = (
-        "import json, torch; "
-        "print(json.dumps(sorted({n.split('::')[0] "
-        "for n in torch._C._dispatch_get_all_op_names()})))"
-    )
-    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
-    )
-    return frozenset(json.loads(done.stdout.strip().splitlines()[-1]))
+    global _pending_namespaces
+    process, _pending_namespaces = _pending_namespaces or _start_namespaces_process(), None
+    out, err = process.communicate()
+    if process.returncode != 0:
+        raise subprocess.CalledProcessError(process.returncode, process.args, out, err)
+    return frozenset(json.loads(out.strip().splitlines()[-1]))
 
 
 def custom_op_origin(op: str) -> str:
