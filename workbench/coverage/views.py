@@ -348,6 +348,22 @@ def graph_breaks(report: CoverageReport) -> None:
                 caption=f"Graph breaks (torch._dynamo.explain, torch {compiled.torch_version})",
             )
         )
+    if compiled.ops_per_graph:
+        display(
+            show.key_values(
+                {f"graph {n}": f"{ops} ops" for n, ops in enumerate(compiled.ops_per_graph, 1)},
+                caption="Ops per graph",
+            )
+        )
+    if compiled.messages:
+        display(
+            show.table(
+                [[g.count, g.source, g.message] for g in compiled.messages],
+                headers=["times", "from", "message (first line)"],
+                caption="Torch's warnings while tracing, grouped (the breaks above explain them)",
+            )
+        )
+
     measured = report.measurement
     if measured is not None and measured.compiles:
         display(
@@ -367,21 +383,6 @@ def graph_breaks(report: CoverageReport) -> None:
                 ],
                 caption=f"What {measured.target} compiled during the measured training step "
                 "(a user line means that line cut the graph mid-step)",
-            )
-        )
-    if compiled.ops_per_graph:
-        display(
-            show.key_values(
-                {f"graph {n}": f"{ops} ops" for n, ops in enumerate(compiled.ops_per_graph, 1)},
-                caption="Ops per graph",
-            )
-        )
-    if compiled.messages:
-        display(
-            show.table(
-                [[g.count, g.source, g.message] for g in compiled.messages],
-                headers=["times", "from", "message (first line)"],
-                caption="Torch's warnings while tracing, grouped (the breaks above explain them)",
             )
         )
 
