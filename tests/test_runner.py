@@ -7,6 +7,7 @@ kernel), so they take seconds; test_run_e2e.py runs the real notebooks through t
 import json
 import os
 import re
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -205,3 +206,41 @@ def test_an_interrupt_keeps_the_partial_run_and_exits_130(notebooks, tmp_path, m
     assert summary["exit_code"] == EXIT_INTERRUPTED
     assert [n["status"] for n in summary["notebooks"]] == ["interrupted"]
     assert (out / "index.html").is_file() and not (request.reports_root / "latest").exists()
+
+
+KERNEL_LOG_BODY = """\
+import os, sys
+from ipykernel.kernelapp import IPKernelApp
+
+# What ipykernel's own logger writes (the path of its "KeyboardInterrupt caught in kernel"
+# line at shutdown): the kernel process's stderr, not the notebook.
+IPKernelApp.instance().log.error("kernel-level line from the kernel app")
+if fail:
+    os.write(2, b"dying words of the kernel\\n")
+    sys.__stderr__.write("dying words of the kernel\\n")
+    sys.__stderr__.flush()
+    os.kill(os.getpid(), 9)
+"""
+
+
+@pytest.mark.parametrize("dies", [False, True])
+def test_the_kernels_own_stderr_goes_to_run_log_not_the_console(
+    notebooks: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str], dies: bool
+) -> None:
+    tiny = nbformat.read(notebooks / "00_tiny.ipynb", as_version=4)
+    tiny.cells[1].source = KERNEL_LOG_BODY + TINY_BODY
+    nbformat.write(tiny, notebooks / "00_tiny.ipynb")
+    lines: list[str] = []
+    code = run(_request(tmp_path, parameters={"fail": dies}), progress=lines.append)
+    console = capfd.readouterr()
+    assert "kernel-level line" not in console.out + console.err + "\n".join(lines)
+    out = next((tmp_path / "reports").iterdir())
+    log = (out / "run.log").read_text()
+    assert "kernel stderr: " in log and "kernel-level line from the kernel app" in log
+    status = _summary(out)["notebooks"][0]
+    if dies:
+        assert code == EXIT_NOTEBOOK_FAILED and status["status"] == "kernel-died"
+        assert status["error"].endswith("its last words: dying words of the kernel"), status
+    else:
+        assert code == EXIT_OK and status["status"] == "ok"
+    assert not list(Path(tempfile.gettempdir()).glob("workbench-00_tiny-kernel-*.log"))

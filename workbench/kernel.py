@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 KERNEL_NAME = "workbench-python"
 
@@ -59,3 +60,22 @@ def private_kernelspec(extra_pythonpath: list[str]) -> Iterator[str]:
         else:
             os.environ["JUPYTER_PATH"] = previous
         shutil.rmtree(root, ignore_errors=True)
+
+
+def kernel_manager_writing_stderr_to(path: Path) -> type:
+    """A kernel manager class (papermill passes it to nbclient) whose kernel process writes its
+    own stderr to `path` instead of the console it would inherit.
+
+    Cell output never goes there (ipykernel sends it to the notebook); what does is the
+    kernel's own logging, such as the "KeyboardInterrupt caught in kernel" line ipykernel logs
+    when jupyter_client's shutdown interrupts it (it always sends SIGINT first), and a dying
+    interpreter's last words. The runner puts both in run.log, scrubbed.
+    """
+    from jupyter_client import AsyncKernelManager
+
+    class KernelManagerWithStderrFile(AsyncKernelManager):
+        async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
+            with open(path, "ab") as stderr:  # the kernel process keeps its own descriptor
+                await super()._async_launch_kernel(kernel_cmd, stderr=stderr, **kw)
+
+    return KernelManagerWithStderrFile

@@ -14,6 +14,7 @@ import re
 import secrets
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -36,7 +37,7 @@ from workbench.errors import (
     BadInput,
     one_line,
 )
-from workbench.kernel import private_kernelspec
+from workbench.kernel import kernel_manager_writing_stderr_to, private_kernelspec
 from workbench.params import RUNNER_PARAMETERS, notebook_parameters, validate
 from workbench.redact import console_line, scrub_data, scrub_text, strip_control
 from workbench.report import UnsafeReport, export_html, write_index
@@ -199,6 +200,11 @@ def _execute(
     stem = path.stem
     started = time.perf_counter()
     outcome = NotebookOutcome(stem, "ok", 0.0)
+    # Outside the run folder: the kernel's own log lines must not use the room a full disk
+    # leaves for the run's files.
+    handle, stderr_name = tempfile.mkstemp(prefix=f"workbench-{stem}-kernel-", suffix=".log")
+    os.close(handle)
+    kernel_stderr = Path(stderr_name)
     try:
         papermill.execute_notebook(
             str(path),
@@ -211,6 +217,7 @@ def _execute(
             start_timeout=120,
             execution_timeout=request.cell_timeout,
             stdout_file=_PrintedLines(progress),
+            kernel_manager_class=kernel_manager_writing_stderr_to(kernel_stderr),
         )
     except PapermillExecutionError as exc:
         outcome.status = "failed"
@@ -232,8 +239,27 @@ def _execute(
         raise
     finally:
         outcome.seconds = time.perf_counter() - started
+        last_words = _log_kernel_stderr(kernel_stderr)
+        if outcome.status == "kernel-died" and last_words:
+            outcome.error = f"{outcome.error}; its last words: {last_words}"
         _finish_outputs(path, out, outcome, request.show_code)
     return outcome
+
+
+def _log_kernel_stderr(path: Path) -> str:
+    """The kernel process's own stderr into run.log (scrubbed like every line there), then
+    deleted; returns its last line, for a kernel that died."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    finally:
+        path.unlink(missing_ok=True)
+    lines = [console_line(line) for line in text.splitlines() if line.strip()]
+    log = logging.getLogger("papermill")
+    for line in lines:
+        log.info(f"kernel stderr: {line}")
+    return lines[-1][:300] if lines else ""
 
 
 def _last_started_cell(nb: nbformat.NotebookNode) -> int | None:
