@@ -5,9 +5,12 @@
 Detection power: a workload whose forward spins for a fixed time (plus a small Linear) is measured
 by notebook 01's own measuring code (first call, adaptive warm-up, 30 steady steps, eager training
 step); each run is written as a run folder in the result-file format `workbench run` writes. For a
-planted slowdown of 0%, 5%, 10% and 25% of the step, PAIRS pairs of runs (baseline, slowed) are
+planted slowdown of 0%, 5%, 10% and 25% of the step (of the whole step, as the first base runs
+measure it, not of the busy wait alone), PAIRS pairs of runs (baseline, slowed) are
 compared and the share flagged as a regression is printed. Runs are interleaved (base, slow,
-base, slow...) so that a change in machine load hits both sides alike. Aim: 0% flags no pair,
+base, slow...) so that a change in machine load hits both sides alike. Each slowed run is also
+compared against the 4 latest base runs, as a nightly run is against the nights before: there
+the earlier runs' own spread measures the machine's run-to-run variation. Aim: 0% flags no pair,
 25% flags every pair.
 
 Cost: `compare_runs` plus writing compare.html/compare.json, on two runs and on a history of 20.
@@ -15,7 +18,9 @@ Cost: `compare_runs` plus writing compare.html/compare.json, on two runs and on 
 
 from __future__ import annotations
 
+import json
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -27,6 +32,7 @@ from workbench.baseline.measure import run_baseline
 from workbench.baseline.records import EAGER, TRAIN, BaselineSettings, result_data
 from workbench.compare import compare_runs
 from workbench.compare.report import write_comparison
+from workbench.compare.timing import steady_samples
 from workbench.results import SCHEMA_VERSION, save_result, write_json_atomic
 from workbench.targets import get_target
 from workbench.timing import WarmupRule
@@ -36,6 +42,7 @@ PAIRS = 5
 LEVELS = (0.0, 0.05, 0.10, 0.25)
 BASE_SLEEP_S = 0.004
 HISTORY = 20
+NIGHTS = 4  # base runs a slowed run is also compared against, as a nightly run is
 SETTINGS = BaselineSettings(
     steady_steps=30, warmup=WarmupRule(6, 0.1, 30), kinds=(TRAIN,), modes=(EAGER,)
 )
@@ -57,10 +64,10 @@ class Sleeper(nn.Module):
         return self.linear(x)
 
 
-def workload(slowdown: float) -> Workload:
+def workload(extra_s: float) -> Workload:
     return Workload(
         name="sleeper",
-        model_factory=lambda: Sleeper(BASE_SLEEP_S * (1 + slowdown)),
+        model_factory=lambda: Sleeper(BASE_SLEEP_S + extra_s),
         batch_maker=lambda n, gen: (
             (torch.randn(n, 32, generator=gen),),
             torch.randint(4, (n,), generator=gen),
@@ -71,8 +78,9 @@ def workload(slowdown: float) -> Workload:
     )
 
 
-def measured_run(folder: Path, slowdown: float, index: int) -> Path:
-    result = run_baseline(workload(slowdown), get_target("cpu"), SETTINGS, log=lambda _: None)
+def measured_run(folder: Path, extra_s: float, index: int) -> Path:
+    """One run whose forward busy-waits `extra_s` longer than the base step's."""
+    result = run_baseline(workload(extra_s), get_target("cpu"), SETTINGS, log=lambda _: None)
     folder.mkdir(parents=True)
     save_result(folder, "01_baseline", result_data(result), target=result.target)
     summary = {
@@ -86,8 +94,13 @@ def measured_run(folder: Path, slowdown: float, index: int) -> Path:
     return folder
 
 
-def flagged(base: Path, new: Path) -> bool:
-    comparison = compare_runs([base, new])
+def _steady_median(run: Path) -> float:
+    data = json.loads((run / "01_baseline.json").read_text())["data"]
+    return statistics.median(steady_samples(data["configs"][0]))
+
+
+def flagged(*runs: Path) -> bool:
+    comparison = compare_runs(list(runs))
     return any(
         c.area == "timing" and c.name.endswith("steady median") for c in comparison.regressions
     )
@@ -96,21 +109,30 @@ def flagged(base: Path, new: Path) -> bool:
 def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-compare-"))
     try:
-        count = 0
-        step_ms = BASE_SLEEP_S * 1e3
+        # A slowdown is planted as a share of the whole step (busy wait, Linear, backward,
+        # optimizer and the loop), so the base step is measured first, on NIGHTS runs.
+        # Each slowed run is also judged as a nightly run is: against the latest base runs.
+        history = [measured_run(root / f"night{night}", 0.0, night) for night in range(NIGHTS)]
+        count = NIGHTS
+        step_s = statistics.median(_steady_median(run) for run in history)
         print(
-            f"planted slowdown of a {step_ms:.0f} ms step, {PAIRS} pairs each (5% gate, p < 0.01):"
+            f"planted slowdown of a {step_s * 1e3:.2f} ms step (median of {NIGHTS} base runs' "
+            f"steady medians; {BASE_SLEEP_S * 1e3:.0f} ms of it a busy wait), {PAIRS} pairs "
+            "each (5% gate, p < 0.01):"
         )
-        history: list[Path] = []
         for level in LEVELS:
-            hits = 0
+            hits = nightly_hits = 0
             for pair in range(PAIRS):
                 base = measured_run(root / f"l{level}-p{pair}-base", 0.0, count)
-                slow = measured_run(root / f"l{level}-p{pair}-new", level, count + 1)
+                slow = measured_run(root / f"l{level}-p{pair}-new", level * step_s, count + 1)
                 count += 2
                 history.append(base)
                 hits += flagged(base, slow)
-            print(f"  slowdown {level:4.0%}: {hits}/{PAIRS} pairs flagged ({hits / PAIRS:.0%})")
+                nightly_hits += flagged(*history[-NIGHTS:], slow)
+            print(
+                f"  slowdown {level:4.0%}: {hits}/{PAIRS} pairs flagged ({hits / PAIRS:.0%}); "
+                f"against the {NIGHTS} latest base runs: {nightly_hits}/{PAIRS}"
+            )
         while len(history) < HISTORY:
             history.append(measured_run(root / f"extra{len(history)}", 0.0, count))
             count += 1

@@ -163,6 +163,23 @@ def test_history_judges_the_newest_run_against_the_median_of_the_others(tmp_path
     assert len(median.series) == 5 and median.series[-1] == pytest.approx(0.012, rel=0.03)
 
 
+def test_history_calls_a_shift_within_the_earlier_runs_own_spread_noise(tmp_path: Path) -> None:
+    """Measured on this kind of machine: identical runs one after the other differ by up to
+    19% in median, each run tight, so a rank test on steps calls them apart. Against a history,
+    a change must also leave the band the earlier runs' values spread over."""
+    nights = tmp_path / "reports"
+    for night, step in enumerate((0.0100, 0.0109, 0.0094, 0.0102)):
+        write_run(nights / f"night{night}", started=f"2026-11-0{night + 1}", seed=night, step=step)
+    write_run(nights / "tonight", started="2026-11-09", seed=9, step=0.0108)
+    change = next(
+        c for c in compare_runs([nights]).changes if c.name == "train/eager steady median"
+    )
+    assert change.ratio > 1.05 and change.p_value < 0.01, "beyond the gate, and significant"
+    assert change.status == NOISE and "within the band of the 4 earlier runs" in change.note
+    write_run(nights / "tomorrow", started="2026-11-10", seed=10, step=0.0125)
+    assert _status(compare_runs([nights]), "train/eager steady median") == REGRESSION
+
+
 def test_a_newly_falling_back_op_a_failing_run_and_a_blocker_are_regressions(
     tmp_path: Path,
 ) -> None:

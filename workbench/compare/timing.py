@@ -6,8 +6,12 @@ only when it is beyond its magnitude gate, a Mann-Whitney U test on the samples 
 noise, and the two runs' interquartile ranges do not overlap. The last rule is for a burst of
 other load that slows most of one run's steps: the rank test then calls the shift significant,
 but the run's own spread covers it (measured on a shared 2-core VM, it flagged 2 of 5 pairs of
-identical runs without it). First-call time and peak memory are one value per run: they are
-judged by their gate alone (as PyTorch's dashboard judges compile latency), and say so.
+identical runs without it). Steps of one run are not independent of the machine's state during
+that run: two identical runs one after the other differed by up to 19% in median there, each
+run tight. One run against one cannot measure that; against a history of 3 or more runs, a
+change must also leave the band the earlier runs' values spread over (history_band).
+First-call time and peak memory are one value per run: they are judged by their gate alone (as
+PyTorch's dashboard judges compile latency), and say so.
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ from workbench.compare.stats import mann_whitney_u, median
 from workbench.timing import quantile
 
 BASELINE_NOTEBOOK = "01_baseline"
+# From this many earlier runs on, a change must also leave the band their values spread over.
+HISTORY_SPREAD_RUNS = 3
+HISTORY_SPREADS = 2.0
 
 
 @dataclass(frozen=True)
@@ -118,6 +125,17 @@ def quartiles_apart(new: list[float], base: list[float]) -> bool:
     return quantile(new, 0.25) > quantile(base, 0.75) or quantile(new, 0.75) < quantile(base, 0.25)
 
 
+def history_band(earlier: list[float]) -> tuple[float, float] | None:
+    """The range the earlier runs' values put a run in by the machine's run-to-run variation:
+    their median +- HISTORY_SPREADS robust standard deviations (1.4826 x MAD, so one odd night
+    does not widen it). None with fewer than HISTORY_SPREAD_RUNS runs: too few to tell."""
+    if len(earlier) < HISTORY_SPREAD_RUNS:
+        return None
+    center = median(earlier)
+    spread = HISTORY_SPREADS * 1.4826 * median([abs(v - center) for v in earlier])
+    return center - spread, center + spread
+
+
 def _judge(
     metric: Metric,
     base: float,
@@ -174,12 +192,25 @@ def timing_changes(runs: list[Run], gates: Gates, environment_note: str) -> list
                 continue
             base = earlier[-1] if len(previous) == 1 else median(earlier)
             p_value = samples_p if metric.sampled else None
-            separated = samples_apart if metric.sampled else True
+            band = history_band(earlier)
+            outside = band is None or not band[0] <= new <= band[1]
+            separated = samples_apart and outside if metric.sampled else True
             if metric.sampled:
                 note = "rank test on raw steady-state samples"
-                if not separated:
+                if not samples_apart:
                     note += (
                         "; the runs' interquartile ranges overlap (a burst of load, not a shift)"
+                    )
+                elif band is not None and not outside:
+                    note += (
+                        f"; within the band of the {len(earlier)} earlier runs ({band[0]:.4g} "
+                        f"to {band[1]:.4g}: median +- {HISTORY_SPREADS:g} x 1.4826 x MAD): the "
+                        "machine's run-to-run variation, not a shift"
+                    )
+                elif len(previous) == 1:
+                    note += (
+                        "; one run each, so run-to-run variation is not measured: compare "
+                        f"against a history of {HISTORY_SPREAD_RUNS} or more runs to rule it out"
                     )
             else:
                 note = "one value per run: magnitude gate only"
