@@ -202,7 +202,10 @@ def test_coverage_without_a_table_for_a_flavour_needs_attention() -> None:
 
 
 def _retune(largest_fit, statuses=(), launches=(), accumulation_passed=True) -> SimpleNamespace:
-    trials = [SimpleNamespace(status=s, batch_size=2**i) for i, s in enumerate(statuses)]
+    trials = [
+        SimpleNamespace(status=s, batch_size=2**i, steady_compiles=[])
+        for i, s in enumerate(statuses)
+    ]
     return SimpleNamespace(
         search=SimpleNamespace(largest_fit=largest_fit, stopped="even batch 1 ran out of memory"),
         trials=trials,
