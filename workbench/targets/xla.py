@@ -151,6 +151,9 @@ class XlaTarget(Target):
     def __init__(self) -> None:
         # Before anything is traced: torch_xla reads its debug level once (xla_analysis).
         self._analysis = AnalysisFile()
+        # The Neuron compile cache a Trn1 run counts in (use_compile_cache sets both).
+        self._neuron_cache: str | None = None
+        self._neffs_at_start: set[str] = set()
         import torch_xla
 
         self._device = torch_xla.device()
@@ -373,7 +376,7 @@ class XlaTarget(Target):
         (neuron.md 2.8). The cache keeps no counters of its own, so: misses are the modules
         this run added; hits are the process's compiles (torch_xla's analyses, one per
         compile, never cleared) that added none."""
-        root = getattr(self, "_neuron_cache", None)
+        root = self._neuron_cache
         if root is None:
             return None
         added = len(_neff_modules(root) - self._neffs_at_start)
@@ -482,15 +485,19 @@ def _xla_compile_event(
     """One CompileTime sample, with torch_xla's analysis of it where there is one. `earlier`
     maps each user location to the hash last compiled there, so a second graph cut at the same
     line says what it replaced."""
-    detail = "the traced graph's hash was not in torch_xla's computation cache (UncachedCompile)"
     if analysis is None or not analysis.graph_hash:
+        detail = (
+            "the traced graph's hash was not in torch_xla's computation cache (UncachedCompile)"
+        )
         return CompileEvent(
             started_at, seconds, f"xla compile {number}", CAUSE_NEW_XLA_GRAPH, detail
         )
     frame = analysis.user_frame()
     location = frame.label() if frame else ""
-    detail = f"graph {analysis.graph_hash[:12]} not in the computation cache; torch_xla: "
-    detail += analysis.cause or "no cause given"
+    detail = (
+        f"graph {analysis.graph_hash[:12]} not in the computation cache; torch_xla: "
+        f"{analysis.cause or 'no cause given'}"
+    )
     previous = earlier.get(location) if location else None
     if previous and previous != analysis.graph_hash:
         detail += (

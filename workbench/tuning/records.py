@@ -214,6 +214,18 @@ RETUNING_RULE = (
 )
 
 
+def steady_recompiles(trials: list[Trial]) -> str | None:
+    """The trials that compiled during their timed steps, in one sentence; None if none did."""
+    unsteady = [t for t in trials if t.steady_compiles]
+    if not unsteady:
+        return None
+    first = unsteady[0]
+    return (
+        f"{len(unsteady)} trial(s) recompiled during steady state, first at batch "
+        f"{first.batch_size}: {first.steady_compiles[0].sentence()}"
+    )
+
+
 def retuning_verdict(result: RetuneResult) -> Verdict:
     """Notebook 04's verdict, by RETUNING_RULE."""
     findings = []
@@ -239,16 +251,9 @@ def retuning_verdict(result: RetuneResult) -> Verdict:
                 f"{len(broken)} trial(s) broke, first at batch {first.batch_size}: {first.status}",
             )
         )
-    unsteady = [t for t in result.trials if t.steady_compiles]
-    if unsteady:
-        first = unsteady[0]
-        findings.append(
-            Finding(
-                ATTENTION,
-                f"{len(unsteady)} trial(s) recompiled during steady state, first at batch "
-                f"{first.batch_size}: {first.steady_compiles[0].sentence()}",
-            )
-        )
+    recompiled = steady_recompiles(result.trials)
+    if recompiled:
+        findings.append(Finding(ATTENTION, recompiled))
     launches = result.scaling.runs if result.scaling else []
     failed = [r for r in launches if r.status in (LAUNCH_FAILED, LAUNCH_TIMEOUT)]
     if failed:

@@ -191,6 +191,16 @@ class Trial:
         """Compiles during the timed steps: their time is inside the measured throughput."""
         return [entry for entry in self.compiles if entry.phase == PHASE_STEADY]
 
+    def compile_summary(self) -> str:
+        """ "2 compile(s), 3.04 s, 1 in steady state": the trial line's and the table's words."""
+        if not self.compiles:
+            return "no compile recorded"
+        seconds = self.compile_seconds
+        text = f"{len(self.compiles)} compile(s)"
+        text += f", {format_seconds(seconds)}" if seconds is not None else ""
+        steady = self.steady_compiles
+        return text + (f", {len(steady)} in steady state" if steady else "")
+
     @property
     def throughput(self) -> float | None:
         if self.steady is None or self.items_per_step is None or self.steady.median <= 0:
@@ -205,9 +215,7 @@ class Trial:
         if self.peak_memory_bytes is not None:
             text += f", peak {self.peak_memory_bytes / 2**20:,.0f} MiB"
         if self.compiles:
-            seconds = self.compile_seconds
-            text += f", {len(self.compiles)} compile(s)"
-            text += f" {format_seconds(seconds)}" if seconds is not None else ""
+            text += f", {self.compile_summary()}"
         if self.diagnosis:
             text += f" ({self.diagnosis})"
         elif self.error:

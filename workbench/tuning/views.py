@@ -11,7 +11,7 @@ from workbench.baseline.views import ledger_row
 from workbench.timing import format_seconds
 from workbench.tuning.dataloader import LoaderResult
 from workbench.tuning.parallel import FAILED, TIMEOUT, ScalingRun
-from workbench.tuning.records import RetuneResult
+from workbench.tuning.records import RetuneResult, steady_recompiles
 from workbench.tuning.trials import OVER_BUDGET, Trial
 
 
@@ -55,19 +55,10 @@ def _trial_row(trial: Trial, unit: str, throughput_label: str) -> dict[str, Any]
         "p99 step": _seconds(steady.p99 if steady else None),
         "IQR": f"{steady.relative_iqr:.0%}" if steady else "n/a",
         throughput_label: _rate(trial.throughput, unit),
-        "compiles": _compiles(trial),
+        "compiles": trial.compile_summary(),
         "trial time": format_seconds(trial.seconds),
         "why": trial.diagnosis or trial.oom_evidence or _first_line(trial.error),
     }
-
-
-def _compiles(trial: Trial) -> str:
-    if not trial.compiles:
-        return "none recorded"
-    seconds = trial.compile_seconds
-    text = f"{len(trial.compiles)}" + (f" ({format_seconds(seconds)})" if seconds else "")
-    steady = trial.steady_compiles
-    return text + (f", {len(steady)} in steady state" if steady else "")
 
 
 def compiles(result: RetuneResult) -> None:
@@ -81,17 +72,9 @@ def compiles(result: RetuneResult) -> None:
     if not rows:
         display(show.banner("The compiler recorded no compile in any trial.", "info"))
         return
-    unsteady = [t for t in result.trials if t.steady_compiles]
-    if unsteady:
-        first = unsteady[0]
-        display(
-            show.banner(
-                f"{len(unsteady)} trial(s) compiled during their timed steps, first at batch "
-                f"{first.batch_size} ({first.steady_compiles[0].sentence()}): their step times "
-                "include compile time.",
-                "warn",
-            )
-        )
+    recompiled = steady_recompiles(result.trials)
+    if recompiled:
+        display(show.banner(f"{recompiled}: their step times include compile time.", "warn"))
     display(show.table(rows, caption="Compile ledger of every trial, in the order they ran"))
 
 
