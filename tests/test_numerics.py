@@ -840,9 +840,34 @@ def test_a_reference_that_is_not_deterministic_is_said_and_judged_against_its_sp
     assert ("warn", reproducibility.note) in numerics_records.reading(result)
     (run,) = result.runs
     spreads = [c.metrics.reference_spread for c in run.final_comparisons]
-    # Each comparison carries the two references' spread, so the verdict can widen by it. (Whether
-    # a third random draw falls inside the spread of two is itself random: not asserted.)
+    # Each comparison carries the references' spread, so the verdict can widen by it. (Whether
+    # a further random draw falls inside that spread is itself random: not asserted.)
     assert any(spreads)
+    # The second reference run records no layer; once it differs, a third one does, so the
+    # layers are judged against a spread too.
+    assert any(c.metrics.reference_spread for c in run.layers)
+
+
+def test_a_deterministic_reference_runs_twice_and_hooks_its_layers_once(monkeypatch):
+    recorded, trained = [], []
+    original_recorder, original_train = numerics.LayerRecorder, numerics._train
+
+    def counting_recorder(model, **kwargs):
+        recorded.append(kwargs)
+        return original_recorder(model, **kwargs)
+
+    def counting_train(model, spec, *args, **kwargs):
+        trained.append(spec.label)
+        return original_train(model, spec, *args, **kwargs)
+
+    monkeypatch.setattr(numerics, "LayerRecorder", counting_recorder)
+    monkeypatch.setattr(numerics, "_train", counting_train)
+    refs = run_references(DEEP.build_model, DEEP.batch(), DEEP, STEPS, CPU)
+    assert refs.reproducibility.deterministic
+    reference, yardstick = refs.spec.label, refs.fp64_spec.label
+    assert trained == [reference, reference, yardstick]
+    # One recorder keeps the reference's inputs, one records the yardstick: none for the repeat.
+    assert recorded == [{"keep_inputs": True}, {"keep_inputs": False}]
 
 
 # --- held-out data and what cannot be compared -------------------------------------------------

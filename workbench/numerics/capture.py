@@ -376,14 +376,15 @@ def capture_training(
     recorder: LayerRecorder | None = None,
     seed: int = 0,
     evaluate: Callable[[nn.Module, Callable[..., Any]], Any] | None = None,
+    score_initial: bool = True,
 ) -> TrainingCapture:
     """`steps` training steps of the placed `model` on one fixed batch (forward, loss,
     backward, optimizer update), the target seeded with `seed` first; see module docs.
-    `evaluate(model, forward)` scores held-out data before the first step and after the last
-    update, through the same (possibly compiled) forward."""
+    `evaluate(model, forward)` scores held-out data after the last update, through the same
+    (possibly compiled) forward, and before the first step unless `score_initial` is False."""
     optimizer = make_optimizer(model)
     forward = spec.forward_of(model)
-    held_out_before = evaluate(model, forward) if evaluate else None
+    held_out_before = evaluate(model, forward) if evaluate and score_initial else None
     spec.target.manual_seed(seed)
     losses: list[torch.Tensor] = []
     first: dict[str, Any] = {}
