@@ -177,3 +177,25 @@ def test_help_answers_without_importing_torch(argv):
     if argv == ["run", "--help"]:
         for heading in ("what to run:", "where the results go:", "examples:", "workbench list"):
             assert heading in done.stdout
+
+
+def test_the_cli_process_skips_the_iri_parsers_and_still_validates_notebooks():
+    # In a fresh process, as the CLI starts: jsonschema must not build rfc3987_syntax's parsers,
+    # and nbformat must still reject a notebook that breaks its schema.
+    script = """
+import sys
+from workbench.cli import skip_iri_format_parsers
+skip_iri_format_parsers()
+import nbformat
+notebook = nbformat.v4.new_notebook()
+nbformat.validate(notebook)
+notebook.cells.append({"cell_type": "code", "source": 3})
+try:
+    nbformat.validate(notebook)
+except nbformat.ValidationError:
+    print("invalid notebook rejected")
+print("rfc3987_syntax loaded:", sys.modules.get("rfc3987_syntax") is not None)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["invalid notebook rejected", "rfc3987_syntax loaded: False"]

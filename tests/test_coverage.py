@@ -139,6 +139,22 @@ def test_capture_records_phases_counts_dtypes_and_user_lines() -> None:
     assert optimizer_site.path.endswith(os.path.join("torch", "optim", "sgd.py"))
 
 
+def test_one_line_is_one_site_however_many_instructions_call_the_op() -> None:
+    class TwoProducts(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(6, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x * 2.0 + x * 3.0)  # MARK-two-products
+
+    ops = capture_training_step(_workload(TwoProducts)).ops
+    line = _line_of("MARK-two-products")
+    forward = [s for s in ops["aten::mul.Tensor"].sites if s.site.line == line and not s.site.via]
+    # Two multiplications at two bytecode offsets of one line: one site row that counts both.
+    assert len(forward) == 1 and forward[0].calls == 2
+
+
 def test_sequential_model_sites_name_the_layer() -> None:
     capture = capture_training_step(load_workload("seed-mlp"))
     gelu = capture.ops["aten::gelu"].first_site

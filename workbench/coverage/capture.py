@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from time import perf_counter
 from types import CodeType, FrameType
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -118,25 +118,45 @@ class CallSite:
         return f"{where} ({self.via})" if self.via else where
 
 
-def site_from_frame(frame: FrameType | None, module: str = "") -> CallSite | None:
+# (code, instruction offset, module) -> its site; and each site -> itself, so that two
+# instructions on one line share one object (sites are then told apart by identity).
+SiteCache = dict[object, CallSite]
+
+
+def site_from_frame(
+    frame: FrameType | None, module: str = "", cache: SiteCache | None = None
+) -> CallSite | None:
     """The first workload frame from `frame` outward; without one (the workbench machinery
     called torch directly), the innermost torch frame that is not dispatch plumbing, e.g.
-    torch/optim/adam.py in _single_tensor_adam for the optimizer step."""
+    torch/optim/adam.py in _single_tensor_adam for the optimizer step. With `cache`, one
+    CallSite is made per instruction and module, and reused."""
     innermost_torch: FrameType | None = None
+    found: FrameType | None = None
+    known = _KIND_BY_CODE.get  # looked up inline: this loop runs for every frame of every op
     while frame is not None:
-        kind = _code_kind(frame.f_code)
-        if kind == _USER:
-            code = frame.f_code
-            return CallSite(code.co_filename, frame.f_lineno, code.co_name, True, module)
-        if kind == _MACHINERY:
+        kind = known(frame.f_code) or _code_kind(frame.f_code)
+        if kind is _USER:
+            found = frame
             break
-        if kind == _TORCH and innermost_torch is None:
+        if kind is _MACHINERY:
+            break
+        if kind is _TORCH and innermost_torch is None:
             innermost_torch = frame
         frame = frame.f_back
-    if innermost_torch is None:
+    found = found or innermost_torch
+    if found is None:
         return None
-    code = innermost_torch.f_code
-    return CallSite(code.co_filename, innermost_torch.f_lineno, code.co_name, False, module)
+    code = found.f_code
+    # Keyed by the instruction offset, not the line: f_lineno decodes the code object's line
+    # table from its start on every read, which costs microseconds in a long function.
+    key = (code, found.f_lasti, module)
+    site = cache.get(key) if cache is not None else None
+    if site is None:
+        in_user_code = found is not innermost_torch
+        site = CallSite(code.co_filename, found.f_lineno, code.co_name, in_user_code, module)
+        if cache is not None:
+            site = cache[key] = cache.setdefault(site, site)
+    return site
 
 
 @dataclass
@@ -175,13 +195,13 @@ class OpRecord:
         return name in self.tags
 
 
-@dataclass(frozen=True)
-class TraceEntry:
-    """One call, in order: what shape stability compares between batch sizes."""
+class TraceEntry(NamedTuple):
+    """One call, in order: what shape stability compares between batch sizes. A named tuple,
+    not a dataclass: one is made for every op the step runs."""
 
     op: str
     phase: str
-    shapes: tuple[tuple[int, ...], ...]  # tensor inputs, then tensor outputs
+    shapes: tuple[tuple[int, ...], ...]  # tensor inputs, then tensor outputs (torch.Size)
     site: CallSite | None
 
 
@@ -236,14 +256,17 @@ def op_name(func: Any) -> str:
     return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
 
 
-def _tensors(values: Any) -> Iterator[torch.Tensor]:
-    """Tensors among op arguments or results: direct, or one level inside lists and tuples
-    (aten::cat, the _foreach_ ops)."""
+def _tensors(values: Any, into: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
+    """Tensors among op arguments or results, appended to `into`: direct, or one level inside
+    lists and tuples (aten::cat, the _foreach_ ops). A loop, not a generator: it runs on every
+    op the capture sees."""
+    found = [] if into is None else into
     for value in values:
         if isinstance(value, torch.Tensor):
-            yield value
+            found.append(value)
         elif isinstance(value, (list, tuple)):
-            yield from (v for v in value if isinstance(v, torch.Tensor))
+            found.extend([v for v in value if isinstance(v, torch.Tensor)])
+    return found
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -277,10 +300,14 @@ class OpCaptureMode(TorchDispatchMode):
         self.current_op: str | None = None  # the op whose kernel is running, for failures
         self.module_stack: list[str] = []  # running nn.Modules, innermost last
         self._names: dict[Any, str] = {}
-        self._sites: dict[str, dict[CallSite, SiteCount]] = {}
+        # Keyed by id: every site comes from _locate, which makes one object per site (the
+        # dataclass's own hash and == cost more than the rest of an op's bookkeeping).
+        self._sites: dict[str, dict[int, SiteCount]] = {}
         self._shape_sets: dict[str, set[tuple[tuple[int, ...], ...]]] = {}
         self._tensor_kinds: dict[str, set[tuple[Any, ...]]] = {}
         self._node_origins: dict[int, tuple[CallSite, str]] = {}
+        self._site_cache: SiteCache = {}
+        self._via_sites: dict[tuple[int, str], CallSite] = {}  # (id(site), via) -> site with via
         self._get_sequence_nr: Callable[[], int] | None = getattr(
             torch._C._autograd, "_get_sequence_nr", None
         )
@@ -293,11 +320,13 @@ class OpCaptureMode(TorchDispatchMode):
         # f_back is None when the op comes straight from C++ on a thread with no Python
         # caller: the autograd engine runs a non-CPU device's backward on a worker thread.
         site, forward_op = self._locate(sys._getframe().f_back, name)
-        inputs = list(_tensors(args)) + list(_tensors(kwargs.values()))
+        inputs = _tensors(args)
+        if kwargs:
+            _tensors(kwargs.values(), inputs)
         self.current_op = name
         result = func(*args, **kwargs)
         self.current_op = None
-        outputs = list(_tensors(result if isinstance(result, (list, tuple)) else (result,)))
+        outputs = _tensors(result if isinstance(result, (list, tuple)) else (result,))
         self._record(func, name, site, inputs, outputs)
         if forward_op is not None and forward_op not in self.ops[name].forward_ops:
             self.ops[name].forward_ops.append(forward_op)
@@ -305,7 +334,8 @@ class OpCaptureMode(TorchDispatchMode):
 
     def _locate(self, caller: FrameType | None, name: str) -> tuple[CallSite | None, str | None]:
         """The op's call site and, for a backward op, the forward op whose node it runs in."""
-        site = site_from_frame(caller, self.module_stack[-1] if self.module_stack else "")
+        module = self.module_stack[-1] if self.module_stack else ""
+        site = site_from_frame(caller, module, self._site_cache)
         if self.phase == PHASE_BACKWARD and (site is None or not site.in_user_code):
             # A custom autograd.Function's backward in workload code keeps its own frame;
             # everything else runs from the engine and maps to its forward call.
@@ -314,14 +344,22 @@ class OpCaptureMode(TorchDispatchMode):
                 origin = self._node_origins.get(node._sequence_nr())
                 node_name = type(node).__name__
                 if origin is not None:
-                    return replace(origin[0], via=f"backward of {node_name}"), origin[1]
+                    return self._via(origin[0], f"backward of {node_name}"), origin[1]
                 if site is not None:
-                    return replace(site, via=node_name), None
+                    return self._via(site, node_name), None
         if self.phase == PHASE_FORWARD and site is not None and self._get_sequence_nr:
             # The autograd node of this op (if it needs one) was created just before its
             # kernel ran and took the sequence number just below the current one.
             self._node_origins.setdefault(self._get_sequence_nr() - 1, (site, name))
         return site, None
+
+    def _via(self, site: CallSite, via: str) -> CallSite:
+        """`site` with how a backward op reached it: made once per site and node type."""
+        key = (id(site), via)
+        found = self._via_sites.get(key)
+        if found is None:
+            found = self._via_sites[key] = replace(site, via=via)
+        return found
 
     def _record(
         self,
@@ -344,12 +382,10 @@ class OpCaptureMode(TorchDispatchMode):
             self._tensor_kinds[name] = set()
         record.calls[self.phase] = record.calls.get(self.phase, 0) + 1
 
-        input_shapes = tuple(tuple(t.shape) for t in inputs)
-        self.trace.append(
-            TraceEntry(
-                name, self.phase, input_shapes + tuple(tuple(t.shape) for t in outputs), site
-            )
-        )
+        # torch.Size is a tuple: kept as it is, it hashes and compares like one.
+        input_shapes = tuple([t.shape for t in inputs])
+        shapes = input_shapes + tuple([t.shape for t in outputs]) if outputs else input_shapes
+        self.trace.append(TraceEntry(name, self.phase, shapes, site))
         seen = self._shape_sets[name]
         if input_shapes not in seen:
             seen.add(input_shapes)
@@ -359,20 +395,22 @@ class OpCaptureMode(TorchDispatchMode):
 
         if site is not None:
             sites = self._sites[name]
-            if site in sites:
-                sites[site].calls += 1
+            count = sites.get(id(site))
+            if count is not None:
+                count.calls += 1
             elif len(sites) < MAX_SITES_KEPT:
-                sites[site] = SiteCount(site, 1)
-                record.sites.append(sites[site])
+                sites[id(site)] = count = SiteCount(site, 1)
+                record.sites.append(count)
 
         kinds = self._tensor_kinds[name]
         for tensor in (*inputs, *outputs):
             # Most calls repeat the tensor kinds already seen; only a new kind is described.
-            kind = (tensor.dtype, tensor.layout, tensor.device, type(tensor))
+            dtype = tensor.dtype
+            kind = (dtype, tensor.layout, tensor.device, type(tensor))
             if kind not in kinds:
                 kinds.add(kind)
                 self._note_tensor(record, tensor, site)
-            if self.check_values and tensor.dtype == torch.int64:
+            if dtype is torch.int64 and self.check_values:
                 self._note_int64(record, tensor, site)
 
     def _note_tensor(self, record: OpRecord, tensor: torch.Tensor, site: CallSite | None) -> None:
