@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from workbench.cache_dir import user_cache_dir
 from workbench.targets.base import CacheCounters, Target
 
 OFF = "off"  # the `compile_cache` value that turns the caches off
@@ -27,8 +28,7 @@ STATUS_STAMP_MISMATCH = "stamp mismatch"
 
 def default_cache_root() -> Path:
     """~/.cache/workbench/compile-cache, or under $XDG_CACHE_HOME where it is set."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
-    return Path(base) / "workbench" / "compile-cache"
+    return user_cache_dir() / "compile-cache"
 
 
 def cache_root(requested: str) -> Path:

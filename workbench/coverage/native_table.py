@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from workbench.cache_dir import user_cache_dir
 from workbench.errors import BadInput
 from workbench.results import write_json_atomic
 from workbench.targets.detect import FLAVOUR_NATIVE
@@ -196,8 +197,7 @@ def op_tables_dir() -> Path:
     override = os.environ.get(ENV_OP_TABLES)
     if override:
         return Path(override).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
-    return Path(base) / "workbench" / "op-tables"
+    return user_cache_dir() / "op-tables"
 
 
 def release_key(release: str) -> tuple[int, ...]:
