@@ -9,13 +9,16 @@
    changes; the median pair is printed with every pair. For scale, the capture is also divided
    by the median of a warm, steady eager step.
 2. `time to a full coverage answer`: `workbench run --only 02` on seed-mlp, wall time from
-   process start to exit (kernel start, capture, verdicts, report export included).
+   process start to exit (kernel start, capture, verdicts, report export included), with the
+   time of a fresh `import torch` beside it for scale.
 """
 
 from __future__ import annotations
 
 import os
 import statistics
+import subprocess
+import sys
 import time
 
 import torch
@@ -57,6 +60,12 @@ def steady_step_median(workload: Workload) -> float:
     return Measurement(times[5:]).median  # the first steps allocate and warm caches
 
 
+def import_torch_seconds() -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch"], check=True)
+    return time.perf_counter() - start
+
+
 def capture_seconds(workload: Workload) -> float:
     start = time.perf_counter()
     capture_training_step(workload)
@@ -91,8 +100,13 @@ def main() -> None:
     )
     for name in ("seed-mlp", "tiny-transformer"):
         overhead(name)
+    answer = notebook_wall_seconds("02")
+    # The answer imports torch twice (the CLI checks the workload, the kernel runs it), and that
+    # import's cost moves from day to day on a shared machine: printed beside it for scale.
+    torch_import = statistics.median(import_torch_seconds() for _ in range(3))
     print(
-        f"time to a full coverage answer for seed-mlp on cpu: {notebook_wall_seconds('02'):.1f} s"
+        f"time to a full coverage answer for seed-mlp on cpu: {answer:.1f} s "
+        f"(a fresh `import torch` takes {torch_import:.1f} s here, median of 3)"
     )
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
