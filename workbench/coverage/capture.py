@@ -256,11 +256,11 @@ def op_name(func: Any) -> str:
     return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
 
 
-def _tensors(values: Any, into: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
-    """Tensors among op arguments or results, appended to `into`: direct, or one level inside
-    lists and tuples (aten::cat, the _foreach_ ops). A loop, not a generator: it runs on every
-    op the capture sees."""
-    found = [] if into is None else into
+def _tensors(values: Any) -> list[torch.Tensor]:
+    """Tensors among op arguments or results: direct, or one level inside lists and tuples
+    (aten::cat, the _foreach_ ops). A loop, not a generator: it runs on every op the capture
+    sees."""
+    found: list[torch.Tensor] = []
     for value in values:
         if isinstance(value, torch.Tensor):
             found.append(value)
@@ -322,7 +322,7 @@ class OpCaptureMode(TorchDispatchMode):
         site, forward_op = self._locate(sys._getframe().f_back, name)
         inputs = _tensors(args)
         if kwargs:
-            _tensors(kwargs.values(), inputs)
+            inputs += _tensors(kwargs.values())
         self.current_op = name
         result = func(*args, **kwargs)
         self.current_op = None
