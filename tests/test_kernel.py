@@ -56,3 +56,23 @@ def test_a_real_kernel_starts_from_it_and_imports_from_the_run_folder(tmp_path):
             manager.shutdown_kernel(now=True)
     assert reply["content"]["status"] == "ok"
     assert "".join(printed).split() == [sys.executable, "42"]
+
+
+def test_a_kernel_shut_down_gracefully_still_runs_its_exit_handlers(tmp_path):
+    # The runner's kernels skip the garbage collections at exit (workbench.kernel_launcher);
+    # what a notebook registers to run at exit (a temporary file removed, a log closed) must run.
+    marker = tmp_path / "exit-handler-ran"
+    with private_kernelspec([]) as name:
+        assert _find(name).argv[1:3] == ["-m", "workbench.kernel_launcher"]
+        manager, client = start_new_kernel(kernel_name=name, startup_timeout=120)
+        try:
+            reply = client.execute_interactive(
+                "import atexit, pathlib\n"
+                f"atexit.register(pathlib.Path({str(marker)!r}).write_text, 'yes')",
+                timeout=60,
+            )
+        finally:
+            client.stop_channels()
+            manager.shutdown_kernel(now=False)
+    assert reply["content"]["status"] == "ok"
+    assert marker.read_text() == "yes"

@@ -7,6 +7,8 @@ kernel), so they take seconds; test_run_e2e.py runs the real notebooks through t
 import json
 import os
 import re
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -25,6 +27,8 @@ from workbench.runner import (
     select_notebooks,
     update_latest,
 )
+from workbench.workload import load_workload
+from workbench.workloads import BUILTIN_WORKLOADS
 
 TINY_PARAMETERS = """\
 workload: str = "seed-mlp"  # the runner passes --workload here
@@ -71,6 +75,28 @@ def _request(tmp_path: Path, **kwargs) -> RunRequest:
 
 def _summary(out: Path) -> dict:
     return json.loads((out / "summary.json").read_text())
+
+
+def test_checking_a_run_of_a_builtin_workload_does_not_import_torch():
+    # A fresh interpreter: `workbench run` checks everything before a kernel starts, and two
+    # seconds of `import torch` there delayed every answer (the kernel imports it anyway).
+    script = (
+        "import sys\n"
+        "from workbench.runner import RunRequest, prepare_run\n"
+        "prepared = prepare_run(RunRequest(only=['02'], target='auto'))\n"
+        "print(prepared.workload_name, prepared.target, 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert done.stdout.split() == ["seed-mlp", "cpu", "False"]
+
+
+def test_every_builtin_workload_is_named_by_its_registry_key():
+    # The check above names a built-in by its key without loading it: that is only right while
+    # every factory's workload carries its key as its name.
+    for key in BUILTIN_WORKLOADS:
+        assert load_workload(key).name == key
 
 
 def test_only_picks_notebooks_by_number_once_each_in_order(notebooks):

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from workbench.errors import BadInput
-from workbench.targets import TARGET_NAMES, get_target, resolve_target_name, target_class
+from workbench.targets import TARGET_NAMES, detect, get_target, resolve_target_name, target_class
 from workbench.targets.cpu import CpuTarget
-from workbench.targets.detect import FLAVOUR_NATIVE, FLAVOUR_XLA, neuron_flavour
+from workbench.targets.detect import (
+    FLAVOUR_NATIVE,
+    FLAVOUR_XLA,
+    neuron_flavour,
+    torch_has_gpu_build,
+)
 
 
 class _TinyNet(torch.nn.Module):
@@ -127,6 +133,21 @@ def test_importing_targets_and_resolving_auto_imports_no_neuron_or_xla_module() 
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
     )
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_gpu_build_of_torch_is_told_from_its_files_as_torch_itself_tells_it(
+    tmp_path, monkeypatch
+) -> None:
+    built_for_gpu = torch.version.cuda is not None or torch.version.hip is not None
+    assert torch_has_gpu_build() == built_for_gpu
+    # A CUDA build's layout, in a folder of its own: the same check must answer yes there.
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libtorch_cuda.so").write_bytes(b"")
+    spec = SimpleNamespace(submodule_search_locations=[str(tmp_path)])
+    monkeypatch.setattr(detect, "find_spec", lambda name: spec)
+    assert torch_has_gpu_build()
+    (tmp_path / "lib" / "libtorch_cuda.so").unlink()
+    assert not torch_has_gpu_build()
 
 
 cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

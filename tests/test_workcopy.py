@@ -13,9 +13,9 @@ import pytest
 from nbclient import NotebookClient
 
 from workbench.cli import main
-from workbench.context import NOTEBOOKS_DIR
 from workbench.errors import EXIT_BAD_INPUT, EXIT_NOTEBOOK_FAILED, EXIT_OK, BadInput
 from workbench.kernel import private_kernelspec
+from workbench.params import NOTEBOOKS_DIR
 from workbench.runner import RunRequest
 from workbench.workcopy import NOT_RUN, OPENED_FILE, export_run, open_run
 

@@ -16,14 +16,12 @@ from IPython.display import display
 import workbench
 from workbench import markup as show
 from workbench.compile_cache import STATUS_IN_USE, STATUS_OFF, CompileCache, open_compile_cache
-from workbench.params import coerce, notebook_parameters
+from workbench.params import NOTEBOOKS_DIR, coerce, notebook_parameters
 from workbench.results import save_result
 from workbench.scorecard import Verdict
 from workbench.targets import get_target, resolve_target_name
 from workbench.targets.base import Target
 from workbench.workload import Workload, WorkloadSpec
-
-NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 
 
 @dataclass

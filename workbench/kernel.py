@@ -34,12 +34,13 @@ def private_kernelspec(extra_pythonpath: list[str]) -> Iterator[str]:
         os.pathsep
     )
     spec = {
+        # ipykernel through kernel_launcher, which skips the collections at exit (1.2 s each).
         # ERROR level: ipykernel warns on every start that local TCP is unencrypted, which
         # buries the run's own progress lines; real kernel errors still show.
         "argv": [
             sys.executable,
             "-m",
-            "ipykernel_launcher",
+            "workbench.kernel_launcher",
             "-f",
             "{connection_file}",
             "--IPKernelApp.log_level=ERROR",

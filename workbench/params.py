@@ -25,6 +25,9 @@ _ELEMENT_TYPES: dict[str, type] = {"list[str]": str, "list[int]": int, "list[flo
 # (or attempts to make the YAML reader or the file system choke).
 MAX_VALUE_CHARS = 4096
 
+# The workbook's notebooks, whose parameters cells declare what each one takes.
+NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+
 # Parameters that shape the workload itself. Every notebook that loads the workload must get the
 # same values, or its numbers describe another model or batch than its neighbours'.
 WORKLOAD_PARAMETERS = (

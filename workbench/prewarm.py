@@ -34,8 +34,7 @@ def step_command(workload: str, target: str, steps: int, params: dict[str, str])
 
 def checked_params(pairs: list[str]) -> dict[str, Any]:
     """`-p` pairs checked against notebook 01's parameters cell, as `workbench run` checks them."""
-    from workbench.context import NOTEBOOKS_DIR
-    from workbench.params import notebook_parameters, parse_assignments, validate
+    from workbench.params import NOTEBOOKS_DIR, notebook_parameters, parse_assignments, validate
 
     declared = {"01_baseline": notebook_parameters(NOTEBOOKS_DIR / "01_baseline.ipynb")}
     return validate(parse_assignments(pairs), declared)["01_baseline"]

@@ -154,6 +154,7 @@ _BASE64_MIN_ENTROPY = 4.0
 _HEX_MIN_ENTROPY = 3.0
 
 
+@lru_cache(maxsize=4096)  # scrub_text asks about every variable of the environment, every call
 def is_secret_name(name: str) -> bool:
     """True when a variable's name suggests it holds a credential."""
     return name.upper() not in _PUBLIC_NAMES and bool(_SECRET_WORDS.search(name))
@@ -249,8 +250,20 @@ def scrub_text(text: str, environ: Mapping[str, str] = os.environ) -> str:
     characters or more, so a "1" or "true" does not rewrite the whole text); credential-shaped
     tokens; the value after a secret-named flag, assignment or query parameter; and URL userinfo.
     """
-    values = tuple(sorted({v for k, v in environ.items() if len(v) >= 6 and is_secret_name(k)}))
-    pattern = _scrub_pattern(values)
+    return _scrub(text, _scrub_pattern(_secret_values(environ)))
+
+
+def scrub_data(data: object, environ: Mapping[str, str] = os.environ) -> object:
+    """`scrub_text` applied to every string inside nested dicts and lists (keys included)."""
+    # The environment is read once for the whole tree: a notebook holds a thousand strings.
+    return _scrub_nested(data, _scrub_pattern(_secret_values(environ)))
+
+
+def _secret_values(environ: Mapping[str, str]) -> tuple[str, ...]:
+    return tuple(sorted({v for k, v in environ.items() if len(v) >= 6 and is_secret_name(k)}))
+
+
+def _scrub(text: str, pattern: re.Pattern[str]) -> str:
     pieces, start = [], 0
     for run in _ENCODED_DATA.finditer(text):
         pieces += [pattern.sub(_replace_match, text[start : run.start()]), run.group()]
@@ -259,14 +272,13 @@ def scrub_text(text: str, environ: Mapping[str, str] = os.environ) -> str:
     return "".join(pieces)
 
 
-def scrub_data(data: object, environ: Mapping[str, str] = os.environ) -> object:
-    """`scrub_text` applied to every string inside nested dicts and lists (keys included)."""
+def _scrub_nested(data: object, pattern: re.Pattern[str]) -> object:
     if isinstance(data, str):
-        return scrub_text(data, environ)
+        return _scrub(data, pattern)
     if isinstance(data, dict):
-        return {scrub_text(str(k), environ): scrub_data(v, environ) for k, v in data.items()}
+        return {_scrub(str(k), pattern): _scrub_nested(v, pattern) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
-        return [scrub_data(v, environ) for v in data]
+        return [_scrub_nested(v, pattern) for v in data]
     return data
 
 

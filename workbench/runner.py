@@ -29,7 +29,7 @@ from papermill.exceptions import PapermillExecutionError
 
 from workbench import results
 from workbench.compile_cache import default_cache_root
-from workbench.context import NOTEBOOKS_DIR
+from workbench.engine import ENGINE_NAME
 from workbench.errors import (
     EXIT_INTERRUPTED,
     EXIT_NOTEBOOK_FAILED,
@@ -38,13 +38,13 @@ from workbench.errors import (
     one_line,
 )
 from workbench.kernel import kernel_manager_writing_stderr_to, private_kernelspec
-from workbench.params import RUNNER_PARAMETERS, notebook_parameters, validate
+from workbench.params import NOTEBOOKS_DIR, RUNNER_PARAMETERS, notebook_parameters, validate
 from workbench.redact import console_line, scrub_data, scrub_text, strip_control
 from workbench.report import UnsafeReport, export_html, write_index
 from workbench.scorecard import run_verdict, verdict_from_data
 from workbench.targets import TARGET_NAMES, get_target, resolve_target_name
-from workbench.workload import WorkloadSpec
-from workbench.workloads import DEFAULT_WORKLOAD
+from workbench.targets.detect import FLAVOURS, check_flavours
+from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
 
 DEFAULT_CELL_TIMEOUT_S = 3600  # a cold Neuron compile can take most of an hour
 # Held in the run folder while notebooks write, and freed just before index.html and
@@ -218,6 +218,7 @@ def _execute(
             execution_timeout=request.cell_timeout,
             stdout_file=_PrintedLines(progress),
             kernel_manager_class=kernel_manager_writing_stderr_to(kernel_stderr),
+            engine_name=ENGINE_NAME,
         )
     except PapermillExecutionError as exc:
         outcome.status = "failed"
@@ -360,24 +361,34 @@ def _reason(exc: BaseException) -> str:
 def check_settings(per_notebook: dict[str, dict[str, Any]]) -> None:
     """Build each notebook's settings from its parameters, as the notebook itself will, so a
     value out of range is rejected before any kernel starts or anything is written."""
-    from workbench.baseline.records import BaselineSettings
-    from workbench.coverage.analyze import check_flavours
-    from workbench.coverage.support import FLAVOURS
-    from workbench.numerics.records import NumericsSettings
-    from workbench.tuning.records import RetuneSettings
-
-    builders: dict[str, Callable[[dict[str, Any]], object]] = {
-        "01_baseline": BaselineSettings.from_params,
-        "02_op_coverage": lambda params: check_flavours(params.get("neuron_flavours", FLAVOURS)),
-        "03_numerics": NumericsSettings.from_params,
-        "04_retuning": RetuneSettings.from_params,
-    }
     for stem, params in per_notebook.items():
         for name in _WORKLOAD_SIZES:
             if params.get(name, 0) < 0:
                 raise BadInput(f"{name} {params[name]} must be 0 (the workload's own) or more.")
-        if stem in builders:
-            builders[stem](params)
+        check = _settings_check(stem)
+        if check is not None:
+            check(params)
+
+
+def _settings_check(stem: str) -> Callable[[dict[str, Any]], object] | None:
+    """The function that builds (and so checks) one notebook's settings. Imported per notebook:
+    the settings of 01, 03 and 04 live beside code that imports torch, which a run of 02 alone
+    does not need before its kernel starts."""
+    if stem == "01_baseline":
+        from workbench.baseline.records import BaselineSettings
+
+        return BaselineSettings.from_params
+    if stem == "02_op_coverage":
+        return lambda params: check_flavours(params.get("neuron_flavours", FLAVOURS))
+    if stem == "03_numerics":
+        from workbench.numerics.records import NumericsSettings
+
+        return NumericsSettings.from_params
+    if stem == "04_retuning":
+        from workbench.tuning.records import RetuneSettings
+
+        return RetuneSettings.from_params
+    return None
 
 
 # Shared by the notebooks that build a workload; 0 keeps the workload's own value.
@@ -473,9 +484,20 @@ def check_request(request: RunRequest) -> CheckedRequest:
     per_notebook = validate(request.parameters, declared)
     check_settings(per_notebook)
     given = {k: v for params in per_notebook.values() for k, v in params.items()}
-    # Loaded once here so that a bad workload is rejected before any notebook starts.
-    workload = WorkloadSpec.from_params({**given, "workload": request.workload}).load()
-    return CheckedRequest(notebooks, declared, per_notebook, strip_control(workload.name))
+    return CheckedRequest(notebooks, declared, per_notebook, checked_workload_name(request, given))
+
+
+def checked_workload_name(request: RunRequest, given: dict[str, Any]) -> str:
+    """The workload's name, once it is known to load, so that a bad workload is rejected before
+    any notebook starts. A built-in is named by its registry key and needs no loading: its
+    factory ships with the package, and skipping it keeps torch out of this process (2 s)."""
+    spec = request.workload or DEFAULT_WORKLOAD
+    if spec in BUILTIN_WORKLOADS:
+        return spec
+    from workbench.workload import WorkloadSpec
+
+    workload = WorkloadSpec.from_params({**given, "workload": spec}).load()
+    return strip_control(workload.name)
 
 
 def prepare_run(request: RunRequest) -> PreparedRun:

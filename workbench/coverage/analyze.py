@@ -45,8 +45,9 @@ from workbench.coverage.support import (
     load_tables,
     verdict,
 )
-from workbench.errors import BadInput, describe_error
+from workbench.errors import describe_error
 from workbench.targets.base import Target
+from workbench.targets.detect import check_flavours
 from workbench.workload import Workload, as_positional
 
 
@@ -138,16 +139,6 @@ def _rows(
                     seen_in=[SEEN_FALLBACK_ONLY],
                 )
     return list(rows.values())
-
-
-def check_flavours(flavours: list[str] | tuple[str, ...]) -> None:
-    """The Neuron paths to judge: at least one, each native or xla (BadInput otherwise)."""
-    unknown = [f for f in flavours if f not in FLAVOURS]
-    if unknown or not flavours:
-        raise BadInput(
-            f"Neuron flavours {list(flavours)!r}: choose from {', '.join(FLAVOURS)} "
-            "(native: TorchNeuron on Trn2/Trn3; xla: legacy torch-neuronx on Trn1/Inf2)."
-        )
 
 
 def analyze_coverage(

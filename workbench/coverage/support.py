@@ -32,14 +32,13 @@ from workbench.coverage.native_table import (
     op_tables_dir,
 )
 from workbench.targets.base import CompileEvent, InferenceAnalysis
-from workbench.targets.detect import FLAVOUR_NATIVE, FLAVOUR_XLA
+from workbench.targets.detect import FLAVOUR_NATIVE, FLAVOUR_XLA, FLAVOURS
 
 SUPPORTED = "supported"
 FALLS_BACK = "falls back or fails"
 UNKNOWN = "unknown"
 VERDICTS = (FALLS_BACK, UNKNOWN, SUPPORTED)  # worst first: the order blockers rank in
 
-FLAVOURS = (FLAVOUR_NATIVE, FLAVOUR_XLA)
 FLAVOUR_LABELS = {
     FLAVOUR_NATIVE: "native TorchNeuron (Trn2/Trn3)",
     FLAVOUR_XLA: "legacy XLA torch-neuronx (Trn1/Inf2)",

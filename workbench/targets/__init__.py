@@ -10,7 +10,7 @@ import importlib
 
 from workbench.errors import BadInput
 from workbench.targets.base import Availability, CompileCounters, MemoryReading, Target
-from workbench.targets.detect import FLAVOUR_NATIVE, detect_neuron_stack
+from workbench.targets.detect import FLAVOUR_NATIVE, detect_neuron_stack, torch_has_gpu_build
 
 TARGET_MODULES = {
     "cpu": ("workbench.targets.cpu", "CpuTarget"),
@@ -59,9 +59,10 @@ def resolve_target_name(requested: str) -> tuple[str, str]:
         availability = target_class("xla").availability()
         if availability.available:
             return "xla", f"auto: {stack.summary()} with the Neuron PJRT plugin"
-    cuda = target_class("cuda").availability()
-    if cuda.available:
-        return "cuda", f"auto: {cuda.reason}"
+    if torch_has_gpu_build():
+        cuda = target_class("cuda").availability()
+        if cuda.available:
+            return "cuda", f"auto: {cuda.reason}"
     return "cpu", f"auto: no Neuron device, no Neuron PJRT plugin, no CUDA ({stack.summary()})"
 
 

@@ -1,6 +1,9 @@
 """The one small interface every execution target implements.
 
 Nothing outside `workbench/targets/` branches on a device name: it asks the target.
+
+torch is imported inside the methods that use it: the command line checks a request, picks a
+target by name and states what a run validates without paying the two seconds of `import torch`.
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 class CompileFailed(RuntimeError):
@@ -182,6 +186,8 @@ class Target(ABC):
         torch.manual_seed covers the CPU, CUDA and a PrivateUse1 device such as native
         TorchNeuron (neuron.md: torch.neuron.manual_seed); a target with its own generator adds it.
         """
+        import torch
+
         torch.manual_seed(seed)
 
     def reset_peak_memory(self) -> None:  # noqa: B027 - a no-op is right without a reading
@@ -206,6 +212,8 @@ class Target(ABC):
     def compiler_versions(cls) -> dict[str, str]:
         """The versions a compiled artifact depends on: a cache written under other versions is
         not reused (its folder is stamped with them)."""
+        import torch
+
         return {"torch": torch.__version__}
 
     @classmethod
@@ -285,6 +293,7 @@ class Target(ABC):
 
     def collectives(self) -> Availability:
         """Whether several processes can all-reduce over `distributed_backend` here."""
+        import torch
         import torch.distributed as dist
 
         if not dist.is_available():
@@ -314,6 +323,8 @@ class Target(ABC):
 
     def data_parallel(self, model: torch.nn.Module) -> torch.nn.Module:
         """`model` set up so that its backward all-reduces gradients across the ranks."""
+        import torch
+
         return torch.nn.parallel.DistributedDataParallel(model)
 
     def data_parallel_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
@@ -333,6 +344,8 @@ class Target(ABC):
 
     def describe(self) -> dict[str, Any]:
         """Facts for reports and result files."""
+        import torch
+
         return {
             "name": self.name,
             "device": str(self.device),

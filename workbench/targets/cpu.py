@@ -1,10 +1,12 @@
-"""Plain CPU: the reference target, and the one CI and laptops run."""
+"""Plain CPU: the reference target, and the one CI and laptops run.
+
+torch is imported where it is used, as in base.py: naming this target costs no `import torch`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-
-import torch
+from typing import TYPE_CHECKING
 
 from workbench.targets.base import (
     Availability,
@@ -20,6 +22,9 @@ from workbench.targets.dynamo_counters import (
     use_inductor_cache,
 )
 
+if TYPE_CHECKING:
+    import torch
+
 
 class CpuTarget(Target):
     name = "cpu"
@@ -33,6 +38,8 @@ class CpuTarget(Target):
 
     @property
     def device(self) -> torch.device:
+        import torch
+
         return torch.device("cpu")
 
     def synchronize(self) -> None:
@@ -40,6 +47,8 @@ class CpuTarget(Target):
         pass
 
     def compile(self, fn: Callable) -> Callable:
+        import torch
+
         return torch.compile(fn, backend="inductor")
 
     def compile_counters(self) -> CompileCounters:

@@ -9,6 +9,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
+from importlib.util import find_spec
+from pathlib import Path
+
+from workbench.errors import BadInput
 
 # torch-neuronx on the legacy XLA path: "<torch x.y.z>.<neuron major.minor>.<build>", e.g.
 # 2.9.0.2.15.32035 (six or more numeric parts). Native TorchNeuron: four parts, e.g. 2.14.3.0.
@@ -18,6 +22,8 @@ _NATIVE_FLAVOUR = re.compile(r"^\d+\.\d+\.\d+\.\d+(?:[+.].*)?$")
 FLAVOUR_NATIVE = "native"  # TorchNeuron: device "neuron", Trn2/Trn3
 FLAVOUR_XLA = "xla"  # legacy torch-neuronx on torch-xla: device "xla", Trn1/Inf2
 FLAVOUR_LITE = "lite"  # libtorch-neuronx-lite (vLLM runtime); also claims device "neuron"
+# The two training paths, each with its own op support: the ones a coverage report judges.
+FLAVOURS = (FLAVOUR_NATIVE, FLAVOUR_XLA)
 
 
 def installed_version(distribution: str) -> str | None:
@@ -39,6 +45,16 @@ def neuron_flavour(torch_neuronx_version: str | None) -> str | None:
     if _NATIVE_FLAVOUR.match(torch_neuronx_version):
         return FLAVOUR_NATIVE
     return None
+
+
+def check_flavours(flavours: list[str] | tuple[str, ...]) -> None:
+    """The Neuron paths to judge: at least one, each native or xla (BadInput otherwise)."""
+    unknown = [f for f in flavours if f not in FLAVOURS]
+    if unknown or not flavours:
+        raise BadInput(
+            f"Neuron flavours {list(flavours)!r}: choose from {', '.join(FLAVOURS)} "
+            "(native: TorchNeuron on Trn2/Trn3; xla: legacy torch-neuronx on Trn1/Inf2)."
+        )
 
 
 @dataclass(frozen=True)
@@ -68,6 +84,21 @@ class NeuronStack:
         if self.torch_xla:
             return f"torch-xla {self.torch_xla} without a Neuron plugin (no Neuron stack)"
         return "no Neuron stack installed"
+
+
+# A CUDA or ROCm build of torch ships its GPU runtime beside libtorch (torch/lib); a CPU build
+# does not, and then torch.cuda.is_available() is False without asking.
+_GPU_LIBRARIES = ("libtorch_cuda.so", "libtorch_hip.so", "torch_cuda.dll")
+
+
+def torch_has_gpu_build() -> bool:
+    """Whether the installed torch was built for CUDA or ROCm, read from its files alone:
+    `auto` skips the CUDA probe on a CPU build, so choosing a target costs no `import torch`."""
+    spec = find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    libraries = Path(next(iter(spec.submodule_search_locations))) / "lib"
+    return any((libraries / name).exists() for name in _GPU_LIBRARIES)
 
 
 def detect_neuron_stack() -> NeuronStack:
