@@ -29,7 +29,7 @@ from pathlib import Path
 import nbformat
 import papermill
 
-from workbench.context import NOTEBOOKS_DIR
+from workbench.params import NOTEBOOKS_DIR
 from workbench.kernel import private_kernelspec
 
 REPO = Path(__file__).resolve().parent.parent

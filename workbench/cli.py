@@ -523,6 +523,8 @@ def skip_iri_format_parsers() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    import workbench.fast_exit  # noqa: F401 - a command that loaded torch ends without a pause
+
     skip_iri_format_parsers()
     named = next((word for word in argv if not word.startswith("-")), "")
     parser = build_parser(named)
