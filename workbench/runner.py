@@ -484,10 +484,10 @@ def check_request(request: RunRequest) -> CheckedRequest:
     per_notebook = validate(request.parameters, declared)
     check_settings(per_notebook)
     given = {k: v for params in per_notebook.values() for k, v in params.items()}
-    return CheckedRequest(notebooks, declared, per_notebook, checked_workload_name(request, given))
+    return CheckedRequest(notebooks, declared, per_notebook, _checked_workload_name(request, given))
 
 
-def checked_workload_name(request: RunRequest, given: dict[str, Any]) -> str:
+def _checked_workload_name(request: RunRequest, given: dict[str, Any]) -> str:
     """The workload's name, once it is known to load, so that a bad workload is rejected before
     any notebook starts. A built-in is named by its registry key and needs no loading: its
     factory ships with the package, and skipping it keeps torch out of this process (2 s)."""
