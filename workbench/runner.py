@@ -184,8 +184,8 @@ class _PrintedLines:
 
 
 def _partial_path(out: Path, stem: str) -> Path:
-    """Where papermill saves the notebook while it runs; it rewrites the file after every cell,
-    and a full disk would leave half a notebook under the final name."""
+    """Where papermill saves the notebook, when it starts and when it ends (engine.py); a full
+    disk would leave half a notebook under the final name."""
     return out / f".{stem}.partial.ipynb"
 
 
@@ -231,7 +231,7 @@ def _execute(
     except DeadKernelError:
         outcome.status = "kernel-died"
         outcome.error = "the kernel died (killed, out of memory or crashed) during a cell"
-    except OSError as exc:  # papermill saves the notebook after every cell: a full disk lands here
+    except OSError as exc:  # papermill's saves of the notebook: a full disk lands here
         outcome.status = "failed"
         outcome.error = f"the notebook could not be saved: {_error_line(exc.strerror or exc)}"
     except KeyboardInterrupt:
