@@ -1,12 +1,14 @@
 """The kernel process `workbench run` starts: ipykernel, with a shutdown that is quick and clean.
 
-- The exit-time garbage collections are skipped (workbench.fast_exit): 1.2 to 1.4 s per notebook
-  here with torch, Dynamo and matplotlib loaded, 0.15 s without them.
+- The exit-time garbage collections are skipped (workbench.fast_exit): with torch, Dynamo and
+  matplotlib loaded, a kernel's exit took 1.2 to 1.4 s here, and 0.15 s without them.
 - multiprocessing's forkserver and resource tracker (tuning trials start them) live in the
   kernel's process group. On a shutdown request ipykernel sends SIGTERM to every such process
   for up to 14 s, the resource tracker ignores SIGTERM, and jupyter_client killed the kernel after
   its 2.5 s wait, before the kernel's exit handlers ran. Closing their pipes, which is how
-  multiprocessing itself stops them, ends both first; the tracker cleans up what leaked.
+  multiprocessing itself stops them, ends both first; the tracker cleans up what leaked. Should a
+  child of the forkserver still be running, the tracker waits for it (it holds the tracker's
+  pipe too), and jupyter_client ends the whole process group after its wait, as it did before.
 """
 
 from __future__ import annotations
