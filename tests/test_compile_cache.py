@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch._functorch.config as functorch_config
@@ -31,6 +32,7 @@ from workbench.compile_cache import (
 from workbench.errors import BadInput
 from workbench.prewarm import prewarm
 from workbench.runner import RunRequest, run
+from workbench.targets import dynamo_counters
 from workbench.targets.base import (
     CAUSE_BACKWARD,
     CAUSE_FIRST,
@@ -120,7 +122,8 @@ def test_a_second_run_with_the_same_cache_compiles_nothing_it_compiled_before(
     assert cold["cache"]["counters"]["misses"] >= 1, "the cold run compiles into the cache"
     assert warm["cache"]["counters"]["misses"] == 0, warm["cache"]["counters"]
     assert warm["cache"]["counters"]["hits"] == cold["cache"]["counters"]["misses"]
-    # What the hits saved is the compile time the cache stored with each entry.
+    # What the hits saved: the compile time the cache stored with each entry, less what the
+    # warm compile took.
     assert warm["cache"]["counters"]["saved_seconds"] > 0
     forward = [e for e in warm["ledger"] if e["cause"] == "first compile"]
     assert forward and all(e["cache"] == "hit" for e in forward), warm["ledger"]
@@ -318,3 +321,38 @@ def test_xla_prewarm_runs_the_workloads_graphs_through_the_tool(tmp_path: Path) 
     assert f"cache={stamped / 'neuron'}" in record and "torch-xla-2.9" in stamped.name
     for config in ("train/eager", "train/compiled", "infer/eager", "infer/compiled"):
         assert f"prewarm step: {config} ran 1 step(s)" in record, record[-2000:]
+
+
+def _dynamo_record(duration_s: float, stored_s: float) -> SimpleNamespace:
+    """A frame's record with the fields of torch._dynamo's CompilationMetrics that the ledger
+    reads: a first compile whose FX graph and AOT autograd lookups all hit."""
+    return SimpleNamespace(
+        duration_us=int(duration_s * 1e6),
+        co_name="forward",
+        co_filename="/user/model.py",
+        co_firstlineno=10,
+        compile_id="0/0",
+        is_forward=True,
+        recompile_reason=None,
+        num_graph_breaks=0,
+        inductor_fx_local_cache_hit_count=1,
+        inductor_fx_local_cache_miss_count=0,
+        aotautograd_local_cache_hit_count=1,
+        aotautograd_local_cache_miss_count=0,
+        distributed_ephemeral_timeout_us=int(stored_s * 1e6),
+        start_time_us=0,
+    )
+
+
+def test_a_hit_is_credited_with_what_it_saved_not_with_what_its_entry_once_cost() -> None:
+    # A hit that loads in 2 s what took 14 s to compile saved 12 s.
+    quick = dynamo_counters._event(_dynamo_record(2.0, 14.0), "")
+    assert quick.cache == "hit" and quick.saved_seconds == pytest.approx(12.0)
+    assert quick.detail == ""
+    # Found in the cache, yet nearly as slow as compiling (its C++ kernels rebuilt, say): the
+    # ledger says so and credits it with what it saved, not with the stored 15.9 s.
+    slow = dynamo_counters._event(_dynamo_record(14.0, 15.9), "")
+    assert slow.cache == "hit" and slow.saved_seconds == pytest.approx(1.9)
+    assert "found in the cache, yet this compile took 14.0 s against the 15.9 s" in slow.detail
+    slower = dynamo_counters._event(_dynamo_record(16.0, 15.9), "")
+    assert slower.saved_seconds == 0.0

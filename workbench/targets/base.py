@@ -102,7 +102,8 @@ class CompileEvent:
     detail: str = ""  # the failing guard, the graph break's reason, the changed shape
     location: str = ""  # user code: file:line in function, where the compiler names it
     cache: str | None = None  # "hit" or "miss" in the on-disk compile cache; None: unknown
-    saved_seconds: float | None = None  # compile time a cache hit saved, by the cache's record
+    # Compile time a cache hit saved: the cache's record of the stored compile less this one.
+    saved_seconds: float | None = None
 
 
 @dataclass

@@ -111,7 +111,16 @@ def _event(record: Any, last_break_reason: str) -> CompileEvent:
             detail = f"{record.num_graph_breaks} graph break(s) in this frame"
     hits, misses = _cache_lookups(record)
     cache = "miss" if misses else "hit" if hits else None
-    saved = getattr(record, "distributed_ephemeral_timeout_us", None)
+    saved = None
+    if cache == "hit":
+        stored = _stored_seconds(record)
+        saved = _saved_seconds(record)
+        if stored and seconds is not None and seconds > stored / 2:
+            found = (
+                f"found in the cache, yet this compile took {seconds:.1f} s against the "
+                f"{stored:.1f} s its cached graphs took to compile"
+            )
+            detail = f"{detail}; {found}" if detail else found
     return CompileEvent(
         started_at=_started_at(record) or 0.0,
         seconds=seconds,
@@ -120,9 +129,26 @@ def _event(record: Any, last_break_reason: str) -> CompileEvent:
         detail=detail,
         location=where,
         cache=cache,
-        # Inductor adds each hit's recorded compile time to this field of the frame's record.
-        saved_seconds=saved / 1e6 if cache == "hit" and saved else None,
+        saved_seconds=saved,
     )
+
+
+def _stored_seconds(record: Any) -> float | None:
+    """What the cached graphs a compile loaded took to compile when they were stored: Inductor
+    adds each hit's recorded compile time to this field of the frame's record."""
+    stored = getattr(record, "distributed_ephemeral_timeout_us", None)
+    return stored / 1e6 if stored else None
+
+
+def _saved_seconds(record: Any) -> float | None:
+    """Compile time a cache hit saved, measured: the stored compile time less what this compile
+    took (never below 0). A hit can still rebuild part of its work (C++ kernels when torch sits at
+    another path, for one), so the stored time alone would claim a saving that did not happen;
+    this compile's time also holds Dynamo's trace, so the figure is a lower bound."""
+    stored = _stored_seconds(record)
+    if stored is None or record.duration_us is None:
+        return None
+    return max(0.0, stored - record.duration_us / 1e6)
 
 
 def _user_location(filename: str | None, line: int | None, function: str) -> str:
@@ -181,23 +207,24 @@ _CACHE_SETTINGS = (
 
 
 def inductor_cache_counters() -> CacheCounters:
-    """Inductor's own cache counters, and the compile time its hits saved (the time each entry
-    took to compile when it was stored, as Inductor records it)."""
+    """Inductor's own cache counters, and the compile time its hits saved (each hit's stored
+    compile time less what the compile that loaded it took, as in the ledger)."""
     from torch._dynamo.utils import counters, get_compilation_metrics
 
     inductor, aot = counters.get("inductor", Counter()), counters.get("aot_autograd", Counter())
     saved = 0.0
     for record in get_compilation_metrics():
-        if _cache_lookups(record)[0]:
-            saved += (getattr(record, "distributed_ephemeral_timeout_us", None) or 0) / 1e6
+        hits, misses = _cache_lookups(record)
+        if hits and not misses:
+            saved += _saved_seconds(record) or 0.0
     return CacheCounters(
         hits=int(inductor.get("fxgraph_cache_hit", 0)),
         misses=int(inductor.get("fxgraph_cache_miss", 0)),
         saved_seconds=saved,
         source=(
             "torch._dynamo.utils.counters['inductor'] fxgraph_cache_hit/miss and "
-            "['aot_autograd'] autograd_cache_hit/miss; saved time from each hit's stored "
-            "compile time"
+            "['aot_autograd'] autograd_cache_hit/miss; saved time: each hit's stored compile "
+            "time less what its compile took"
         ),
         extra={
             "fxgraph_cache_bypass": int(inductor.get("fxgraph_cache_bypass", 0)),
