@@ -349,7 +349,7 @@ def test_a_hit_is_credited_with_what_it_saved_not_with_what_its_entry_once_cost(
     quick = dynamo_counters._event(_dynamo_record(2.0, 14.0), "")
     assert quick.cache == "hit" and quick.saved_seconds == pytest.approx(12.0)
     assert quick.detail == ""
-    # Found in the cache, yet nearly as slow as compiling (its C++ kernels rebuilt, say): the
+    # Found in the cache, yet nearly as slow as compiling (part of its work redone): the
     # ledger says so and credits it with what it saved, not with the stored 15.9 s.
     slow = dynamo_counters._event(_dynamo_record(14.0, 15.9), "")
     assert slow.cache == "hit" and slow.saved_seconds == pytest.approx(1.9)

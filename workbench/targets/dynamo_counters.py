@@ -142,9 +142,9 @@ def _stored_seconds(record: Any) -> float | None:
 
 def _saved_seconds(record: Any) -> float | None:
     """Compile time a cache hit saved, measured: the stored compile time less what this compile
-    took (never below 0). A hit can still rebuild part of its work (C++ kernels when torch sits at
-    another path, for one), so the stored time alone would claim a saving that did not happen;
-    this compile's time also holds Dynamo's trace, so the figure is a lower bound."""
+    took (never below 0). A hit can still redo part of its work (for a torch installed at another
+    path, for one), so the stored time alone would claim a saving that did not happen; this
+    compile's time also holds Dynamo's trace, so the figure is a lower bound."""
     stored = _stored_seconds(record)
     if stored is None or record.duration_us is None:
         return None
