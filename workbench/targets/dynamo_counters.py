@@ -88,7 +88,7 @@ def _started_at(record: Any) -> float | None:
 
 
 def _event(record: Any, last_break_reason: str) -> CompileEvent:
-    seconds = record.duration_us / 1e6 if record.duration_us is not None else None
+    seconds = _duration_seconds(record)
     name = str(record.co_name or "")
     where = _user_location(record.co_filename, record.co_firstlineno, name)
     graph_id = str(record.compile_id)
@@ -114,7 +114,7 @@ def _event(record: Any, last_break_reason: str) -> CompileEvent:
     saved = None
     if cache == "hit":
         stored = _stored_seconds(record)
-        saved = _saved_seconds(record)
+        saved = _saved_seconds(stored, seconds)
         if stored and seconds is not None and seconds > stored / 2:
             found = (
                 f"found in the cache, yet this compile took {seconds:.1f} s against the "
@@ -133,6 +133,10 @@ def _event(record: Any, last_break_reason: str) -> CompileEvent:
     )
 
 
+def _duration_seconds(record: Any) -> float | None:
+    return record.duration_us / 1e6 if record.duration_us is not None else None
+
+
 def _stored_seconds(record: Any) -> float | None:
     """What the cached graphs a compile loaded took to compile when they were stored: Inductor
     adds each hit's recorded compile time to this field of the frame's record."""
@@ -140,15 +144,14 @@ def _stored_seconds(record: Any) -> float | None:
     return stored / 1e6 if stored else None
 
 
-def _saved_seconds(record: Any) -> float | None:
+def _saved_seconds(stored: float | None, seconds: float | None) -> float | None:
     """Compile time a cache hit saved, measured: the stored compile time less what this compile
     took (never below 0). A hit can still redo part of its work (for a torch installed at another
     path, for one), so the stored time alone would claim a saving that did not happen; this
     compile's time also holds Dynamo's trace, so the figure is a lower bound."""
-    stored = _stored_seconds(record)
-    if stored is None or record.duration_us is None:
+    if stored is None or seconds is None:
         return None
-    return max(0.0, stored - record.duration_us / 1e6)
+    return max(0.0, stored - seconds)
 
 
 def _user_location(filename: str | None, line: int | None, function: str) -> str:
@@ -216,7 +219,7 @@ def inductor_cache_counters() -> CacheCounters:
     for record in get_compilation_metrics():
         hits, misses = _cache_lookups(record)
         if hits and not misses:
-            saved += _saved_seconds(record) or 0.0
+            saved += _saved_seconds(_stored_seconds(record), _duration_seconds(record)) or 0.0
     return CacheCounters(
         hits=int(inductor.get("fxgraph_cache_hit", 0)),
         misses=int(inductor.get("fxgraph_cache_miss", 0)),
