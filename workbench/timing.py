@@ -4,8 +4,11 @@ warm-up rule, and this process's peak resident memory per phase."""
 from __future__ import annotations
 
 import math
+import os
 import random
+import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +21,21 @@ from workbench.errors import BadInput
 # two levels for its warnings).
 FLUCTUATION_WARN = 0.10
 FLUCTUATION_SEVERE = 0.25
+
+
+# MLPerf Inference's early-stopping rule with no sample over the bound: the smallest n with
+# q**n <= 1 - confidence, i.e. n samples all under a latency bound show, at that confidence, that
+# the q-th percentile is under it too (459 for p99, 90 for p95, 44 for p90 at 99%).
+PERCENTILE_CONFIDENCE = 0.99
+
+
+def samples_for_percentile(q: float, confidence: float = PERCENTILE_CONFIDENCE) -> int:
+    """The fewest samples from which the q-th quantile (0 < q < 1) may be claimed."""
+    return math.ceil(math.log(1 - confidence) / math.log(q))
+
+
+def percentile_label(q: float) -> str:
+    return f"p{q * 100:g}"
 
 
 def quantile(sorted_values: Sequence[float], q: float) -> float:
@@ -66,6 +84,121 @@ OUTLIER_RULE = (
 )
 
 
+# A measurement is "loaded" when something else competed for the CPU while it ran: another
+# process's work (a quarter of the machine's cores kept busy is enough to slow a step that uses
+# every core), or the hypervisor giving our virtual CPUs' time to other guests.
+LOADED_OTHER_SHARE = 0.25  # of the machine's CPU time, used by other processes
+LOADED_STEAL_SHARE = 0.05  # of the machine's CPU time, taken by the hypervisor
+HOST_LOAD_RULE = (
+    f"loaded when other processes used more than {LOADED_OTHER_SHARE:.0%} of the machine's CPU "
+    f"time, or the hypervisor took more than {LOADED_STEAL_SHARE:.0%} (steal), while it was "
+    "measured (/proc/stat for the machine, psutil for this process and its children)"
+)
+
+
+def is_loaded(other_share: float | None, steal_share: float | None) -> bool:
+    """HOST_LOAD_RULE on the two shares; an unreadable share marks nothing."""
+    return (other_share is not None and other_share > LOADED_OTHER_SHARE) or (
+        steal_share is not None and steal_share > LOADED_STEAL_SHARE
+    )
+
+
+@dataclass
+class HostLoad:
+    """What else the machine was doing while a measurement ran, and how many threads it used.
+
+    `other_share` is the share of the machine's CPU time that went to other processes (busy time
+    from /proc/stat less this process tree's own CPU time); `steal_share` the share the
+    hypervisor gave to other guests. None where /proc/stat cannot be read.
+    """
+
+    threads: int
+    cores: int
+    wall_seconds: float
+    other_share: float | None
+    steal_share: float | None
+    load_average: float | None  # 1-minute load average at the end, for context only
+    loaded: bool
+    rule: str = HOST_LOAD_RULE
+
+    def sentence(self) -> str:
+        if self.other_share is None or self.steal_share is None:
+            return f"{self.threads} thread(s) on {self.cores} core(s); machine load not readable"
+        state = "LOADED" if self.loaded else "quiet"
+        return (
+            f"{state}: {self.threads} thread(s) on {self.cores} core(s), other processes "
+            f"{self.other_share:.0%} of the CPU, steal {self.steal_share:.0%}"
+        )
+
+
+def _proc_stat_ticks() -> tuple[int, int, int] | None:
+    """(total, busy, steal) clock ticks of all CPUs since boot, or None without /proc/stat."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = fh.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    # user nice system idle iowait irq softirq steal (guest time is already inside user/nice)
+    values = [int(v) for v in fields[1:9]]
+    values += [0] * (8 - len(values))
+    total = sum(values)
+    idle = values[3] + values[4]
+    return total, total - idle, values[7]
+
+
+def _own_cpu_seconds() -> float:
+    times = psutil.Process().cpu_times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def _threads() -> int:
+    torch = sys.modules.get("torch")  # only where torch is already in use: never import it here
+    if torch is not None:
+        return int(torch.get_num_threads())
+    return 1
+
+
+class HostLoadProbe:
+    """Reads the machine's CPU accounting around a measured window: `with HostLoadProbe() as
+    probe: ...` then `probe.result`. Two reads of /proc/stat and psutil, nothing in between, so
+    it costs the measured steps nothing."""
+
+    def __init__(self) -> None:
+        self.result: HostLoad | None = None
+
+    def __enter__(self) -> HostLoadProbe:
+        self._start = time.perf_counter()
+        self._ticks = _proc_stat_ticks()
+        self._own = _own_cpu_seconds()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.result = self.read()
+
+    def read(self) -> HostLoad:
+        """The load since the window started (callable more than once, e.g. per step window)."""
+        wall = time.perf_counter() - self._start
+        ticks = _proc_stat_ticks()
+        own = _own_cpu_seconds() - self._own
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        try:
+            load_average: float | None = os.getloadavg()[0]
+        except OSError:
+            load_average = None
+        other = steal = None
+        if ticks is not None and self._ticks is not None:
+            total = ticks[0] - self._ticks[0]
+            if total > 0:
+                hertz = os.sysconf("SC_CLK_TCK")
+                busy_seconds = (ticks[1] - self._ticks[1]) / hertz
+                other = min(1.0, max(0.0, busy_seconds - own) / (total / hertz))
+                steal = (ticks[2] - self._ticks[2]) / total
+        loaded = is_loaded(other, steal)
+        return HostLoad(_threads(), cores, wall, other, steal, load_average, loaded)
+
+
 @dataclass
 class Measurement:
     """Raw per-step times in seconds and the statistics derived from them.
@@ -75,6 +208,7 @@ class Measurement:
     """
 
     times: list[float]
+    host: HostLoad | None = None  # the machine's state while the samples were taken
     median: float = field(init=False)
     iqr: float = field(init=False)
     mean: float = field(init=False)
@@ -119,6 +253,21 @@ class Measurement:
     @property
     def total(self) -> float:
         return sum(self.times)
+
+    @property
+    def loaded(self) -> bool:
+        return self.host is not None and self.host.loaded
+
+    def supports(self, q: float) -> bool:
+        """Whether there are enough samples to claim the q-th percentile (MLPerf's counts)."""
+        return len(self.times) >= samples_for_percentile(q)
+
+    def tail(self, q: float) -> tuple[str, float]:
+        """The q-th percentile where the sample count supports it, else the maximum: a label
+        ("p99" or "max of 30") and the value, so no report claims a percentile it cannot."""
+        if self.supports(q):
+            return percentile_label(q), quantile(sorted(self.times), q)
+        return f"max of {len(self.times)}", self.max
 
 
 def theil_sen_drift(values: Sequence[float]) -> float:

@@ -1,0 +1,74 @@
+"""The shared timing rules: which percentile a sample count supports, and when the machine was
+too busy for a measurement to stand on its own (real /proc/stat readings, real busy processes)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+
+import pytest
+
+from workbench.timing import (
+    HostLoadProbe,
+    Measurement,
+    is_loaded,
+    samples_for_percentile,
+)
+
+
+def test_percentile_sample_counts_are_mlperfs_early_stopping_counts() -> None:
+    assert samples_for_percentile(0.99) == 459
+    assert samples_for_percentile(0.95) == 90
+    assert samples_for_percentile(0.90) == 44
+
+
+def test_a_tail_is_claimed_only_where_the_samples_support_it() -> None:
+    few = Measurement([0.001 * (i + 1) for i in range(30)])
+    assert few.tail(0.99) == ("max of 30", pytest.approx(0.030))
+    assert not few.supports(0.99)
+    many = Measurement([0.001 * (i + 1) for i in range(459)])
+    label, value = many.tail(0.99)
+    assert label == "p99"
+    assert value < many.max
+
+
+def test_load_rule_marks_busy_or_stolen_time_and_not_a_quiet_machine() -> None:
+    assert not is_loaded(0.05, 0.0)
+    assert not is_loaded(None, None)
+    assert is_loaded(0.6, 0.0)
+    assert is_loaded(0.0, 0.2)
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_other_processes_busy_loops_mark_a_measurement_loaded() -> None:
+    context = multiprocessing.get_context("spawn")
+    spinners = [context.Process(target=_spin, args=(2.0,)) for _ in range(2)]
+    for process in spinners:
+        process.start()
+    time.sleep(0.5)  # past the spawn's own start-up
+    try:
+        with HostLoadProbe() as probe:
+            time.sleep(1.0)
+    finally:
+        for process in spinners:
+            process.join()
+    load = probe.result
+    assert load is not None and load.other_share is not None
+    assert load.loaded, load.sentence()
+    assert "LOADED" in load.sentence()
+
+
+def test_a_measurements_own_work_is_not_counted_as_other_load() -> None:
+    with HostLoadProbe() as idle:
+        time.sleep(0.3)
+    with HostLoadProbe() as busy:
+        _spin(0.6)
+    assert idle.result is not None and busy.result is not None
+    assert idle.result.other_share is not None and busy.result.other_share is not None
+    # Spinning here takes about one core; counted as "other" it would add 1/cores of the machine.
+    assert busy.result.other_share <= idle.result.other_share + 0.2
