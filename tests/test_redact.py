@@ -193,6 +193,18 @@ def test_scrub_data_reaches_nested_strings() -> None:
     }
 
 
+def test_scrub_data_blanks_values_under_secret_named_keys() -> None:
+    data = {"auths": {"r.example": {"auth": "dXNlcjpwYXNz"}}, "db": {"Password": "x y z"}}
+    data["tokens"] = "128"
+    data["pass_count"] = "3"
+    assert scrub_data(data, {}) == {
+        "auths": {"r.example": {"auth": REDACTED}},
+        "db": {"Password": REDACTED},
+        "tokens": "128",
+        "pass_count": "3",
+    }
+
+
 # Secret kinds caught by their content, whatever variable or file they sit in: (kind, text, the
 # part that must disappear, context that must stay).
 SECRETS_BY_CONTENT = [
@@ -249,6 +261,21 @@ SECRETS_BY_CONTENT = [
     ("token flag", "--hf-token hunter2tok", "hunter2tok", "--hf-token"),
     ("secret assignment", "PGPASSWORD=hunter2pg psql", "hunter2pg", "psql"),
     ("Google API key", "AIzaSyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q", "AIzaSyA1b2", ""),
+    # name: value and name = value in the syntaxes credentials are kept in
+    (
+        "~/.aws/credentials line",
+        "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG+bPx",
+        "wJalr",
+        "aws_secret_access_key = ",
+    ),
+    ("JSON api_key", '{"api_key": "abc123secret"}', "abc123secret", '"api_key": '),
+    ("HTML-escaped JSON", "&quot;api_key&quot;: &quot;abc123sec&quot;", "abc123sec", "api_key"),
+    ("YAML password", "db:\n  password: hunter2yaml\n  host: h", "hunter2yaml", "host: h"),
+    ("shell, quoted", 'PGPASSWORD="hunter2 quoted" psql', "hunter2 quoted", "psql"),
+    ("printed Python dict", "{'token': 'tok-abc-123', 'n': 1}", "tok-abc-123", "'n': 1"),
+    ("HTTP header", "Authorization: token ghx_abcdef123", "ghx_abcdef123", "Authorization"),
+    ("netrc line", "machine h.example login u password hunter2net", "hunter2net", "h.example"),
+    ("docker config", '{"auths": {"r.example": {"auth": "dXNlcjpwYXNz"}}}', "dXNlcjpw", "r.ex"),
 ]
 
 
@@ -277,6 +304,9 @@ def test_secrets_are_recognised_by_content(kind, text, secret, context):
         "https://pypi.org/simple?page=2",
         "--auto-cast=none --xla_dump_to=/tmp/dump",
         "at 12:30 on host",
+        "tokens: 128, sequence_length: 128",
+        "the password is wrong; see the key: it opens",
+        "https://example.org/a:b",
     ],
 )
 def test_ordinary_text_is_left_alone(text):

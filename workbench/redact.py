@@ -109,12 +109,13 @@ _KNOWN_TOKEN = re.compile(
 # Names under which a value is a secret whatever it looks like: the last part of a flag
 # (--db-password x, --hf-token=x), of an assignment (PGPASSWORD=x, api_key=x) or of a URL's query
 # parameter (?access_token=x&...). Only the value is replaced, so the text stays readable.
-_SECRET_KEYWORD = (
+_SECRET_WORDS_IN_NAMES = (
     # Unambiguous words may end a longer name (PGPASSWORD); short ones must be a whole part
     # (--hf-token, but not --bypass or --max-tokens).
-    r"(?i:[A-Za-z0-9]*(?:password|passwd|passphrase|secret)|pwd|pass|token|api[-_]?key|apikey"
-    r"|access[-_]?key|secret[-_]?key|private[-_]?key|credentials?|signature|sig|auth)"
+    r"[A-Za-z0-9]*(?:password|passwd|passphrase|secret)|pwd|pass|token|api[-_]?key|apikey"
+    r"|access[-_]?key|secret[-_]?key|private[-_]?key|credentials?|signature|sig|auth"
 )
+_SECRET_KEYWORD = f"(?i:{_SECRET_WORDS_IN_NAMES})"
 _SECRET_FLAG = (
     r"(?<![\w-])(?P<flag>--?(?:[A-Za-z0-9]+[-_])*" + _SECRET_KEYWORD + r")(?P<flag_sep>=|[ \t]+)"
     r"(?P<flag_value>(?![-\s])[^\s\"'<>&\\]+)"
@@ -126,6 +127,26 @@ _SECRET_ASSIGNMENT = (
     r"(?<![\w.-])(?=[\w.-]{1,80}+=)(?P<name>(?:[A-Za-z0-9]+[-_.])*" + _SECRET_KEYWORD + r")="
     r"(?P<name_value>(?![=\s(])[^\s\"'<>&),;\\]+)"
 )
+# `name: value` and `name = value` in the syntaxes secrets are kept in: INI and
+# ~/.aws/credentials (`aws_secret_access_key = x`), YAML (`password: x`), JSON and a printed
+# Python dict (`"api_key": "x"`, `{'token': 'x'}`, also HTML-escaped), shell (`PGPASSWORD="x"`),
+# docker's config (`"auth": "x"`) and HTTP headers (`Authorization: token x`, the scheme word kept).
+# A quoted value is replaced up to its closing quote, spaces included.
+_QUOTE = r"(?:[\"'`]|&quot;|&\#39;|&\#x27;)"
+_SECRET_PAIR = (
+    # Possessive look-ahead, as in _SECRET_ASSIGNMENT: one scan past words not followed by a
+    # separator, so long runs of text are not searched for names from every position.
+    r"(?<![\w.-])(?=[\w.-]{1,80}+" + _QUOTE + r"?[ \t]*[:=])"
+    r"(?P<pair_key>(?:[A-Za-z0-9]+[-_.])*(?i:"
+    + _SECRET_WORDS_IN_NAMES
+    + r"|authorization)"
+    + _QUOTE
+    + r"?[ \t]*(?:=|:(?![:/]))[ \t]*(?i:(?:token|bearer|basic|digest)[ \t]+)?)"
+    r"(?:(?P<pair_quote>" + _QUOTE + r")(?P<pair_quoted>[^\"'`&\n]{1,512})(?P=pair_quote)"
+    r"|(?P<pair_value>(?![=\s(\[{])[^\s\"'<>&),;\\]{1,512}))"
+)
+# A ~/.netrc line: `machine HOST login USER password SECRET`.
+_NETRC = r"(?P<netrc>\blogin[ \t]+\S{1,256}[ \t]+(?:password|passwd)[ \t]+)\S{1,512}"
 _URL_USERINFO = (
     # Scheme length is bounded so a long run of letters (base64 image data) is not rescanned
     # from every position; userinfo runs to the last "@" before the host and is bounded too.
@@ -137,7 +158,14 @@ _BARE_USERINFO = (
     r"(?<![\w.%+:-])(?!mailto:)(?P<user>[A-Za-z0-9._%+-]{1,64}):[^\s@/\"'<>:]{1,256}@"
     r"(?=[A-Za-z0-9])"
 )
-_STRUCTURED_SECRETS = (_URL_USERINFO, _BARE_USERINFO, _SECRET_FLAG, _SECRET_ASSIGNMENT)
+_STRUCTURED_SECRETS = (
+    _URL_USERINFO,
+    _BARE_USERINFO,
+    _SECRET_FLAG,
+    _SECRET_ASSIGNMENT,
+    _SECRET_PAIR,
+    _NETRC,
+)
 
 # High-entropy candidates. "/", "." and ":" are not token characters, so paths and version
 # strings split into short pieces and are never candidates; the cost is that a base64 secret
@@ -226,6 +254,11 @@ def _replace_match(match: re.Match[str]) -> str:
         return f"{groups['flag']}{groups['flag_sep']}{REDACTED}"
     if groups.get("name"):
         return f"{groups['name']}={REDACTED}"
+    if groups.get("pair_key"):
+        quote = groups.get("pair_quote") or ""
+        return f"{groups['pair_key']}{quote}{REDACTED}{quote}"
+    if groups.get("netrc"):
+        return f"{groups['netrc']}{REDACTED}"
     return REDACTED
 
 
@@ -272,11 +305,23 @@ def _scrub(text: str, pattern: re.Pattern[str]) -> str:
     return "".join(pieces)
 
 
+# A key of parsed data (a JSON or YAML mapping) that names a secret: its text value is the secret,
+# whatever it looks like, as `name: value` is in text.
+_SECRET_KEY = re.compile(
+    r"(?:[A-Za-z0-9]+[-_.])*(?i:" + _SECRET_WORDS_IN_NAMES + r"|authorization)"
+)
+
+
 def _scrub_nested(data: object, pattern: re.Pattern[str]) -> object:
     if isinstance(data, str):
         return _scrub(data, pattern)
     if isinstance(data, dict):
-        return {_scrub(str(k), pattern): _scrub_nested(v, pattern) for k, v in data.items()}
+        return {
+            _scrub(str(k), pattern): REDACTED
+            if isinstance(v, str) and v and _SECRET_KEY.fullmatch(str(k))
+            else _scrub_nested(v, pattern)
+            for k, v in data.items()
+        }
     if isinstance(data, (list, tuple)):
         return [_scrub_nested(v, pattern) for v in data]
     return data
