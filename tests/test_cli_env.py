@@ -108,10 +108,15 @@ def test_diff_output_is_scrubbed(pinned):
     manifest = json.loads((pinned / "env.json").read_text())
     manifest["environment"]["NEURON_CC_FLAGS"] = "--password hunter2diff \x1b]0;title\x07"
     manifest["packages"]["papermill"] = "sk-live-4f9a8b7c6d5e4f3a2b1c0d9e"
+    # By content (a credentials line, a JSON pair) and under a key that names a secret.
+    manifest["environment"]["XLA_FLAGS"] = 'aws_secret_access_key = wJalrXUtnF {"api_key": "k9x"}'
+    manifest["environment"]["NEURON_DB_PASSWORD"] = "plainword"
     (pinned / "secret.json").write_text(json.dumps(manifest))
     result = workbench("env", "diff", "env.json", "secret.json", cwd=pinned)
     assert "NEURON_CC_FLAGS" in result.stdout and "papermill" in result.stdout
-    assert "hunter2diff" not in result.stdout and "sk-live-4f9a" not in result.stdout
+    assert "NEURON_DB_PASSWORD" in result.stdout and "XLA_FLAGS" in result.stdout
+    for secret in ("hunter2diff", "sk-live-4f9a", "wJalrXUtnF", "k9x", "plainword"):
+        assert secret not in result.stdout
     assert "\x1b" not in result.stdout and "--password [redacted]" in result.stdout
 
 

@@ -26,7 +26,7 @@ from workbench.errors import (
     WorkbenchError,
     did_you_mean,
 )
-from workbench.redact import console_line
+from workbench.redact import REDACTED, console_line, is_secret_key
 from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
 
 # Each config key and the type its value must have (`only` may also be a list of numbers).
@@ -188,7 +188,11 @@ def cmd_env_diff(args: argparse.Namespace) -> int:
     drifts = import_failures(new) + diff_manifests(old, new)
     for drift in drifts:
         # A hand-edited or foreign manifest may hold secrets or control sequences.
-        line = f"{drift.severity:8} {drift.key}: {drift.old} -> {drift.new}  ({drift.reason})"
+        old_value, new_value = drift.old, drift.new
+        if is_secret_key(drift.key.rsplit(".", 1)[-1]):
+            old_value = None if drift.old is None else REDACTED
+            new_value = None if drift.new is None else REDACTED
+        line = f"{drift.severity:8} {drift.key}: {old_value} -> {new_value}  ({drift.reason})"
         print(console_line(line))
     worst = worst_severity(drifts)
     print(f"{len(drifts)} change(s); worst: {worst or 'none'}")

@@ -312,13 +312,18 @@ _SECRET_KEY = re.compile(
 )
 
 
+def is_secret_key(name: str) -> bool:
+    """True when a mapping key (`auth`, `db_password`, `Authorization`) says its value is secret."""
+    return bool(_SECRET_KEY.fullmatch(name))
+
+
 def _scrub_nested(data: object, pattern: re.Pattern[str]) -> object:
     if isinstance(data, str):
         return _scrub(data, pattern)
     if isinstance(data, dict):
         return {
             _scrub(str(k), pattern): REDACTED
-            if isinstance(v, str) and v and _SECRET_KEY.fullmatch(str(k))
+            if isinstance(v, str) and v and is_secret_key(str(k))
             else _scrub_nested(v, pattern)
             for k, v in data.items()
         }
