@@ -16,6 +16,21 @@ from workbench.cli import main
 LONG = "9" * 5000
 NESTED = "[" * 2000 + "]" * 2000
 
+
+def _alias_bomb(levels: int) -> str:
+    """A YAML billion-laughs document of about 1 KB: each level lists the one above nine times."""
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for level in range(1, levels):
+        lines.append(f"l{level}: &l{level} [" + ", ".join([f"*l{level - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+# Under the alias limit (63 aliases), yet 9**7 values once expanded; and over the limit.
+ALIAS_BOMB_WIDE = _alias_bomb(8)
+ALIAS_BOMB_MANY = _alias_bomb(10)
+DEEP_YAML = "a:\n" + "".join(" " * i + "- \n" for i in range(1, 20_000))
+DEEP_FLOW_YAML = "a: " + "[" * 20_000 + "]" * 20_000
+
 # (id, arguments after `workbench`, files to create first, a phrase the sentence must contain)
 BAD_INPUTS = [
     (
@@ -146,7 +161,7 @@ BAD_INPUTS = [
         "config not UTF-8",
         ["run", "--config", "c.yaml"],
         {"c.yaml": b"\xff\xfe\x00bad"},
-        "cannot be read",
+        "is not UTF-8 text",
     ),
     (
         "parameter too long",
@@ -158,7 +173,7 @@ BAD_INPUTS = [
         "parameter nested too deep",
         ["run", "--only", "01", "-p", f"steady_steps={NESTED}"],
         {},
-        "expects int",
+        "Parameter 'steady_steps' (01_baseline) nests deeper than",
     ),
     (
         "parameter without =",
@@ -433,6 +448,60 @@ BAD_INPUTS = [
         ["tables", "import-native", "missing.md"],
         {},
         "missing.md cannot be read",
+    ),
+    (
+        "config alias bomb",
+        ["run", "--only", "00", "--config", "c.yaml"],
+        {"c.yaml": ALIAS_BOMB_WIDE},
+        "values once expanded",
+    ),
+    (
+        "config with many aliases",
+        ["run", "--only", "00", "--config", "c.yaml"],
+        {"c.yaml": ALIAS_BOMB_MANY},
+        "more than 64 YAML aliases",
+    ),
+    (
+        "config nested 20,000 deep",
+        ["run", "--only", "00", "--config", "c.yaml"],
+        {"c.yaml": DEEP_FLOW_YAML},
+        "nests deeper than",
+    ),
+    (
+        "config over 1 MiB",
+        ["run", "--only", "00", "--config", "c.yaml"],
+        {"c.yaml": "# " + "x" * (1 << 20) + "\n"},
+        "over the 1 MiB this reads",
+    ),
+    (
+        "parameter value alias bomb",
+        ["run", "--only", "01", "-p", "kinds=" + ALIAS_BOMB_WIDE.replace("\n", "; ")],
+        {},
+        "Parameter 'kinds'",
+    ),
+    (
+        "matrix alias bomb",
+        ["matrix", "m.yaml"],
+        {"m.yaml": ALIAS_BOMB_WIDE + "items:\n  - workload: seed-mlp\n"},
+        "values once expanded",
+    ),
+    (
+        "matrix nested 20,000 deep",
+        ["matrix", "m.yaml"],
+        {"m.yaml": DEEP_FLOW_YAML},
+        "nests deeper than",
+    ),
+    (
+        "matrix not UTF-8",
+        ["matrix", "m.yaml"],
+        {"m.yaml": b"items:\n  - workload: \xff\n"},
+        "is not UTF-8 text",
+    ),
+    (
+        "matrix parameter named by a number",
+        ["matrix", "m.yaml"],
+        {"m.yaml": "items:\n  - workload: seed-mlp\n    parameters: {3: 4}\n"},
+        "each name a word",
     ),
     (
         "measured table from another result",

@@ -27,6 +27,7 @@ from workbench.errors import (
     did_you_mean,
 )
 from workbench.redact import REDACTED, console_line, is_secret_key
+from workbench.safe_load import CONFIG_MAX_BYTES, load_yaml, read_bounded
 from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
 
 # Each config key and the type its value must have (`only` may also be a list of numbers).
@@ -52,10 +53,7 @@ _TYPE_WORDS = {
 
 def _load_config(path: Path) -> dict[str, Any]:
     try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise BadInput(f"Config {path} cannot be read: {reason}.") from None
+        config = load_yaml(read_bounded(path, "Config", CONFIG_MAX_BYTES), f"Config {path}")
     except yaml.YAMLError as exc:
         raise BadInput(f"Config {path} is not valid YAML: {' '.join(str(exc).split())}") from None
     if config is None:

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from workbench.errors import BadInput, did_you_mean
+from workbench.safe_load import load_yaml, shown
 
 _TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool, "list": list}
 # `list[int]` in a parameters cell also fixes the type of every element.
@@ -89,7 +90,7 @@ def coerce(param: Parameter, value: Any) -> Any:
             f"values are limited to {MAX_VALUE_CHARS:,}."
         )
     try:
-        value = _parse(value, expected)
+        value = _parse(value, expected, f"Parameter {param.name!r} ({param.notebook})")
     except (ValueError, RecursionError):  # more digits than Python converts; nesting too deep
         pass
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
@@ -104,20 +105,22 @@ def coerce(param: Parameter, value: Any) -> Any:
     if not ok:
         raise BadInput(
             f"Parameter {param.name!r} ({param.notebook}) expects {param.type_name}, "
-            f"got {_shown(value)}."
+            f"got {shown(value)}."
         )
     return value
 
 
-def _parse(value: Any, expected: type) -> Any:
-    """A CLI string read as YAML; a value that does not parse stays as it was."""
+def _parse(value: Any, expected: type, where: str) -> Any:
+    """A CLI string read as YAML; a value that does not parse stays as it was, and one that
+    would expand or nest beyond safe_load's bounds is BadInput naming `where`."""
     if not isinstance(value, str) or expected is str:
         return value
     try:
         if expected is list:
             # "8, 16, 32", "[8, 16, 32]" and "eager" all read as flow lists; numbers stay numbers.
-            return yaml.safe_load(f"[{value.strip().removeprefix('[').removesuffix(']')}]")
-        return yaml.safe_load(value) if value.strip() else None
+            listed = f"[{value.strip().removeprefix('[').removesuffix(']')}]"
+            return load_yaml(listed, where)
+        return load_yaml(value, where) if value.strip() else None
     except yaml.YAMLError:
         return value
 
@@ -154,11 +157,6 @@ def _parameter_lines(path: Path) -> list[tuple[str, str, str, str]]:
         line = node.end_lineno or node.lineno
         found.append((node.target.id, annotation, default, comments.get(line, "")))
     return found
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else f"{text[:77]}..."
 
 
 def parse_assignments(pairs: list[str]) -> dict[str, str]:

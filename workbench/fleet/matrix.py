@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from workbench.errors import BadInput
+from workbench.safe_load import CONFIG_MAX_BYTES, load_yaml, read_bounded
 
 if TYPE_CHECKING:
     from workbench.runner import RunRequest
@@ -124,9 +125,7 @@ def load_matrix(path: str | Path) -> Matrix:
     """Read and check the file's shape; `check_items` then checks what each item names."""
     path = Path(path)
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BadInput(f"Matrix {path} cannot be read: {exc.strerror or exc}.") from None
+        document = load_yaml(read_bounded(path, "Matrix", CONFIG_MAX_BYTES), f"Matrix {path}")
     except yaml.YAMLError as exc:
         raise BadInput(f"Matrix {path} is not valid YAML: {' '.join(str(exc).split())}") from None
     top = _mapping(document, f"Matrix {path}", ("defaults", "items"))
@@ -145,9 +144,10 @@ def load_matrix(path: str | Path) -> Matrix:
         parameters = {}
         for scope, given in (("defaults", defaults), (where, entry)):
             values = given.get("parameters") or {}
-            if not isinstance(values, dict):
+            if not isinstance(values, dict) or not all(isinstance(k, str) for k in values):
                 raise BadInput(
-                    f"Matrix {path}: {scope}: parameters must be a mapping of name: value."
+                    f"Matrix {path}: {scope}: parameters must be a mapping of name: value, "
+                    "each name a word."
                 )
             parameters.update(values)
         name = _slug(str(entry.get("name") or f"{workload.rsplit(':', 1)[-1]}-{target}"))
