@@ -2,8 +2,10 @@
 
 Two runs: the second against the first (a migration: today's stack against Trn1; an SDK upgrade:
 pinned against candidate). More runs, or a folder of runs: the newest against the history before
-it (a nightly schedule). A regression is a timing beyond its gate and beyond noise, an op that
-newly falls back, a numerics run that newly fails, or a notebook verdict that became a blocker.
+it (a nightly schedule). A regression is a timing beyond its gate, noise and run-to-run
+variation (see compare.timing), an op that newly falls back, a numerics run that newly fails, or a
+notebook verdict that became a blocker. A notebook that ran on one side only is named, never
+passed over in silence.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 from workbench.compare.coverage import coverage_changes
 from workbench.compare.environment import environment_changes, environment_note
 from workbench.compare.numerics import numerics_changes
-from workbench.compare.records import Change, Comparison, Gates, RunInfo
+from workbench.compare.records import ONE_SIDE, Change, Comparison, Gates, RunInfo
 from workbench.compare.retuning import cost_note, cost_row, ran_on_trainium, retuning_changes
 from workbench.compare.runs import Run, collect_runs
 from workbench.compare.timing import timing_changes
@@ -37,6 +39,29 @@ def _run_info(run: Run) -> RunInfo:
         (run.summary.get("verdict") or {}).get("status"),
         versions,
     )
+
+
+def _notebooks_run(run: Run) -> list[str]:
+    return [e["notebook"] for e in run.summary.get("notebooks", []) if e.get("result")]
+
+
+def one_side_changes(earlier: list[Run], newest: Run) -> list[Change]:
+    """Every notebook that wrote a result on one side only (a run with --only, or a notebook
+    that failed before saving): nothing of it is compared, and the headline names it."""
+    before = {name for run in earlier for name in _notebooks_run(run)}
+    now = set(_notebooks_run(newest))
+    changes = []
+    for notebook in sorted(before ^ now):
+        side = "newest run" if notebook in now else "baseline"
+        note = f"{side} only: nothing of it is compared"
+        ran = "ran" if notebook in before else "no result"
+        changes.append(
+            Change(
+                "notebooks", notebook, ran, "ran" if notebook in now else "no result", ONE_SIDE,
+                note=note,
+            )
+        )  # fmt: skip
+    return changes
 
 
 def compare_runs(
@@ -63,7 +88,7 @@ def compare_runs(
         )
     base, new = runs[-2], runs[-1]
     environment = environment_changes(base, new)
-    changes: list[Change] = []
+    changes: list[Change] = one_side_changes(runs[:-1], new)
     changes += verdict_changes(base, new)
     changes += timing_changes(runs, gates, environment_note(environment))
     changes += coverage_changes(base, new)

@@ -11,7 +11,10 @@ WITHIN_GATE = "within gate"  # moved less than the magnitude gate
 NOISE = "not significant"  # beyond the gate, but the rank test cannot tell it from noise
 CHANGED = "changed"  # a setting or a set that differs, neither better nor worse
 UNCHANGED = "unchanged"
-NOT_COMPARABLE = "not comparable"  # missing on one side
+NOT_COMPARABLE = "not comparable"  # missing on one side, or measured with other threads
+RUN_TO_RUN = "within run-to-run variation"  # beyond gate and test, not beyond runs' own spread
+LOADED = "loaded; not judged"  # measured while other work competed for the machine
+ONE_SIDE = "on one side only"  # a notebook that ran in the newest run or the baseline, not both
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,9 @@ class Comparison:
     def improvements(self) -> list[Change]:
         return [c for c in self.changes if c.status == IMPROVEMENT]
 
+    def with_status(self, status: str) -> list[Change]:
+        return [c for c in self.changes if c.status == status]
+
     def headline(self) -> str:
         newest = self.runs[-1]
         text = f"{newest.label} against {self.baseline}: "
@@ -97,11 +103,28 @@ class Comparison:
                 text += f" ({worst.ratio - 1:+.1%})"
         else:
             text += "no regression"
+        for side in ("baseline", "newest run"):
+            names = [c.name for c in self.with_status(ONE_SIDE) if c.note.startswith(side)]
+            if names:
+                text += f"; not compared, in the {side} only: {', '.join(names)}"
+        loaded = self.with_status(LOADED)
+        if loaded:
+            text += f"; {len(loaded)} timing(s) measured loaded, not judged"
         if self.improvements:
             text += f"; {len(self.improvements)} improvement(s)"
         if self.environment:
             text += f"; {len(self.environment)} environment change(s) recorded by 00"
         return text + "."
+
+
+NAMED_AT_MOST = 5
+
+
+def named_list(names: list[str], at_most: int = NAMED_AT_MOST) -> str:
+    """'a, b, c' or 'a, b, c, d, e and 3 more': a list is never cut without saying so."""
+    shown = ", ".join(names[:at_most])
+    rest = len(names) - at_most
+    return f"{shown} and {rest} more" if rest > 0 else shown
 
 
 def comparison_data(comparison: Comparison) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from workbench.compare.records import (
     Comparison,
     comparison_data,
 )
+from workbench.compare.timing import HISTORY_SPREAD_RUNS, PAIR_RULE
 from workbench.redact import scrub_text
 from workbench.results import write_json_atomic, write_text_atomic
 
@@ -120,7 +121,7 @@ def render(comparison: Comparison) -> str:
     flagged_table = (
         _change_rows(flagged)
         if flagged
-        else "<p>Nothing: no metric moved beyond its gate and noise.</p>"
+        else "<p>Nothing: no metric moved beyond its gate, noise and run-to-run variation.</p>"
     )
     skipped_section = f"<h2>Run folders skipped</h2><ul>{skipped}</ul>" if skipped else ""
     gates = comparison.gates
@@ -128,7 +129,12 @@ def render(comparison: Comparison) -> str:
         f"A timing is a regression when it is worse by more than its gate (steady state and "
         f"throughput {gates.step_time:.0%}, first call {gates.compile_time:.0%}, memory "
         f"{gates.memory:.0%}) and, where raw samples exist, a Mann-Whitney U test on them gives "
-        f"p < {gates.p_value}. An op that newly falls back, a numerics run that newly fails and a "
+        f"p < {gates.p_value}, the runs' interquartile ranges do not overlap, and it is beyond "
+        "run-to-run variation: against a history of "
+        f"{HISTORY_SPREAD_RUNS} or more earlier runs, outside the band their values spread over; "
+        f"with fewer, {PAIR_RULE}. A timing measured while the machine was loaded is not judged "
+        "(loaded; not judged), and timings taken with different thread counts are not "
+        "comparable. An op that newly falls back, a numerics run that newly fails and a "
         "notebook verdict that became a blocker are regressions too."
     )
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -153,7 +159,8 @@ def render(comparison: Comparison) -> str:
 <th>items per $</th><th>hours for the items priced</th><th>inference p99 (s)</th></tr></thead>
 <tbody>{cost}</tbody></table>
 <details><summary>Every other metric compared ({len(others)}: within gate, unchanged, not
-significant or not comparable)</summary>
+significant, within run-to-run variation, loaded, not comparable or on one side
+only)</summary>
 {_change_rows(others)}</details>
 {skipped_section}
 <p class="note">Machine-readable: <a href="compare.json">compare.json</a>.

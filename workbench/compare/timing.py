@@ -5,13 +5,20 @@ Steady-state metrics keep their raw per-step samples in every result file, so a 
 only when it is beyond its magnitude gate, a Mann-Whitney U test on the samples says it is not
 noise, and the two runs' interquartile ranges do not overlap. The last rule is for a burst of
 other load that slows most of one run's steps: the rank test then calls the shift significant,
-but the run's own spread covers it (measured on a shared 2-core VM, it flagged 2 of 5 pairs of
-identical runs without it). Steps of one run are not independent of the machine's state during
-that run: two identical runs one after the other differed by up to 19% in median there, each
-run tight. One run against one cannot measure that; against a history of 3 or more runs, a
-change must also leave the band the earlier runs' values spread over (history_band).
-First-call time and peak memory are one value per run: they are judged by their gate alone (as
-PyTorch's dashboard judges compile latency), and say so.
+but the run's own spread covers it.
+
+Steps of one run are not independent of the machine's state during that run: two identical runs
+one after the other differed by up to 24% in median on a quiet machine, each run tight. So the
+run-to-run variation is measured where it can be and allowed for where it cannot:
+- against a history of HISTORY_SPREAD_RUNS or more earlier runs, a change must also leave the
+  band the earlier runs' values spread over (history_band): their spread is the measurement;
+- with fewer earlier runs (a pair), nothing measures it, so a timing must also move by more than
+  the run-to-run allowance (pair_allowance): PAIR_ALLOWANCE, or twice the wider relative IQR of
+  the two runs where that is larger.
+A timing measured while the machine was loaded (its HostLoad says so) is not judged, and timings
+taken with different thread counts are not comparable. First-call time and peak memory are one
+value per run: they are judged by their gate alone (as PyTorch's dashboard judges compile
+latency), and first call by the run-to-run allowance too where no history measures it.
 """
 
 from __future__ import annotations
@@ -22,21 +29,36 @@ from typing import Any
 
 from workbench.compare.records import (
     IMPROVEMENT,
+    LOADED,
     NOISE,
     NOT_COMPARABLE,
     REGRESSION,
+    RUN_TO_RUN,
     WITHIN_GATE,
     Change,
     Gates,
 )
 from workbench.compare.runs import Run
 from workbench.compare.stats import mann_whitney_u, median
-from workbench.timing import quantile
+from workbench.timing import quantile, samples_for_percentile
 
 BASELINE_NOTEBOOK = "01_baseline"
+STEADY, FIRST_CALL = "steady", "first_call"
 # From this many earlier runs on, a change must also leave the band their values spread over.
 HISTORY_SPREAD_RUNS = 3
 HISTORY_SPREADS = 2.0
+# Without a history, a timing must move by more than this factor less one (1.5x slower, or a
+# third less throughput): twice the largest difference measured between identical runs one
+# after the other on a quiet machine (+24%, tiny steps).
+PAIR_ALLOWANCE = 0.5
+PAIR_IQR_MULTIPLE = 2.0
+PAIR_RULE = (
+    f"fewer than {HISTORY_SPREAD_RUNS} earlier runs cannot measure run-to-run variation, so a "
+    f"timing must also move by more than {PAIR_ALLOWANCE:.0%} (a factor of "
+    f"{1 + PAIR_ALLOWANCE:g}), or by {PAIR_IQR_MULTIPLE:g} x the wider relative IQR of the runs "
+    "where that is more (identical runs one after the other differed by up to 24% in median)"
+)
+TAIL_QUANTILE = 0.99
 
 
 @dataclass(frozen=True)
@@ -47,16 +69,26 @@ class Metric:
     gate: Callable[[Gates], float]
     value: Callable[[dict[str, Any]], float | None]  # from one configuration's record
     sampled: bool  # raw samples exist for a rank test
+    phase: str | None  # the phase whose timing it reads (None: memory, not a timing)
 
 
 def _phase(config: dict[str, Any], name: str) -> dict[str, Any] | None:
     return next((p for p in config.get("phases", []) if p.get("phase") == name), None)
 
 
+def _measurement(config: dict[str, Any], phase: str) -> dict[str, Any]:
+    return (_phase(config, phase) or {}).get("measurement") or {}
+
+
 def steady_samples(config: dict[str, Any]) -> list[float]:
-    phase = _phase(config, "steady")
-    measurement = (phase or {}).get("measurement") or {}
-    return [t for t in measurement.get("times", []) if isinstance(t, (int, float))]
+    times = _measurement(config, STEADY).get("times", [])
+    return [t for t in times if isinstance(t, (int, float))]
+
+
+def host_load(config: dict[str, Any], phase: str) -> dict[str, Any]:
+    """The HostLoad a phase's measurement recorded ({} for a run that predates it)."""
+    host = _measurement(config, phase).get("host")
+    return host if isinstance(host, dict) else {}
 
 
 def _steady_median(config: dict[str, Any]) -> float | None:
@@ -66,7 +98,12 @@ def _steady_median(config: dict[str, Any]) -> float | None:
 
 def _steady_p99(config: dict[str, Any]) -> float | None:
     samples = sorted(steady_samples(config))
-    return quantile(samples, 0.99) if samples else None
+    return quantile(samples, TAIL_QUANTILE) if samples else None
+
+
+def _steady_max(config: dict[str, Any]) -> float | None:
+    samples = steady_samples(config)
+    return max(samples) if samples else None
 
 
 def _throughput(config: dict[str, Any]) -> float | None:
@@ -76,9 +113,8 @@ def _throughput(config: dict[str, Any]) -> float | None:
 
 
 def _first_call(config: dict[str, Any]) -> float | None:
-    phase = _phase(config, "first_call")
-    measurement = (phase or {}).get("measurement") or {}
-    return measurement.get("median")
+    value = _measurement(config, FIRST_CALL).get("median")
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def _peak(field: str) -> Callable[[dict[str, Any]], float | None]:
@@ -93,12 +129,23 @@ def _peak(field: str) -> Callable[[dict[str, Any]], float | None]:
     return read
 
 
+def _step_gate(gates: Gates) -> float:
+    return gates.step_time
+
+
+STEADY_MEDIAN = Metric("steady median", "s", True, _step_gate, _steady_median, True, STEADY)
+# The tail is a p99 only where every run compared has the samples to support one (MLPerf's
+# early-stopping count); otherwise it is the slowest step, and named so.
+STEADY_P99 = Metric("steady p99", "s", True, _step_gate, _steady_p99, True, STEADY)
+STEADY_MAX = Metric("steady max", "s", True, _step_gate, _steady_max, True, STEADY)
 METRICS = (
-    Metric("steady median", "s", True, lambda g: g.step_time, _steady_median, True),
-    Metric("steady p99", "s", True, lambda g: g.step_time, _steady_p99, True),
-    Metric("throughput", "items/s", False, lambda g: g.step_time, _throughput, True),
-    Metric("first call", "s", True, lambda g: g.compile_time, _first_call, False),
-    Metric("peak host memory", "MiB", True, lambda g: g.memory, _peak("host_peak_rss"), False),
+    STEADY_MEDIAN,
+    STEADY_P99,
+    Metric("throughput", "items/s", False, _step_gate, _throughput, True, STEADY),
+    Metric("first call", "s", True, lambda g: g.compile_time, _first_call, False, FIRST_CALL),
+    Metric(
+        "peak host memory", "MiB", True, lambda g: g.memory, _peak("host_peak_rss"), False, None
+    ),
     Metric(
         "peak device memory",
         "MiB",
@@ -106,6 +153,7 @@ METRICS = (
         lambda g: g.memory,
         _peak("device_peak_allocated"),
         False,
+        None,
     ),
 )
 
@@ -136,100 +184,202 @@ def history_band(earlier: list[float]) -> tuple[float, float] | None:
     return center - spread, center + spread
 
 
-def _judge(
+def relative_iqr(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    middle = quantile(ordered, 0.5)
+    spread = quantile(ordered, 0.75) - quantile(ordered, 0.25)
+    return spread / middle if middle > 0 else 0.0
+
+
+def pair_allowance(new: list[float], base: list[float]) -> float:
+    """How far (as a factor less one) a timing may move between two runs by run-to-run variation
+    alone, when no history measures it: PAIR_ALLOWANCE, or PAIR_IQR_MULTIPLE x the wider relative
+    IQR of the two runs' steady samples (noisier steps vary more from run to run)."""
+    spreads = [relative_iqr(s) for s in (new, base) if s]
+    return max([PAIR_ALLOWANCE] + [PAIR_IQR_MULTIPLE * s for s in spreads])
+
+
+def slowdown_factor(ratio: float, lower_is_better: bool) -> float:
+    """How many times worse or better, whichever way it moved (2.0 for half the throughput)."""
+    worse_ratio = ratio if lower_is_better else 1 / ratio
+    return max(worse_ratio, 1 / worse_ratio)
+
+
+@dataclass
+class _Side:
+    """One run's configuration as a comparison sees it."""
+
+    label: str
+    config: dict[str, Any]
+
+    def host(self, phase: str | None) -> dict[str, Any]:
+        return host_load(self.config, phase) if phase else {}
+
+    def loaded(self, phase: str | None) -> bool:
+        return bool(self.host(phase).get("loaded"))
+
+    def threads(self, phase: str | None) -> int | None:
+        value = self.host(phase).get("threads")
+        return value if isinstance(value, int) else None
+
+
+def _load_words(side: _Side, phase: str | None) -> str:
+    host = side.host(phase)
+    shares = []
+    if isinstance(host.get("other_share"), (int, float)):
+        shares.append(f"other processes {host['other_share']:.0%} of the CPU")
+    if isinstance(host.get("steal_share"), (int, float)):
+        shares.append(f"steal {host['steal_share']:.0%}")
+    return f"{side.label} ({', '.join(shares)})" if shares else side.label
+
+
+@dataclass
+class _Judged:
+    """What one metric's comparison rests on once loaded and mismatched runs are left out."""
+
+    earlier: list[_Side]
+    left_out: list[str]  # why earlier runs were left out, one phrase each
+    blocked: Change | None  # set when nothing can be judged
+
+
+def _usable_earlier(
+    name: str, metric: Metric, newest: _Side, earlier: list[_Side], series: list[float | None]
+) -> _Judged:
+    """Earlier runs a timing can be judged against: not loaded, same thread count as the newest.
+    A loaded newest run, or no usable earlier run, is not judged."""
+    base_value = next((v for v in reversed(series[:-1]) if v is not None), None)
+    if newest.loaded(metric.phase):
+        note = f"measured while the machine was loaded: {_load_words(newest, metric.phase)}"
+        return _Judged([], [], Change("timing", name, base_value, series[-1], LOADED,
+                                       metric.unit, note=note, series=series))  # fmt: skip
+    kept, left_out = [], []
+    threads = newest.threads(metric.phase)
+    for side in earlier:
+        other_threads = side.threads(metric.phase)
+        if side.loaded(metric.phase):
+            left_out.append(f"{_load_words(side, metric.phase)} was measured loaded")
+        elif threads is not None and other_threads is not None and other_threads != threads:
+            left_out.append(f"{side.label} ran {other_threads} thread(s), the newest {threads}")
+        else:
+            kept.append(side)
+    if kept or not left_out:
+        return _Judged(kept, left_out, None)
+    loaded = all("loaded" in reason for reason in left_out)
+    status = LOADED if loaded else NOT_COMPARABLE
+    note = "; ".join(left_out)
+    blocked = Change("timing", name, base_value, series[-1], status, metric.unit, note=note,
+                     series=series)  # fmt: skip
+    return _Judged([], left_out, blocked)
+
+
+def _tail_metric(sides: list[_Side]) -> Metric:
+    needed = samples_for_percentile(TAIL_QUANTILE)
+    if all(len(steady_samples(s.config)) >= needed for s in sides):
+        return STEADY_P99
+    return STEADY_MAX
+
+
+def _metrics_for(sides: list[_Side]) -> list[Metric]:
+    tail = _tail_metric(sides)
+    return [tail if m is STEADY_P99 else m for m in METRICS]
+
+
+def _judge_metric(
     metric: Metric,
-    base: float,
-    new: float,
-    p_value: float | None,
+    name: str,
+    newest: _Side,
+    usable: _Judged,
+    series: list[float | None],
     gates: Gates,
-    separated: bool = True,
-) -> tuple[str, float]:
+    environment_note: str,
+) -> Change:
+    new = series[-1]
+    earlier_values = [metric.value(s.config) for s in usable.earlier]
+    earlier = [v for v in earlier_values if v is not None]
+    if new is None or not earlier or min(earlier) <= 0:
+        base_value = earlier[-1] if earlier else None
+        return Change("timing", name, base_value, new, NOT_COMPARABLE, metric.unit, series=series)
+    base = earlier[-1] if len(earlier) == 1 else median(earlier)
     ratio = new / base
+    gate = metric.gate(gates)
+    band = history_band(earlier) if metric.phase else None
+    notes = []
+    if metric.sampled:
+        new_samples = steady_samples(newest.config)
+        base_samples = [t for s in usable.earlier for t in steady_samples(s.config)]
+        p_value = mann_whitney_u(new_samples, base_samples)[1]
+        apart = quartiles_apart(new_samples, base_samples)
+        notes.append("rank test on raw steady-state samples")
+    else:
+        new_samples, base_samples, p_value, apart = [], [], None, True
+        notes.append("one value per run: magnitude gate only")
+    status = _status(metric, ratio, gate, p_value, gates.p_value)
+    if status in (REGRESSION, IMPROVEMENT) and not apart:
+        status = NOISE
+        notes.append("the runs' interquartile ranges overlap (a burst of load, not a shift)")
+    if status in (REGRESSION, IMPROVEMENT) and metric.phase is not None:
+        if band is not None and band[0] <= new <= band[1]:
+            status = RUN_TO_RUN
+            notes.append(
+                f"within the band of the {len(earlier)} earlier runs ({band[0]:.4g} to "
+                f"{band[1]:.4g}: median +- {HISTORY_SPREADS:g} x 1.4826 x MAD): the machine's "
+                "run-to-run variation, not a shift"
+            )
+        elif band is None:
+            allowance = pair_allowance(new_samples, base_samples)
+            if slowdown_factor(ratio, metric.lower_is_better) - 1 <= allowance:
+                status = RUN_TO_RUN
+                notes.append(
+                    f"a {slowdown_factor(ratio, metric.lower_is_better):.2f}x change is within the "
+                    f"{allowance:.0%} allowed for run-to-run variation, which "
+                    f"{len(earlier) + 1} runs cannot measure: compare against a history of "
+                    f"{HISTORY_SPREAD_RUNS} or more runs to judge smaller changes"
+                )
+    notes += usable.left_out
+    if status in (REGRESSION, IMPROVEMENT) and environment_note:
+        notes.append(environment_note)
+    return Change("timing", name, base, new, status, metric.unit, ratio, p_value, gate,
+                  "; ".join(notes), series)  # fmt: skip
+
+
+def _status(
+    metric: Metric, ratio: float, gate: float, p_value: float | None, significance: float
+) -> str:
+    """The magnitude gate, then (for sampled metrics) the rank test."""
     worse = ratio > 1 if metric.lower_is_better else ratio < 1
-    if abs(ratio - 1) < metric.gate(gates):
-        return WITHIN_GATE, ratio
-    if metric.sampled and (p_value is None or p_value >= gates.p_value or not separated):
-        return NOISE, ratio
-    return (REGRESSION if worse else IMPROVEMENT), ratio
+    if abs(ratio - 1) < gate:
+        return WITHIN_GATE
+    if metric.sampled and (p_value is None or p_value >= significance):
+        return NOISE
+    return REGRESSION if worse else IMPROVEMENT
 
 
 def timing_changes(runs: list[Run], gates: Gates, environment_note: str) -> list[Change]:
     """Every timing metric of the newest run against the run before it (two runs) or against
-    the median of all runs before it (a history), with the rank test on pooled raw samples."""
-    newest, previous = runs[-1], runs[:-1]
-    new_configs = configs_of(newest)
+    the median of all runs before it (a history), with the rank test on pooled raw samples.
+    Earlier runs measured loaded or with another thread count are left out, and said so."""
+    newest_run, previous = runs[-1], runs[:-1]
     previous_configs = [configs_of(run) for run in previous]
     changes = []
-    for key, config in new_configs.items():
+    for key, config in configs_of(newest_run).items():
         label = f"{key[0]}/{key[1]}"
-        # Every sampled metric rests on the same steady-state samples: test them once.
-        base_samples = [t for c in previous_configs if key in c for t in steady_samples(c[key])]
-        new_samples = steady_samples(config)
-        tested = bool(base_samples and new_samples)
-        samples_p = mann_whitney_u(new_samples, base_samples)[1] if tested else None
-        samples_apart = quartiles_apart(new_samples, base_samples) if tested else True
-        for metric in METRICS:
-            series = [metric.value(c[key]) if key in c else None for c in previous_configs] + [
-                metric.value(config)
-            ]
-            new = series[-1]
-            earlier = [v for v in series[:-1] if v is not None]
-            if new is None and not earlier:
+        newest = _Side(newest_run.label, config)
+        earlier = [
+            _Side(run.label, configs[key])
+            for run, configs in zip(previous, previous_configs, strict=True)
+            if key in configs
+        ]
+        for metric in _metrics_for([*earlier, newest]):
+            series = [metric.value(c[key]) if key in c else None for c in previous_configs]
+            series.append(metric.value(config))
+            if all(v is None for v in series):
                 continue
             name = f"{label} {metric.name}"
-            if new is None or not earlier or min(earlier) <= 0:
-                changes.append(
-                    Change(
-                        "timing",
-                        name,
-                        earlier[-1] if earlier else None,
-                        new,
-                        NOT_COMPARABLE,
-                        metric.unit,
-                        series=series,
-                    )
-                )
+            usable = _usable_earlier(name, metric, newest, earlier, series)
+            if usable.blocked is not None:
+                changes.append(usable.blocked)
                 continue
-            base = earlier[-1] if len(previous) == 1 else median(earlier)
-            p_value = samples_p if metric.sampled else None
-            band = history_band(earlier)
-            outside = band is None or not band[0] <= new <= band[1]
-            separated = samples_apart and outside if metric.sampled else True
-            if metric.sampled:
-                note = "rank test on raw steady-state samples"
-                if not samples_apart:
-                    note += (
-                        "; the runs' interquartile ranges overlap (a burst of load, not a shift)"
-                    )
-                elif band is not None and not outside:
-                    note += (
-                        f"; within the band of the {len(earlier)} earlier runs ({band[0]:.4g} "
-                        f"to {band[1]:.4g}: median +- {HISTORY_SPREADS:g} x 1.4826 x MAD): the "
-                        "machine's run-to-run variation, not a shift"
-                    )
-                elif len(previous) == 1:
-                    note += (
-                        "; one run each, so run-to-run variation is not measured: compare "
-                        f"against a history of {HISTORY_SPREAD_RUNS} or more runs to rule it out"
-                    )
-            else:
-                note = "one value per run: magnitude gate only"
-            status, ratio = _judge(metric, base, new, p_value, gates, separated)
-            if status in (REGRESSION, IMPROVEMENT) and environment_note:
-                note += f"; {environment_note}"
             changes.append(
-                Change(
-                    "timing",
-                    name,
-                    base,
-                    new,
-                    status,
-                    metric.unit,
-                    ratio,
-                    p_value,
-                    metric.gate(gates),
-                    note,
-                    series,
-                )
+                _judge_metric(metric, name, newest, usable, series, gates, environment_note)
             )
     return changes
