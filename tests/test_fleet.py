@@ -437,3 +437,34 @@ def test_slurm_templates_are_valid_bash_and_pass_the_array_index() -> None:
     assert '--index "$SLURM_ARRAY_TASK_ID"' in array and "#SBATCH --exclusive" in array
     submit = (slurm / "submit.sh").read_text()
     assert '--dependency="afterany:$after"' in submit and "--array=" in submit
+
+
+def test_dashboard_links_stay_inside_the_root_and_never_carry_a_scheme(tmp_path: Path) -> None:
+    """A folder named like a script link becomes a relative link to itself, inert on click; a
+    folder symlinked to somewhere outside the root is not an item."""
+    root = tmp_path / "root"
+    claim(root, load_matrix(write(tmp_path / "m.yaml", "items:\n  - {workload: seed-mlp}\n")))
+    write_run(root / "javascript:alert(1)" / "night1", started="2026-11-01T02:00:00")
+    outside = tmp_path / "outside"
+    write_run(outside / "night1", started="2026-11-01T02:00:00")
+    (root / "linked").symlink_to(outside, target_is_directory=True)
+    assert main(["collect", str(root)]) == 0
+    page = (root / "index.html").read_text()
+    hrefs = [part.split('"', 1)[0] for part in page.split('href="')[1:]]
+    assert "./javascript%3Aalert%281%29/night1/index.html" in hrefs
+    assert all(h.startswith("./") or h == "matrix.json" for h in hrefs), hrefs
+    names = [item["name"] for item in json.loads((root / "matrix.json").read_text())["items"]]
+    assert "linked" not in names and "javascript:alert(1)" in names
+
+
+@pytest.mark.parametrize("name", ["../escape", "/tmp/abs", "..", "a/b"])
+def test_a_claim_naming_a_folder_outside_the_root_is_refused(tmp_path: Path, name: str) -> None:
+    root = tmp_path / "fleet" / "root"
+    claim(root, load_matrix(write(tmp_path / "m.yaml", "items:\n  - {workload: seed-mlp}\n")))
+    claimed = json.loads((root / "workbench-matrix.json").read_text())
+    claimed["items"][0]["name"] = name
+    (root / "workbench-matrix.json").write_text(json.dumps(claimed))
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(BadInput, match="not a folder name inside"):
+        collect(root)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

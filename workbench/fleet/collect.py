@@ -98,7 +98,9 @@ def collect(root: str | Path) -> list[ItemRow]:
         row.index = item.get("index")
         rows.append(row)
         seen.add(item["name"])
-    for folder in sorted(p for p in root.iterdir() if p.is_dir() and p.name not in seen):
+    # A symlinked folder may lead out of ROOT: only real folders inside it are items.
+    extra = (p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and p.name not in seen)
+    for folder in sorted(extra):
         rows.append(_item_row(root, folder, folder.name, "", ""))
     if not rows:
         raise BadInput(f"{root} holds no matrix items: run `workbench run --matrix` into it first.")

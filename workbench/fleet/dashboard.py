@@ -4,10 +4,12 @@ and why. Offline and escaped like every report: no script, nothing fetched."""
 from __future__ import annotations
 
 import html
+import os
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from workbench.fleet.collect import COMPLETE, ItemRow
 from workbench.redact import scrub_text
@@ -34,7 +36,17 @@ def _e(value: Any) -> str:
 
 
 def _link(href: str | None, text: str) -> str:
-    return f'<a href="{_e(href)}">{_e(text)}</a>' if href else _e(text)
+    return f'<a href="{_e(relative_href(href))}">{_e(text)}</a>' if href else _e(text)
+
+
+def relative_href(path: str) -> str:
+    """A link to a file inside the fleet root: each segment percent-encoded and the whole path
+    begun with "./", so no folder name ("javascript:alert(1)") can be read as a scheme, and a
+    path that climbs out of the root is refused."""
+    segments = path.replace(os.sep, "/").split("/")
+    if path.startswith("/") or ".." in segments:
+        raise ValueError(f"{path!r} is not a path inside the fleet root")
+    return "./" + "/".join(quote(segment, safe="") for segment in segments)
 
 
 _VERDICT_RULE = (

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from workbench.errors import BadInput
 from workbench.fleet.matrix import Matrix
+from workbench.safe_load import CONFIG_MAX_BYTES, load_json, read_bounded, shown
 
 CLAIM_FILE = "workbench-matrix.json"
 
@@ -49,10 +51,31 @@ def claim(root: Path, matrix: Matrix) -> None:
 
 
 def read_claim(root: Path) -> dict[str, Any]:
-    try:
-        value = json.loads((root / CLAIM_FILE).read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    """The claim file's matrix, its items checked: each names a folder directly inside ROOT."""
+    path = root / CLAIM_FILE
+    if not path.exists():
         return {}
-    except (OSError, ValueError) as exc:
-        raise BadInput(f"{root / CLAIM_FILE} is not readable ({exc}).") from None
-    return value if isinstance(value, dict) else {}
+    value = load_json(read_bounded(path, "Claim file", CONFIG_MAX_BYTES), str(path))
+    if not isinstance(value, dict):
+        return {}
+    items = value.get("items", [])
+    if not isinstance(items, list):
+        raise BadInput(f"{path}: 'items' must be a list; re-run `workbench run --matrix`.")
+    for item in items:
+        fields = ("name", "workload", "target")
+        if not isinstance(item, dict) or not all(isinstance(item.get(k), str) for k in fields):
+            raise BadInput(f"{path}: every item needs a name, a workload and a target as text.")
+        if not is_item_folder_name(item["name"]):
+            raise BadInput(
+                f"{path} names item {shown(item['name'])}, which is not a folder name inside "
+                f"{root}: the file was edited by hand; re-run `workbench run --matrix`."
+            )
+    return value
+
+
+# What matrix item names are made of (matrix._slug): one path segment, never "." or "..".
+_ITEM_FOLDER_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,78}[A-Za-z0-9_])?")
+
+
+def is_item_folder_name(name: str) -> bool:
+    return bool(_ITEM_FOLDER_NAME.fullmatch(name))
