@@ -34,6 +34,7 @@ from workbench.baseline.records import (
     PHASE_SETUP,
     PHASE_STEADY,
     PHASE_WARMUP,
+    TAIL_QUANTILE,
     TRAIN,
     BaselineResult,
     BaselineSettings,
@@ -303,11 +304,18 @@ def _phase_line(phase: PhaseResult) -> str:
     if phase.phase == PHASE_WARMUP:
         text += ", converged" if phase.converged else ", stopped at the cap without converging"
     if phase.phase == PHASE_STEADY:
-        text += f", median {format_seconds(m.median)}, IQR {m.relative_iqr:.0%} of median"
+        # The robust median, as in every table and comparison of the report.
+        tail_label, tail = m.tail(TAIL_QUANTILE)
+        text += (
+            f", median {format_seconds(m.robust_median)}, IQR {m.relative_iqr:.0%} of median, "
+            f"{tail_label} {format_seconds(tail)}"
+        )
         if phase.compile.recompiles:
             text += f", {phase.compile.recompiles} RECOMPILE(S) DURING STEADY STATE"
     if phase.compile.graphs:
         text += f", {phase.compile.graphs} graph(s) compiled"
+    if m.host is not None:
+        text += f"; {m.host.sentence()}"
     return text
 
 

@@ -79,7 +79,8 @@ def _shared_bins(samples: list[float], count: int = 24) -> tuple[list[float], bo
 
 
 def steady_histogram(result: BaselineResult) -> Figure:
-    """Distribution of steady-state step times; the dashed line is each mode's median."""
+    """Distribution of steady-state step times; the dashed line is each mode's robust median
+    (the median every table gives)."""
     figure, axes = _axes_row(len(_kinds(result)))
     for ax, kind in zip(axes, _kinds(result), strict=True):
         measured = [(c, c.steady) for c in result.configs if c.kind == kind and c.steady]
@@ -94,7 +95,7 @@ def steady_histogram(result: BaselineResult) -> Figure:
             color = MODE_COLORS[config.mode]
             samples = [t * MS for t in steady.times]
             ax.hist(samples, bins=bins, alpha=0.55, color=color, label=config.mode)
-            ax.axvline(steady.median * MS, color=color, ls="--", lw=1.2)
+            ax.axvline(steady.robust_median * MS, color=color, ls="--", lw=1.2)
         if log_scale:
             ax.set_xscale("log")
         ax.legend()

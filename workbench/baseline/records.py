@@ -3,7 +3,9 @@ the shape of 01_baseline.json."""
 
 from __future__ import annotations
 
+import functools
 import math
+import random
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -14,13 +16,16 @@ from workbench.errors import BadInput
 from workbench.scorecard import ATTENTION, BLOCKER, Finding, Verdict, judge
 from workbench.targets.base import CompileCounters, CompileEvent
 from workbench.timing import (
+    BOOTSTRAP_RESAMPLES,
     FLUCTUATION_SEVERE,
+    HOST_LOAD_RULE,
     OUTLIER_RULE,
-    RATIO_INTERVAL_METHOD,
     Measurement,
     WarmupRule,
     format_seconds,
-    ratio_of_medians_interval,
+    percentile_label,
+    quantile,
+    samples_for_percentile,
 )
 from workbench.torch_messages import MessageGroup
 
@@ -84,6 +89,10 @@ PHASE_LABELS = {
     PHASE_STEADY: "steady state",
     PHASE_LOSS: "loss on the outputs",
 }
+
+
+# The tail every table and log line gives: a p99 only where the sample count supports one.
+TAIL_QUANTILE = 0.99
 
 
 @dataclass(frozen=True)
@@ -299,24 +308,73 @@ class ConfigResult:
                 owner = phase.phase
         return owner
 
+    def loaded_phases(self) -> list[PhaseResult]:
+        """The phases timed on a loaded machine. Only warm-up and steady state carry a load
+        reading: during the first call the compiler's worker processes are this run's own work,
+        which the probe would count as other processes'."""
+        return [p for p in self.phases if p.measurement and p.measurement.loaded]
+
+    def load_sentence(self) -> str | None:
+        """Which phase was loaded and how, for a headline or a finding; None when quiet."""
+        for phase in self.loaded_phases():
+            host = phase.measurement.host if phase.measurement else None
+            if host is not None:
+                return f"{self.kind}/{self.mode} {PHASE_LABELS[phase.phase]}: {host.sentence()}"
+        return None
+
+
+SPEEDUP_INTERVAL_METHOD = (
+    f"95% percentile bootstrap of the ratio of steady-state robust medians "
+    f"({BOOTSTRAP_RESAMPLES:,} resamples of each configuration's raw step times, fixed seed; "
+    "each resample's robust median by the same outlier rule as the estimate)"
+)
+
+
+@functools.lru_cache(maxsize=32)
+def robust_median_ratio_interval(
+    numerator: tuple[float, ...], denominator: tuple[float, ...], confidence: float = 0.95
+) -> tuple[float, float]:
+    """Percentile-bootstrap interval of robust_median(numerator) / robust_median(denominator).
+
+    The statistic is the estimate's own: an interval of the plain median's ratio can leave out a
+    robust-median estimate when a burst of slow steps moves the two medians apart. Both sample
+    sets are redrawn in each resample, so the interval carries the noise of both; the seed is
+    fixed (and the answer cached) because every view of one result must print the same interval.
+    """
+    draw = random.Random(0)
+    ratios = []
+    for _ in range(BOOTSTRAP_RESAMPLES):
+        top = Measurement(draw.choices(numerator, k=len(numerator))).robust_median
+        bottom = Measurement(draw.choices(denominator, k=len(denominator))).robust_median
+        ratios.append(top / bottom if bottom > 0 else math.inf)
+    ratios.sort()
+    tail = (1 - confidence) / 2
+    return quantile(ratios, tail), quantile(ratios, 1 - tail)
+
+
+# Rounding slack for an interval that collapses onto its estimate (identical samples).
+_INTERVAL_SLACK = 1e-9
+
 
 @dataclass
 class CompilePayback:
     """Eager against compiled for one step kind: speed-up with its interval, one-off cost,
-    break-even point."""
+    break-even point, and whether the machine was quiet enough for any of it to be claimed."""
 
     kind: str
     eager_median: float
     compiled_median: float
-    speedup: float  # eager median / compiled median
+    speedup: float  # eager robust median / compiled robust median
     speedup_low: float  # the speed-up's 95% interval (interval_method says how)
     speedup_high: float
     # One-off cost of compiled mode: its own first call minus its own steady median, so
     # eager's warm-up noise never moves it.
     compile_cost: float
-    break_even_steps: int | None  # None: not repaid, or the speed-up is not told from 1
-    interval_method: str = RATIO_INTERVAL_METHOD
+    break_even_steps: int | None  # None: not repaid, not told from 1, or not claimed
+    interval_method: str = SPEEDUP_INTERVAL_METHOD
     compiler_cache: str = "unknown"  # cold, warm, partly warm or unknown, during the first call
+    # One sentence per configuration timed on a loaded machine (ConfigResult.load_sentence).
+    host_loaded: list[str] = field(default_factory=list)
 
     @property
     def cost_words(self) -> str:
@@ -325,13 +383,43 @@ class CompilePayback:
         return f"{cost} compile cost (compiler cache {self.compiler_cache})"
 
     @property
+    def interval_holds(self) -> bool:
+        """The interval is finite, positive and contains its own estimate; anything else is a
+        broken bootstrap, and is never printed."""
+        slack = _INTERVAL_SLACK * max(abs(self.speedup), 1.0)
+        return (
+            0 < self.speedup_low
+            and self.speedup_high < math.inf
+            and self.speedup_low - slack <= self.speedup <= self.speedup_high + slack
+        )
+
+    @property
+    def claimed(self) -> bool:
+        """Whether a speed-up, its interval and a payback may be stated at all."""
+        return not self.host_loaded and self.interval_holds
+
+    @property
     def distinguishable(self) -> bool:
         """The speed-up's interval leaves out 1: compiled is really faster, or really slower."""
-        return not self.speedup_low <= 1 <= self.speedup_high
+        return self.claimed and not self.speedup_low <= 1 <= self.speedup_high
+
+    @property
+    def interval_words(self) -> str:
+        return f"95% interval {self.speedup_low:.2f}-{self.speedup_high:.2f}x"
 
     def sentence(self) -> str:
         label = KIND_LABELS[self.kind]
-        interval = f"95% interval {self.speedup_low:.2f}-{self.speedup_high:.2f}x"
+        if self.host_loaded:
+            return (
+                f"{label}: timed on a loaded machine ({self.host_loaded[0]}), so no speed-up "
+                "or compile payback is claimed; rerun it on a quiet machine"
+            )
+        if not self.interval_holds:
+            return (
+                f"{label}: the steady samples give no usable interval for the speed-up, so no "
+                "speed-up or compile payback is claimed"
+            )
+        interval = self.interval_words
         if not self.distinguishable:
             return (
                 f"{label}: compiled and eager cannot be told apart at this noise "
@@ -374,15 +462,27 @@ def compile_payback(eager: ConfigResult, compiled: ConfigResult) -> CompilePayba
     if first.measurement is None:
         return None
     e, c = eager.steady.robust_median, compiled.steady.robust_median
-    low, high = ratio_of_medians_interval(eager.steady.times, compiled.steady.times)
-    cost = first.measurement.total - c
-    speedup = e / c if c > 0 else math.inf
-    saving = e - c
-    repaid = low > 1 and saving > 0
-    steps = (math.ceil(cost / saving) if cost > 0 else 0) if repaid else None
-    return CompilePayback(
-        eager.kind, e, c, speedup, low, high, cost, steps, compiler_cache=cache_state(first.compile)
+    low, high = robust_median_ratio_interval(
+        tuple(eager.steady.times), tuple(compiled.steady.times)
     )
+    loaded = [s for s in (eager.load_sentence(), compiled.load_sentence()) if s]
+    payback = CompilePayback(
+        eager.kind,
+        e,
+        c,
+        e / c if c > 0 else math.inf,
+        low,
+        high,
+        first.measurement.total - c,
+        None,
+        compiler_cache=cache_state(first.compile),
+        host_loaded=loaded,
+    )
+    saving = e - c
+    if payback.claimed and low > 1 and saving > 0:
+        cost = payback.compile_cost
+        payback.break_even_steps = math.ceil(cost / saving) if cost > 0 else 0
+    return payback
 
 
 def cache_state(compile_delta: CounterDelta) -> str:
@@ -460,6 +560,8 @@ class BaselineResult:
                 f"{label}: eager median {format_seconds(eager.steady.robust_median)} "
                 f"({eager.throughput:,.0f} {self.throughput_unit})"
             )
+            if eager.load_sentence():
+                text += f", timed on a loaded machine ({eager.load_sentence()})"
         failed_compile = next((c.failure for c in configs if c.failure), None)
         if failed_compile:
             reason = failed_compile.error.splitlines()[0][:200]
@@ -482,8 +584,9 @@ class BaselineResult:
 BASELINE_RULE = (
     "blocker: a step raised (compiled or eager), a loss became NaN or Inf, or a graph recompiled "
     f"during steady state; attention: a warm-up hit its cap, a steady state's IQR above "
-    f"{FLUCTUATION_SEVERE:.0%} of its median, or no reference artifact for notebook 03; "
-    "pass otherwise"
+    f"{FLUCTUATION_SEVERE:.0%} of its median, a warm-up or steady state timed on a loaded "
+    "machine (no speed-up or payback is claimed from it), or no reference artifact for "
+    "notebook 03; pass otherwise"
 )
 
 
@@ -502,6 +605,14 @@ def baseline_verdict(result: BaselineResult) -> Verdict:
             findings.append(Finding(BLOCKER, f"{name}: {config.steady_recompile_sentence()}"))
         if config.warmup_converged is False:
             findings.append(Finding(ATTENTION, f"{name}: warm-up hit its cap without settling"))
+        if config.load_sentence():
+            findings.append(
+                Finding(
+                    ATTENTION,
+                    f"{name}: timed on a loaded machine ({config.load_sentence()}), so no "
+                    "speed-up or payback is claimed from it",
+                )
+            )
         if config.steady is not None and config.steady.relative_iqr > FLUCTUATION_SEVERE:
             findings.append(
                 Finding(
@@ -571,6 +682,17 @@ def result_data(result: BaselineResult) -> dict[str, Any]:
         "sources": {
             "timing": "time.perf_counter around each step, target synchronized before reading",
             "steady_median": OUTLIER_RULE,
+            "speedup_interval": SPEEDUP_INTERVAL_METHOD,
+            "host_load": (
+                "timing.HostLoadProbe around the warm-up and the steady state, kept as their "
+                f"measurement.host: {HOST_LOAD_RULE}"
+            ),
+            "tail": (
+                f"a {percentile_label(TAIL_QUANTILE)} is claimed only from at least "
+                f"{samples_for_percentile(TAIL_QUANTILE)} samples (MLPerf's early-stopping "
+                "count); below that the report gives the maximum (measurement.p99 is the raw "
+                "interpolated value, not a claim)"
+            ),
             "host_memory": result.host_memory_source,
             "compiler_memory": (
                 "psutil RSS of this process's child processes (compile workers, the C++ "

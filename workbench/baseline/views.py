@@ -17,6 +17,8 @@ from workbench.baseline.records import (
     PHASE_LABELS,
     PHASE_STEADY,
     PHASE_WARMUP,
+    SPEEDUP_INTERVAL_METHOD,
+    TAIL_QUANTILE,
     BaselineResult,
     CompilePayback,
     ConfigResult,
@@ -26,7 +28,13 @@ from workbench.baseline.records import (
     config_status,
 )
 from workbench.errors import WorkbenchError
-from workbench.timing import RATIO_INTERVAL_METHOD, format_seconds
+from workbench.timing import (
+    HOST_LOAD_RULE,
+    OUTLIER_RULE,
+    Measurement,
+    format_seconds,
+    samples_for_percentile,
+)
 
 
 def _mib(value: int | None) -> str:
@@ -50,37 +58,67 @@ def _left_out(steady: Any) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-def _headline_row(
-    config: ConfigResult, unit: str, payback: CompilePayback | None
-) -> dict[str, Any]:
+def _machine(measurement: Measurement | None) -> str:
+    """The machine's state while a phase was timed, short enough for a table cell."""
+    host = measurement.host if measurement else None
+    if host is None:
+        return "n/a"
+    if host.other_share is None or host.steal_share is None:
+        return f"{host.threads} thread(s) / {host.cores} core(s), load not readable"
+    state = "LOADED" if host.loaded else "quiet"
+    return (
+        f"{state}: {host.threads} thread(s) / {host.cores} core(s), others "
+        f"{host.other_share:.0%}, steal {host.steal_share:.0%}"
+    )
+
+
+def _tail(measurement: Measurement | None) -> str:
+    """'p99 1.2 ms' where the samples support a p99, else 'max of 30 1.2 ms'."""
+    if measurement is None:
+        return "n/a"
+    label, value = measurement.tail(TAIL_QUANTILE)
+    return f"{label}: {format_seconds(value)}"
+
+
+def _step(config: ConfigResult) -> str:
+    return f"{KIND_LABELS[config.kind]}, {config.mode}"
+
+
+def _timing_row(config: ConfigResult, unit: str) -> dict[str, Any]:
     first = config.phase(PHASE_FIRST_CALL)
     warmup = config.phase(PHASE_WARMUP)
-    steady_phase = config.phase(PHASE_STEADY)
     steady = config.steady
     warmup_text = "n/a"
     if warmup and warmup.measurement:
         states = {True: "converged", False: "hit the cap", None: "ended by the failure"}
         warmup_text = f"{warmup.steps} steps, {states[warmup.converged]}"
-    compiled_graphs = sum(p.compile.graphs or 0 for p in config.phases)
-    cost = payback if config.mode == COMPILED else None
     return {
-        "step": KIND_LABELS[config.kind],
-        "mode": config.mode,
+        "step": _step(config),
         "status": config_status(config),
         "first call": _seconds(first.measurement.total if first and first.measurement else None),
         "warm-up": warmup_text,
         "steady median": _seconds(steady.robust_median if steady else None),
-        "steady samples left out": _left_out(steady),
         "IQR": f"{steady.relative_iqr:.0%}" if steady else "n/a",
-        "p99": _seconds(steady.p99 if steady else None),
+        "tail": _tail(steady),
         "throughput": _rate(config.throughput, unit),
-        "host peak (steady)": _mib(steady_phase.memory.host_peak_rss if steady_phase else None),
-        "graphs compiled": compiled_graphs,
+        "machine (steady state)": _machine(steady),
+    }
+
+
+def _cost_row(config: ConfigResult, payback: CompilePayback | None) -> dict[str, Any]:
+    first = config.phase(PHASE_FIRST_CALL)
+    steady_phase = config.phase(PHASE_STEADY)
+    cost = payback if config.mode == COMPILED else None
+    return {
+        "step": _step(config),
+        "graphs compiled": sum(p.compile.graphs or 0 for p in config.phases),
         # One compile figure everywhere: the compiled first call minus its steady median.
         "compile cost": _seconds(cost.compile_cost) if cost else "n/a",
         "compiler cache": cost.compiler_cache if cost else "n/a",
-        "compiler workers peak RSS": _mib(first.memory.compiler_peak_rss if first else None),
+        "compiler workers peak": _mib(first.memory.compiler_peak_rss if first else None),
+        "host peak (steady)": _mib(steady_phase.memory.host_peak_rss if steady_phase else None),
         "steady recompiles": config.steady_recompiles,
+        "steady samples left out": _left_out(config.steady),
         "loss first / last": "n/a"
         if config.loss_first is None
         else f"{config.loss_first:.4g} / {config.loss_last:.4g}",
@@ -88,21 +126,26 @@ def _headline_row(
 
 
 def headline(result: BaselineResult) -> None:
-    """The sentence that reads the result, then the numbers it rests on."""
+    """The sentence that reads the result, then the numbers it rests on, in two tables narrow
+    enough for the report's page: time per configuration, then compile and memory."""
     display(show.banner(result.headline(), show.VERDICT_BANNER[baseline_verdict(result).status]))
     paybacks = {p.kind: p for p in result.paybacks()}
+    steps = result.settings.steady_steps
     display(
         show.table(
-            [
-                _headline_row(c, result.throughput_unit, paybacks.get(c.kind))
-                for c in result.configs
-            ],
+            [_timing_row(c, result.throughput_unit) for c in result.configs],
             caption=(
-                f"{result.workload['name']}, batch {result.workload['batch_size']}, "
-                f"steady state of {result.settings.steady_steps} steps; "
-                f"the whole baseline took {format_seconds(result.wall_seconds)}; "
-                f"{COMPILE_COST_DEFINITION}"
+                f"{result.workload['name']}, batch {result.workload['batch_size']}, steady state "
+                f"of {steps} steps (median: the robust median; tail: p99 only from "
+                f"{samples_for_percentile(TAIL_QUANTILE)} samples, else the maximum); the whole "
+                f"baseline took {format_seconds(result.wall_seconds)}"
             ),
+        )
+    )
+    display(
+        show.table(
+            [_cost_row(c, paybacks.get(c.kind)) for c in result.configs],
+            caption=f"Compile and memory ({COMPILE_COST_DEFINITION})",
         )
     )
     display(
@@ -112,6 +155,8 @@ def headline(result: BaselineResult) -> None:
                 "compiled means": result.compiled_means,
                 "timing": "time.perf_counter around each step; the target is synchronized "
                 "before every clock read",
+                "steady median": OUTLIER_RULE,
+                "machine": HOST_LOAD_RULE,
                 "host memory": result.host_memory_source,
                 "device memory": result.device_memory_source,
                 "compile counters": result.compile_counter_source,
@@ -122,41 +167,58 @@ def headline(result: BaselineResult) -> None:
     )
 
 
-def _phase_row(config: ConfigResult, phase: PhaseResult) -> dict[str, Any]:
+def _phase_time_row(config: ConfigResult, phase: PhaseResult) -> dict[str, Any]:
     m = phase.measurement
     return {
         "configuration": f"{config.kind}/{config.mode}",
         "phase": PHASE_LABELS[phase.phase],
         "steps": phase.steps,
         "total": _seconds(m.total if m else None),
-        "median": _seconds(m.median if m else None),
+        "median": _seconds(m.robust_median if m else None),
         "min": _seconds(m.min if m else None),
         "max": _seconds(m.max if m else None),
+        "machine": _machine(m),
+    }
+
+
+def _phase_cost_row(config: ConfigResult, phase: PhaseResult) -> dict[str, Any]:
+    return {
+        "configuration": f"{config.kind}/{config.mode}",
+        "phase": PHASE_LABELS[phase.phase],
         "host peak RSS": _mib(phase.memory.host_peak_rss),
         "device peak allocated": _mib(phase.memory.device_peak_allocated),
         "device peak reserved": _mib(phase.memory.device_peak_reserved),
         "graphs compiled": "n/a" if phase.compile.graphs is None else phase.compile.graphs,
         # A part of the first call, not the compile cost: the compiler's own counter.
         "time in compiler": _seconds(phase.compile.compile_seconds),
-        "compiler workers peak RSS": _mib(phase.memory.compiler_peak_rss),
+        "compiler workers peak": _mib(phase.memory.compiler_peak_rss),
     }
 
 
 def phase_table(result: BaselineResult) -> None:
-    """Every phase of every configuration: time, memory and compile activity."""
-    rows = [_phase_row(c, p) for c in result.configs for p in c.phases]
+    """Every phase of every configuration: time and the machine's load, then memory and
+    compile activity (two tables, so each fits the page)."""
+    phases = [(c, p) for c in result.configs for p in c.phases]
     display(
         show.table(
-            rows,
-            caption="Per phase (memory peaks are reset at each phase start; time in compiler is "
-            f"the compiler's own counter, a part of the first call, not the compile cost: "
-            f"{COMPILE_COST_DEFINITION})",
+            [_phase_time_row(c, p) for c, p in phases],
+            caption="Time per phase (median: the robust median; the first call carries no load "
+            "reading, as its compiler workers would count as other load)",
+        )
+    )
+    display(
+        show.table(
+            [_phase_cost_row(c, p) for c, p in phases],
+            caption="Memory and compiles per phase (peaks reset at each phase start; time in "
+            "compiler is the compiler's own counter, a part of the first call, not the compile "
+            "cost)",
         )
     )
 
 
 def comparison(result: BaselineResult) -> None:
-    """Eager against compiled per step kind: speed, one-off cost, break-even, memory."""
+    """Eager against compiled per step kind: speed, one-off cost, break-even, memory. A
+    comparison timed on a loaded machine, or without a usable interval, states no speed-up."""
     rows = []
     for payback in result.paybacks():
         eager = result.config(payback.kind, EAGER)
@@ -165,31 +227,55 @@ def comparison(result: BaselineResult) -> None:
         rows.append(
             {
                 "step": KIND_LABELS[payback.kind],
-                "eager throughput": _rate(eager.throughput, result.throughput_unit),
-                "compiled throughput": _rate(compiled.throughput, result.throughput_unit),
-                "speed-up": f"{payback.speedup:.2f}x",
-                "95% interval": f"{payback.speedup_low:.2f}-{payback.speedup_high:.2f}x",
-                "compile cost": _seconds(payback.compile_cost),
-                "compiler cache": payback.compiler_cache,
+                "throughput eager / compiled": (
+                    f"{_rate(eager.throughput, result.throughput_unit)} / "
+                    f"{_rate(compiled.throughput, result.throughput_unit)}"
+                ),
+                "speed-up": _speedup(payback),
+                "95% interval": _interval(payback),
+                "compile cost": f"{_seconds(payback.compile_cost)} ({payback.compiler_cache})",
                 "break-even": _break_even(payback),
-                "eager host peak": _mib(_steady_memory(eager).host_peak_rss),
-                "compiled host peak": _mib(_steady_memory(compiled).host_peak_rss),
+                "host peak, steady eager / compiled": (
+                    f"{_mib(_steady_memory(eager).host_peak_rss)} / "
+                    f"{_mib(_steady_memory(compiled).host_peak_rss)}"
+                ),
                 "compiled first-call host peak": _mib(
                     compiled.phases[0].memory.host_peak_rss if compiled.phases else None
                 ),
             }
         )
+    for payback in result.paybacks():
+        if not payback.claimed:
+            display(show.banner(payback.sentence(), "warn"))
     if rows:
         caption = (
-            f"Before and after compile ({COMPILE_COST_DEFINITION}; "
-            f"interval: {RATIO_INTERVAL_METHOD})"
+            f"Before and after compile ({COMPILE_COST_DEFINITION}, compiler cache in brackets; "
+            f"interval: {SPEEDUP_INTERVAL_METHOD})"
         )
         display(show.table(rows, caption=caption))
     else:
         display(show.banner("No step kind has both an eager and a compiled steady state.", "info"))
 
 
+def _not_claimed(payback: CompilePayback) -> str:
+    if payback.host_loaded:
+        return "not claimed (loaded machine)"
+    return "not claimed (no usable interval)"
+
+
+def _speedup(payback: CompilePayback) -> str:
+    return f"{payback.speedup:.2f}x" if payback.claimed else _not_claimed(payback)
+
+
+def _interval(payback: CompilePayback) -> str:
+    if not payback.claimed:
+        return "n/a"
+    return f"{payback.speedup_low:.2f}-{payback.speedup_high:.2f}x"
+
+
 def _break_even(payback: CompilePayback) -> str:
+    if not payback.claimed:
+        return _not_claimed(payback)
     if payback.break_even_steps is not None:
         return f"{payback.break_even_steps:,} steps"
     return "never" if payback.distinguishable else "not estimated (speed-up not told from 1)"
@@ -218,8 +304,9 @@ def checklist(result: BaselineResult) -> None:
         else "none found"
     )
     before_after = [
-        f"{KIND_LABELS[p.kind]} {p.speedup:.2f}x (95% interval {p.speedup_low:.2f}-"
-        f"{p.speedup_high:.2f}x)"
+        f"{KIND_LABELS[p.kind]} {p.speedup:.2f}x ({p.interval_words})"
+        if p.claimed
+        else f"{KIND_LABELS[p.kind]} {_not_claimed(p)}"
         for p in result.paybacks()
     ] or ["not measured (needs eager and compiled results)"]
     display(
@@ -270,6 +357,12 @@ def problems(result: BaselineResult) -> None:
             cap = result.settings.warmup.max_steps
             text = (
                 f"{name}: warm-up stopped at its cap of {cap} steps; the step time never settled."
+            )
+            messages.append((text, "warn"))
+        if config.load_sentence():
+            text = (
+                f"{config.load_sentence()}. Timed on a loaded machine: no speed-up or payback "
+                "is claimed from it; rerun on a quiet machine."
             )
             messages.append((text, "warn"))
         steady = config.steady
