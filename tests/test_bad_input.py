@@ -438,6 +438,12 @@ BAD_INPUTS = [
         "holds no markdown table",
     ),
     (
+        "native table with a 30 KB Release line",
+        ["tables", "import-native", "t.md", "--out", "tables"],
+        {"t.md": "Release" + " " * 30_000 + "x\n"},
+        "holds no markdown table",
+    ),
+    (
         "native table without a release",
         ["tables", "import-native", "t.md", "--out", "tables"],
         {"t.md": "| API | Support |\n|---|---|\n| torch.add | Y |\n"},

@@ -102,11 +102,13 @@ _DTYPE = re.compile(
     r"\b(?:torch\.)?(float64|float32|float16|bfloat16|float8_e4m3fn|float8_e5m2|int64|int32|int16|"
     r"int8|uint8|bool|complex64|complex128|double|half|long|cfloat|cdouble)\b"
 )
+# No two adjacent parts of these patterns match the same characters ("\W*" alone, never
+# "\W*\s*"), so a crafted line cannot make the engine backtrack through every split of it.
 _RELEASE_LINE = re.compile(
-    r"^\W*(?:neuron\s+)?(?:sdk\s+)?(?:release|version)\W*\s*v?(\d+(?:\.\d+)+)", re.IGNORECASE
+    r"^\W*(?:neuron\s+)?(?:sdk\s+)?(?:release|version)\W*v?(\d+(?:\.\d+)+)", re.IGNORECASE
 )
 _RELEASE_IN_TITLE = re.compile(
-    r"(?:release|version|neuron(?:\s+sdk)?|torch-neuronx)\W*\s*v?(\d+(?:\.\d+)+)", re.IGNORECASE
+    r"(?:release|version|neuron(?:\s+sdk)?|torch-neuronx)\W*v?(\d+(?:\.\d+)+)", re.IGNORECASE
 )
 _FULL_VERSION = re.compile(r"\bv?(\d+\.\d+\.\d+(?:\.\d+)*)\b")
 
