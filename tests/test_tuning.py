@@ -36,7 +36,6 @@ from workbench.tuning.dataloader import (
     LoaderResult,
     LoaderSetting,
     calibrate_sample_work,
-    cheapest_sufficient_setting,
     loader_settings,
     sweep_loader,
 )
@@ -45,7 +44,6 @@ from workbench.tuning.parallel import (
     SKIPPED,
     RankJob,
     ScalingRun,
-    ScalingStudy,
     choose_world_size,
     launch,
     sweep_world_sizes,
@@ -784,7 +782,7 @@ def test_wait_share_leaves_out_a_step_that_other_load_stalled_but_not_a_starved_
     stalled = LoaderResult(one_worker, "ok", Measurement([0.002] * 9 + [0.112]), Measurement(steps))
     assert stalled.steps is not None and stalled.steps.discarded == [9]
     assert stalled.wait_share == pytest.approx(0.002 / 0.202)
-    assert cheapest_sufficient_setting([stalled], WAIT_SHARE_LIMIT) is stalled
+    assert stalled.wait_share < WAIT_SHARE_LIMIT
 
     starved = LoaderResult(one_worker, "ok", Measurement([0.05] * 10), Measurement([0.25] * 10))
     assert starved.wait_share == pytest.approx(0.2)
@@ -792,17 +790,10 @@ def test_wait_share_leaves_out_a_step_that_other_load_stalled_but_not_a_starved_
         one_worker, "ok", Measurement([0.1, 0.0] * 5), Measurement([0.3, 0.2] * 5)
     )
     assert every_other.wait_share == pytest.approx(0.2)
-    assert cheapest_sufficient_setting([starved, every_other], WAIT_SHARE_LIMIT) is None
+    assert min(starved.wait_share, every_other.wait_share) > WAIT_SHARE_LIMIT
 
 
-def test_recommendation_is_the_cheapest_setting_under_the_limit() -> None:
-    def result(workers: int, wait: float, pin: bool = False) -> LoaderResult:
-        setting = LoaderSetting(workers, pin, 2 if workers else None)
-        return LoaderResult(setting, "ok", Measurement([wait] * 3), Measurement([1.0] * 3), 8)
-
-    results = [result(0, 0.5), result(1, 0.04, pin=True), result(1, 0.04), result(2, 0.0)]
-    assert cheapest_sufficient_setting(results, 0.05) is results[2]
-    assert cheapest_sufficient_setting([result(0, 0.5)], 0.05) is None
+def test_loader_settings_pair_prefetching_with_workers_and_pinning_with_the_device() -> None:
     assert [s.label() for s in loader_settings([1, 0], [2, 4], pin_memory_helps=True)] == [
         "0 worker(s)",
         "0 worker(s), pinned",
@@ -937,17 +928,15 @@ def _price_file(tmp_path: Path) -> str:
 
 def test_cost_prices_only_the_instance_the_run_measured(tmp_path: Path) -> None:
     prices = load_prices(_price_file(tmp_path))
-    one = ScalingRun(1, RUN_OK, step=Measurement([0.01] * 3), items_per_step=100, efficiency=1.0)
     two = ScalingRun(2, RUN_OK, step=Measurement([0.0125] * 3), items_per_step=200)
     two.efficiency = 0.8
-    scaling = ScalingStudy("gloo", 100, 1, 2, 1, 3, [one, two])
 
-    def study(instance: InstanceType):
+    def study(instance: InstanceType, world: ScalingRun | None = two):
         return cost_study(
             prices,
             per_worker_rate=10_000.0,
             per_worker_basis="test",
-            scaling=scaling,
+            world=world,
             instance=instance,
             target_name="cpu",
             unit="samples",
@@ -961,6 +950,11 @@ def test_cost_prices_only_the_instance_the_run_measured(tmp_path: Path) -> None:
     assert row.usd_per_hour == 2.0
     assert row.items_per_dollar == pytest.approx(16_000 * 3600 / 2.0)
     assert row.dollars_for_items == pytest.approx(1_000_000 / 16_000 / 3600 * 2.0)
+    # The table prices the recommended width, and says which: its caption reads world_size.
+    assert (priced.world_size, row.workers) == (2, 2) and "world size 2" in row.how
+    single = study(InstanceType("trn1.2xlarge", "instance_type parameter"), world=None)
+    assert (single.world_size, single.rows[0].items_per_second) == (1, 10_000.0)
+    assert "one worker" in single.rows[0].how
     unpriced = study(InstanceType("m7i.large", "EC2 instance metadata (IMDSv2)"))
     assert unpriced.rows[0].usd_per_hour is None and unpriced.rows[0].items_per_dollar is None
     assert "no price for m7i.large" in unpriced.price_note

@@ -19,7 +19,13 @@ from workbench.tuning import records as tuning_records
 from workbench.tuning import views as tuning_views
 from workbench.tuning.buckets import plan_buckets
 from workbench.tuning.cost import cost_study, load_prices
-from workbench.tuning.dataloader import LoaderResult, LoaderSetting, LoaderStudy, SampleWork
+from workbench.tuning.dataloader import (
+    LoaderResult,
+    LoaderSetting,
+    LoaderStudy,
+    SampleWork,
+    choose_setting,
+)
 from workbench.tuning.parallel import OK as RUN_OK
 from workbench.tuning.parallel import SKIPPED, ScalingRun, ScalingStudy
 from workbench.tuning.plan import check_accumulation, plan_global_batch
@@ -71,13 +77,14 @@ def make_result(*, scaling_skipped: bool = False, with_buckets: bool = True) -> 
         LoaderResult(settings[0], "ok", Measurement([0.3] * 3), Measurement([1.0] * 3), 64),
         LoaderResult(settings[1], "ok", Measurement([0.01] * 3), Measurement([0.7] * 3), 64),
     ]
-    loader.recommended = loader.results[1]
+    loader.recommended, loader.fastest = choose_setting(loader.results) or (None, None)
+    assert loader.recommended is loader.results[1]
     buckets = plan_buckets([5, 9, 30, 31, 32] * 10, 4, 0.1, "test") if with_buckets else None
     cost = cost_study(
         load_prices(),
         per_worker_rate=choice.throughput,
         per_worker_basis="test",
-        scaling=scaling,
+        world=None if scaling_skipped else runs[1],
         instance=InstanceType(None, "not an EC2 instance (no EC2 DMI data)"),
         target_name="cpu",
         unit="samples",

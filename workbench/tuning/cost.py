@@ -17,7 +17,8 @@ from typing import Any
 
 from workbench.environment.instance import InstanceType
 from workbench.errors import BadInput
-from workbench.tuning.parallel import ScalingStudy
+from workbench.tuning.noise import unsettled
+from workbench.tuning.parallel import ScalingRun
 
 REQUIRED_FIELDS = (
     "instance",
@@ -117,6 +118,8 @@ class CostRow:
     date: str
     note: str = ""
     items: int = 0  # how many items the time and dollar columns price
+    # Why the rate cannot be read as clean (noisy steps, a loaded machine); "" when it can.
+    caveat: str = ""
 
     @property
     def items_per_dollar(self) -> float | None:
@@ -142,6 +145,7 @@ class CostStudy:
     per_worker_rate: float
     per_worker_basis: str
     instance: InstanceType  # the instance this run measured on, and where that came from
+    world_size: int = 1  # the data-parallel width every row prices
     rows: list[CostRow] = field(default_factory=list)
     price_note: str = ""  # where the row's price came from, or why it has none
 
@@ -151,22 +155,30 @@ def cost_study(
     *,
     per_worker_rate: float,
     per_worker_basis: str,
-    scaling: ScalingStudy | None,
+    world: ScalingRun | None,
     instance: InstanceType,
     target_name: str,
     unit: str,
     items: int,
 ) -> CostStudy:
-    """One row: what this machine measured, priced only when its instance type and a price for
-    it are known. No row prices hardware this run did not run on."""
+    """One row: what this machine measured at the recommended data-parallel width (`world`, the
+    launch it was chosen from; one worker at `per_worker_rate` without one), priced only when
+    its instance type and a price for it are known. No row prices hardware this run did not
+    run on."""
     if items < 1:
         raise BadInput(f"price_items {items} must be 1 or more.")
     label = f"measured on this machine ({target_name})"
-    study = CostStudy(prices, unit, items, label, per_worker_rate, per_worker_basis, instance)
-    measured = {r.world_size: r for r in scaling.measured()} if scaling else {}
-    best = max(measured.values(), key=lambda r: r.throughput or 0.0, default=None)
-    rate = best.throughput if best and best.throughput else per_worker_rate
-    workers = best.world_size if best else 1
+    launched = world is not None and world.throughput is not None
+    rate = world.throughput if world is not None and world.throughput else per_worker_rate
+    workers = world.world_size if world is not None and launched else 1
+    how = (
+        f"{label}, torchrun world size {workers}, the recommended data-parallel width"
+        if launched
+        else f"{label}, one worker: {per_worker_basis}"
+    )
+    study = CostStudy(
+        prices, unit, items, label, per_worker_rate, per_worker_basis, instance, workers
+    )
     price = next(
         (row for row in prices.rows if instance.name and row.instance == instance.name), None
     )
@@ -189,11 +201,12 @@ def cost_study(
             price.usd_per_hour if price else None,
             MEASURED,
             rate,
-            f"{label}, world size {workers}",
+            how,
             price.source if price else "",
             price.date if price else "",
             price.note if price else "",
             items,
+            (unsettled(world.step) or "") if world is not None and launched else "",
         )
     )
     return study

@@ -7,6 +7,9 @@ hang the notebook. Every rank runs the same fixed number of steps (an adaptive w
 at different steps on different ranks and leave one waiting in a collective), times each one,
 and writes its times; a step's time is that of the slowest rank. Efficiency is weak scaling at
 a fixed per-worker batch: throughput(N) / (N x throughput(1)) (methods.md e6).
+
+Each rank reads the machine's load around its timed steps; the other ranks of the launch are
+its own job, not other load, so their CPU time is moved out of the other processes' share.
 """
 
 from __future__ import annotations
@@ -21,14 +24,25 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from time import perf_counter
+from typing import Any
 
+import psutil
 import torch
 from tqdm.auto import tqdm
 
 from workbench.errors import BadInput
 from workbench.targets import get_target, target_class
 from workbench.targets.base import Target
-from workbench.timing import Measurement, format_seconds
+from workbench.timing import HostLoad, HostLoadProbe, Measurement, format_seconds
+from workbench.tuning.noise import (
+    COMPARISON_RULE,
+    Rated,
+    RemeasurePolicy,
+    cpu_seconds,
+    fastest_then_cheapest,
+    host_load_from,
+    with_own_helpers,
+)
 from workbench.tuning.process import (
     TERMINATE_GRACE_S,
     kill_group,
@@ -79,17 +93,30 @@ def rank_main(job: RankJob) -> None:
         model.train()
         optimizer = workload.make_optimizer(model)
         inputs, targets = workload.batch(target.device, job.batch_size)
-        times = []
-        for _ in range(job.warmup_steps + job.steps):
+
+        def step() -> float:
             start = perf_counter()
             optimizer.zero_grad(set_to_none=True)
             workload.compute_loss(workload.forward(model, inputs), targets).backward()
             target.data_parallel_optimizer_step(optimizer)
             target.synchronize()
-            times.append(perf_counter() - start)
+            return perf_counter() - start
+
+        for _ in range(job.warmup_steps):
+            step()
+        me = psutil.Process()
+        cpu_before = cpu_seconds(me)
+        with HostLoadProbe() as probe:
+            times = [step() for _ in range(job.steps)]
+            cpu = cpu_seconds(me) - cpu_before
         # Nobody leaves while another rank may still need it for a collective.
         dist.barrier()
-        record = {"rank": dist.get_rank(), "times": times[job.warmup_steps :]}
+        record = {
+            "rank": dist.get_rank(),
+            "times": times,
+            "host": asdict(probe.result) if probe.result else None,
+            "cpu_seconds": cpu,
+        }
         Path(job.out_dir, f"rank{dist.get_rank()}.json").write_text(json.dumps(record))
     finally:
         dist.destroy_process_group()
@@ -105,6 +132,12 @@ class ScalingRun:
     seconds: float = 0.0  # the whole launch
     efficiency: float | None = None
     output_tail: str = ""
+    earlier: list[Measurement] = field(default_factory=list)  # noisier attempts set aside
+    remeasure_note: str = ""
+
+    @property
+    def measurement(self) -> Measurement | None:
+        return self.step
 
     @property
     def throughput(self) -> float | None:
@@ -213,8 +246,21 @@ def launch(job: RankJob, world_size: int, timeout_s: float) -> ScalingRun:
             run.output_tail = read_tail(log_path)
             return run
         slowest = [max(times) for times in zip(*(r["times"] for r in ranks), strict=True)]
-        run.step = Measurement(slowest)
+        run.step = Measurement(slowest, host=launch_load(ranks))
         return run
+
+
+def launch_load(ranks: list[dict[str, Any]]) -> HostLoad | None:
+    """The machine's load over a launch's timed steps: each rank's reading with the other
+    ranks' CPU time counted as the launch's own, and the most loaded rank's reading kept."""
+    total_cpu = sum(float(r.get("cpu_seconds") or 0.0) for r in ranks)
+    readings = []
+    for rank in ranks:
+        load = host_load_from(rank.get("host"))
+        if load is not None:
+            siblings = total_cpu - float(rank.get("cpu_seconds") or 0.0)
+            readings.append(with_own_helpers(load, siblings))
+    return max(readings, key=lambda load: load.other_share or 0.0, default=None)
 
 
 def sweep_world_sizes(
@@ -227,12 +273,15 @@ def sweep_world_sizes(
     warmup_steps: int,
     steps: int,
     timeout_s: float,
+    policy: RemeasurePolicy | None = None,
     log: Callable[[str], None] = print,
     progress_bars: bool = False,
 ) -> ScalingStudy:
-    """Launch each world size (skipping, with the reason, what this machine cannot run)."""
+    """Launch each world size (skipping, with the reason, what this machine cannot run), again
+    while its steps are noisy or loaded (`policy`)."""
     if any(w < 1 for w in world_sizes):
         raise BadInput(f"world_sizes {list(world_sizes)}: every size must be 1 or more.")
+    policy = policy or RemeasurePolicy()
     max_workers = target.max_data_parallel_workers()
     sizes = sorted(set(world_sizes)) or default_world_sizes(max_workers)
     runnable = [w for w in sizes if w <= max_workers]
@@ -258,10 +307,16 @@ def sweep_world_sizes(
                 f"{target.name} offers here; it would measure oversubscription, not scaling",
             )
         else:
-            run = launch(job, world_size, timeout_s)
-            run.items_per_step = world_size * batch_size * items_per_sample
+
+            def attempt(world_size: int = world_size) -> ScalingRun:
+                run = launch(job, world_size, timeout_s)
+                run.items_per_step = world_size * batch_size * items_per_sample
+                log(_line(run))
+                return run
+
+            first = attempt()
+            run = policy.settle(first, attempt, f"world size {world_size}") if first.step else first
         study.runs.append(run)
-        log(_line(run))
     base = next((r for r in study.measured() if r.world_size == 1), None)
     if base is not None and base.throughput:
         for run in study.measured():
@@ -272,7 +327,12 @@ def sweep_world_sizes(
 def _line(run: ScalingRun) -> str:
     text = f"world size {run.world_size}: {run.status}"
     if run.step is not None:
-        text += f", median step {format_seconds(run.step.median)}"
+        text += (
+            f", median step {format_seconds(run.step.median)}, IQR "
+            f"{run.step.relative_iqr:.0%} of the median"
+        )
+        if run.step.loaded:
+            text += " (LOADED)"
     if run.reason:
         text += f" ({run.reason})"
     if run.seconds:
@@ -280,10 +340,23 @@ def _line(run: ScalingRun) -> str:
     return text
 
 
+def world_size_rule(floor: float) -> str:
+    return (
+        f"among world sizes whose weak-scaling efficiency is at least {floor:.0%} (a worker "
+        f"that adds less is not worth its cost), {COMPARISON_RULE}; among the sizes "
+        "indistinguishable from the fastest, the narrowest is chosen (fewer workers to pay for)"
+    )
+
+
 def choose_world_size(study: ScalingStudy, floor: float) -> ScalingRun | None:
-    """The largest measured world size whose efficiency stays at or above `floor`."""
-    good = [r for r in study.measured() if r.efficiency is not None and r.efficiency >= floor]
-    return max(good, key=lambda r: r.world_size, default=None)
+    """world_size_rule(floor) over the measured launches; None when none qualifies."""
+    rated = [
+        Rated(r, r.items_per_step, r.step)
+        for r in study.measured()
+        if r.step is not None and r.efficiency is not None and r.efficiency >= floor
+    ]
+    pick = fastest_then_cheapest(rated, lambda r: (r.world_size,))
+    return None if pick is None else pick.chosen.setting
 
 
 def _main(argv: list[str]) -> int:

@@ -172,7 +172,8 @@ def scaling(result: RetuneResult) -> Figure:
 
 
 def dataloader_wait(result: RetuneResult) -> Figure:
-    """Share of each step spent waiting for data, per setting, with the 5% limit."""
+    """Share of each step spent waiting for data, per setting, with the 5% limit: a diagnosis
+    of the setting throughput chose (data loading still bounds the step), not the choice."""
     figure, (ax,) = _row(1, height=3.4)
     study = result.loader
     measured = (
@@ -189,7 +190,7 @@ def dataloader_wait(result: RetuneResult) -> Figure:
     ax.set_ylabel("waiting for data (% of step)")
     ax.set_title(
         f"DataLoader wait share at batch {study.batch_size}, {study.work.cost_ms:g} ms/sample "
-        f"(green: recommended; {result.measured_label})",
+        f"(green: recommended, by throughput; {result.measured_label})",
         fontsize=10,
     )
     ax.legend(loc="upper right", fontsize=8)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from workbench.timing import Measurement
 from workbench.tuning.dataloader import (
     LoaderStudy,
 )
+from workbench.tuning.noise import unsettled
 from workbench.tuning.plan import (
     GlobalBatchPlan,
 )
@@ -20,7 +22,7 @@ def recommend(result: RetuneResult) -> Recommendation:
     if search.largest_fit is None:
         items.append(RecommendationItem("per-core batch", "none fits", search.stopped))
     if result.plans and result.choice:
-        plan, choice = result.plans[0], result.choice
+        plan = result.plans[0]
         rec.per_core_batch = plan.per_core_batch
         rec.accumulation_steps = plan.accumulation_steps
         rec.world_size = plan.world_size
@@ -30,8 +32,7 @@ def recommend(result: RetuneResult) -> Recommendation:
             RecommendationItem(
                 "per-core batch",
                 str(plan.per_core_batch),
-                f"{search.stopped}; throughput-best {choice.batch_size} "
-                f"({choice.throughput:,.0f} {result.throughput_unit}, {choice.rule}); "
+                f"{search.stopped}; {_batch_evidence(result)}; "
                 f"{plan.target_global_batch} split over {plan.world_size} worker(s) ({label})",
             )
         )
@@ -69,20 +70,12 @@ def recommend(result: RetuneResult) -> Recommendation:
             rec.prefetch_factor = chosen.setting.prefetch_factor
             items.append(
                 RecommendationItem(
-                    "DataLoader",
-                    chosen.setting.label(),
-                    f"waits {chosen.wait_share:.1%} of the step (limit "
-                    f"{result.loader.limit:.0%}) at per-core batch {result.loader.batch_size} "
-                    f"with {result.loader.work.cost_ms:g} ms of CPU work per sample ({label})",
+                    "DataLoader", chosen.setting.label(), _loader_evidence(result, result.loader)
                 )
             )
         else:
             items.append(
-                RecommendationItem(
-                    "DataLoader",
-                    "no setting tried is enough",
-                    _loader_shortfall(result.loader),
-                )
+                RecommendationItem("DataLoader", "none measured", "no DataLoader setting ran")
             )
     if result.buckets is not None and result.buckets.chosen is not None:
         chosen_plan = result.buckets.chosen
@@ -136,20 +129,60 @@ def _world_evidence(result: RetuneResult) -> str:
         for r in scaling.measured()
         if r.efficiency is not None
     )
+    world = result.world
     return (
-        f"weak-scaling efficiency {measured}; {result.world.world_size} is the widest at or "
-        f"above {floor:.0%} ({result.measured_label}, {scaling.backend}, per-worker batch "
-        f"{scaling.batch_size}); on Trainium a worker is a NeuronCore"
+        f"weak-scaling efficiency {measured}; {world.world_size} ({world.throughput or 0:,.0f} "
+        f"{result.throughput_unit}) is the fastest of the sizes at or above {floor:.0%}, or the "
+        f"narrowest its noise cannot tell apart from the fastest ({result.measured_label}, "
+        f"{scaling.backend}, per-worker batch {scaling.batch_size}); on Trainium a worker is a "
+        f"NeuronCore" + _provisional(world.step)
     )
 
 
-def _loader_shortfall(study: LoaderStudy) -> str:
-    measured = [r for r in study.results if r.wait_share is not None]
-    if not measured:
-        return "no DataLoader setting ran"
-    best = min(measured, key=lambda r: r.wait_share or 0.0)
-    return (
-        f"every setting waits more than {study.limit:.0%} of the step; the least, "
-        f"{best.setting.label()}, waits {best.wait_share:.0%}: data loading bounds this step, "
-        "so cheapen the per-sample work or give the loader more cores"
+def _provisional(*measurements: Measurement | None) -> str:
+    """The caveat a choice carries when what it was read from is noisy or loaded."""
+    reasons = [why for why in map(unsettled, measurements) if why]
+    if not reasons:
+        return ""
+    return f"; PROVISIONAL, measured noisy or loaded: {'; '.join(reasons)}"
+
+
+def _batch_evidence(result: RetuneResult) -> str:
+    choice = result.choice
+    assert choice is not None
+    unit = result.throughput_unit
+    by_batch = {t.batch_size: t.steady for t in result.sweep if t.fits}
+    text = f"fastest {choice.best_batch_size} at {choice.best_throughput:,.0f} {unit}"
+    if choice.batch_size != choice.best_batch_size:
+        text += (
+            f"; {choice.batch_size} ({choice.throughput:,.0f} {unit}) is the smallest of "
+            f"{list(choice.within_noise)}, which its noise cannot tell apart from it"
+        )
+    return text + _provisional(
+        by_batch.get(choice.batch_size), by_batch.get(choice.best_batch_size)
     )
+
+
+def _loader_evidence(result: RetuneResult, study: LoaderStudy) -> str:
+    chosen, fastest = study.recommended, study.fastest
+    assert chosen is not None and fastest is not None
+    unit = result.throughput_unit
+    text = f"{chosen.throughput or 0:,.0f} {unit}"
+    if fastest is not chosen:
+        text += (
+            f"; the fastest, {fastest.setting.label()}, at {fastest.throughput or 0:,.0f} {unit} "
+            "is not faster beyond the noise of the two, and this one is cheaper"
+        )
+    else:
+        text += ", the fastest setting"
+    text += (
+        f"; it waits {chosen.wait_share or 0:.1%} of the step for data, at per-core batch "
+        f"{study.batch_size} with {study.work.cost_ms:g} ms of CPU work per sample "
+        f"({result.measured_label})"
+    )
+    if (chosen.wait_share or 0.0) > study.limit:
+        text += (
+            f"; above {study.limit:.0%}: data loading still bounds this step, so cheapen the "
+            "per-sample work or give the loader more cores"
+        )
+    return text + _provisional(chosen.steps, fastest.steps)

@@ -10,14 +10,16 @@ from typing import Any
 from workbench.baseline.records import EAGER, MODES
 from workbench.errors import BadInput
 from workbench.scorecard import ATTENTION, BLOCKER, Finding, Verdict, judge
+from workbench.timing import FLUCTUATION_SEVERE, HOST_LOAD_RULE, Measurement
 from workbench.tuning.buckets import BucketStudy
 from workbench.tuning.cost import CostStudy
 from workbench.tuning.dataloader import (
     LoaderStudy,
 )
+from workbench.tuning.noise import COMPARISON_RULE, RemeasurePolicy
 from workbench.tuning.parallel import FAILED as LAUNCH_FAILED
 from workbench.tuning.parallel import TIMEOUT as LAUNCH_TIMEOUT
-from workbench.tuning.parallel import ScalingRun, ScalingStudy
+from workbench.tuning.parallel import ScalingRun, ScalingStudy, world_size_rule
 from workbench.tuning.plan import (
     AccumulationCheck,
     GlobalBatchPlan,
@@ -50,6 +52,8 @@ class RetuneSettings:
     prefetch_factors: tuple[int, ...] = (2,)
     per_sample_cost_ms: float = 0.02
     loader_steps: int = 20
+    max_remeasures: int = 2  # more attempts for a noisy or loaded measurement
+    remeasure_budget_s: float = 120.0  # the seconds all those attempts may take together
     world_sizes: tuple[int, ...] = ()  # empty: 1, 2, 4, ... up to the target's worker count
     scaling_steps: int = 20
     launch_timeout_s: float = 180.0
@@ -107,6 +111,11 @@ class RetuneSettings:
             raise BadInput("max_buckets must be 1 or more and max_padding_waste lie in [0, 1).")
         if self.price_items < 1:
             raise BadInput(f"price_items {self.price_items} must be 1 or more.")
+        if self.max_remeasures < 0 or self.remeasure_budget_s < 0:
+            raise BadInput(
+                f"max_remeasures {self.max_remeasures} and remeasure_budget_s "
+                f"{self.remeasure_budget_s} must be 0 (never measure again) or more."
+            )
 
 
 @dataclass
@@ -151,10 +160,47 @@ class RetuneResult:
     recommendation: Recommendation
     skipped: dict[str, str]  # stage -> why it did not run
     wall_seconds: float
+    remeasure: RemeasurePolicy = field(default_factory=RemeasurePolicy)
 
     @property
     def trials(self) -> list[Trial]:
         return self.search.trials + self.sweep
+
+    def decision_measurements(self) -> list[tuple[str, Measurement, str]]:
+        """(name, measurement, re-measure note) of every measurement a choice is read from:
+        the sweep's trials, the DataLoader settings and the data-parallel launches (the
+        search's 3-step trials only check that a batch fits)."""
+        found = [
+            (f"sweep trial at batch {t.batch_size}", t.steady, t.remeasure_note)
+            for t in self.sweep
+            if t.fits and t.steady is not None
+        ]
+        for item in self.loader.results if self.loader else []:
+            if item.steps is not None:
+                name = f"DataLoader {item.setting.label()}"
+                found.append((name, item.steps, item.remeasure_note))
+        for run in self.scaling.runs if self.scaling else []:
+            if run.step is not None:
+                name = f"launch at world size {run.world_size}"
+                found.append((name, run.step, run.remeasure_note))
+        return found
+
+    def noisy(self) -> list[str]:
+        """The decision measurements still above the noise limit, each named with its IQR."""
+        limit = self.remeasure.limit
+        return [
+            _named(name, f"IQR {m.relative_iqr:.0%} of the median", note)
+            for name, m, note in self.decision_measurements()
+            if m.relative_iqr > limit
+        ]
+
+    def loaded(self) -> list[str]:
+        """The decision measurements taken while the machine was loaded, each named."""
+        return [
+            _named(name, m.host.sentence(), note)
+            for name, m, note in self.decision_measurements()
+            if m.loaded and m.host is not None
+        ]
 
     def headline(self) -> str:
         """One sentence that reads the result."""
@@ -186,7 +232,27 @@ class RetuneResult:
             text += f" with {rec.dataloader_workers} DataLoader worker(s)"
         if rec.buckets:
             text += f" and padding buckets {rec.buckets}"
-        return text + "."
+        return text + "." + self._unsettled_sentence()
+
+    def _unsettled_sentence(self) -> str:
+        """What the choices above cannot be read as clean for, naming the measurements."""
+        parts = []
+        noisy, loaded = self.noisy(), self.loaded()
+        if noisy:
+            parts.append(
+                f"{_count(noisy)} stayed noisy above the {self.remeasure.limit:.0%} IQR limit "
+                f"({_first_few(noisy)})"
+            )
+        if loaded:
+            parts.append(
+                f"{_count(loaded)} ran while the machine was loaded ({_first_few(loaded)})"
+            )
+        if not parts:
+            return ""
+        return (
+            f" Attention: {'; '.join(parts)}; the choices read from them are provisional, "
+            "claim no speed-up as clean, and want a re-run on a quiet machine."
+        )
 
     def _plan_reason(self) -> str:
         """Why the plan's per-core batch is not the fastest one, when it is not."""
@@ -205,12 +271,28 @@ class RetuneResult:
         )
 
 
+def _named(name: str, why: str, note: str) -> str:
+    return f"{name}: {why}" + (f", {note}" if note else "")
+
+
+def _count(names: list[str]) -> str:
+    return f"{len(names)} measurement{'s' if len(names) > 1 else ''}"
+
+
+def _first_few(names: list[str], shown: int = 3) -> str:
+    more = len(names) - shown
+    return "; ".join(names[:shown]) + (f"; and {more} more" if more > 0 else "")
+
+
 RETUNING_RULE = (
     "blocker: no batch size of the range fits; attention: a trial or a data-parallel launch "
     "broke for a reason other than memory (an error, a crash, a timeout), the compiler ran out "
     "of host RAM in a trial (the search stops there), a trial compiled during its timed steps "
-    "(its throughput includes compile time), or accumulated micro-batches do not reproduce one "
-    "big batch's gradients; pass otherwise"
+    "(its throughput includes compile time), accumulated micro-batches do not reproduce one "
+    "big batch's gradients, a measurement a choice is read from (a sweep trial, a DataLoader "
+    "setting, a launch) stayed noisy after its re-measures (relative IQR above "
+    f"{FLUCTUATION_SEVERE:.0%}), or one ran while the machine was loaded ({HOST_LOAD_RULE}); "
+    "pass otherwise"
 )
 
 
@@ -268,7 +350,29 @@ def retuning_verdict(result: RetuneResult) -> Verdict:
         findings.append(
             Finding(ATTENTION, "accumulated micro-batches differ from one big batch's gradients")
         )
-    return judge(findings, RETUNING_RULE, "a batch fits and every trial and launch ran")
+    noisy, loaded = result.noisy(), result.loaded()
+    if noisy:
+        findings.append(
+            Finding(
+                ATTENTION,
+                f"{_count(noisy)} stayed noisy after re-measuring, so the choices read from "
+                f"them are provisional: {_first_few(noisy)}",
+            )
+        )
+    if loaded:
+        findings.append(
+            Finding(
+                ATTENTION,
+                f"{_count(loaded)} ran while the machine was loaded, so no choice or speed-up "
+                f"read from them is claimed as clean: {_first_few(loaded)}",
+            )
+        )
+    return judge(
+        findings,
+        RETUNING_RULE,
+        "a batch fits, every trial and launch ran, and every measurement a choice is read from "
+        "was quiet",
+    )
 
 
 def _trial_data(trial: Trial) -> dict[str, Any]:
@@ -287,6 +391,13 @@ def result_data(result: RetuneResult) -> dict[str, Any]:
         "workload": result.workload,
         "target": result.target,
         "settings": asdict(result.settings),
+        "comparison_rule": COMPARISON_RULE,
+        "remeasure": {
+            **asdict(result.remeasure),
+            "rule": result.remeasure.rule(),
+        },
+        "noisy": result.noisy(),
+        "loaded": result.loaded(),
         "throughput_unit": result.throughput_unit,
         "memory_budget": {**asdict(result.budget), "usable_bytes": result.budget.usable},
         "search": {
@@ -311,6 +422,7 @@ def result_data(result: RetuneResult) -> dict[str, Any]:
                 for r in scaling.runs
             ],
             "chosen_world_size": result.world.world_size if result.world else None,
+            "rule": world_size_rule(result.settings.min_scaling_efficiency),
         },
         "global_batch_plans": [
             {
@@ -332,12 +444,17 @@ def result_data(result: RetuneResult) -> dict[str, Any]:
         "dataloader": None
         if loader is None
         else {
-            **{k: v for k, v in asdict(loader).items() if k not in ("results", "recommended")},
+            **{
+                k: v
+                for k, v in asdict(loader).items()
+                if k not in ("results", "recommended", "fastest")
+            },
             "results": [
                 {**asdict(r), "wait_share": r.wait_share, "throughput": r.throughput}
                 for r in loader.results
             ],
             "recommended": asdict(loader.recommended.setting) if loader.recommended else None,
+            "fastest": asdict(loader.fastest.setting) if loader.fastest else None,
         },
         "buckets": None
         if result.buckets is None

@@ -14,7 +14,8 @@ width, padding buckets, and what a sample costs.
 7. what a sample costs on this machine's own instance (cost.py);
 
 then a recommendation that carries its evidence. Every number measured here says it was
-measured on this machine and target.
+measured on this machine and target, and every measurement a decision rests on is taken again
+while it is noisy or the machine is loaded (noise.RemeasurePolicy), within a time budget.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from workbench.tuning.dataloader import (
     loader_settings,
     sweep_loader,
 )
+from workbench.tuning.noise import RemeasurePolicy
 from workbench.tuning.parallel import ScalingStudy, choose_world_size, sweep_world_sizes
 from workbench.tuning.plan import (
     GlobalBatchPlan,
@@ -91,6 +93,7 @@ def run_retuning(
         f"{budget.margin:.0%} kept free"
     )
     runner = TrialRunner(spec, target, budget, settings.mode, settings.trial_timeout_s, log)
+    policy = RemeasurePolicy(settings.max_remeasures, settings.remeasure_budget_s)
     search = search_largest_batch(
         runner, settings.min_batch, settings.max_batch, progress_bars=progress_bars
     )
@@ -99,7 +102,9 @@ def run_retuning(
     sizes = list(settings.batch_sizes)
     if not sizes and search.largest_fit is not None:
         sizes = power_of_two_sizes(settings.min_batch, search.largest_fit)
-    sweep = sweep_batch_sizes(runner, sizes, settings.steady_steps, progress_bars=progress_bars)
+    sweep = sweep_batch_sizes(
+        runner, sizes, settings.steady_steps, policy=policy, progress_bars=progress_bars
+    )
     choice = choose_batch(sweep)
     if not sizes:
         skipped["sweep"] = f"no batch size fits ({search.stopped})"
@@ -120,6 +125,7 @@ def run_retuning(
             warmup_steps=SCALING_WARMUP_STEPS,
             steps=settings.scaling_steps,
             timeout_s=settings.launch_timeout_s,
+            policy=policy,
             log=log,
             progress_bars=progress_bars,
         )
@@ -144,6 +150,7 @@ def run_retuning(
             items_per_sample=workload.items_per_sample(),
             steps=settings.loader_steps,
             timeout_s=settings.trial_timeout_s,
+            policy=policy,
             log=log,
             progress_bars=progress_bars,
         )
@@ -159,7 +166,7 @@ def run_retuning(
             load_prices(settings.prices_file),
             per_worker_rate=rate,
             per_worker_basis=basis,
-            scaling=scaling,
+            world=world,
             instance=resolve_instance_type(settings.instance_type),
             target_name=target.name,
             unit="tokens" if workload.is_sequence else "samples",
@@ -188,6 +195,7 @@ def run_retuning(
         recommendation=Recommendation(),
         skipped=skipped,
         wall_seconds=0.0,
+        remeasure=policy,
     )
     result.recommendation = recommend(result)
     result.wall_seconds = perf_counter() - started
@@ -198,14 +206,21 @@ def run_retuning(
 def _plans(
     workload: Workload, settings: RetuneSettings, choice: BatchChoice, world_size: int
 ) -> list[GlobalBatchPlan]:
-    """The recipe's global batch first; then, when it differs, the throughput-best per-core
-    batch on every worker without accumulation, with its learning-rate change."""
+    """The recipe's global batch first, with per-core batches up to the largest that is
+    indistinguishable from the fastest (fewer accumulation steps at no measured cost); then,
+    when it differs, the throughput-best per-core batch on every worker without accumulation,
+    with its learning-rate change."""
     optimizer = workload.make_optimizer(workload.build_model("cpu"))
     reference = settings.reference_global_batch or workload.batch_size
     wanted = settings.global_batch or reference
     plans = [
         plan_global_batch(
-            "the target global batch", wanted, choice.batch_size, world_size, reference, optimizer
+            "the target global batch",
+            wanted,
+            choice.largest_within_noise,
+            world_size,
+            reference,
+            optimizer,
         )
     ]
     fastest = choice.batch_size * world_size

@@ -38,6 +38,13 @@ from workbench.errors import BadInput
 from workbench.targets import get_target
 from workbench.targets.base import Target
 from workbench.timing import HostPeakRss, Measurement, WarmupRule, format_seconds
+from workbench.tuning.noise import (
+    COMPARISON_RULE,
+    Rated,
+    RemeasurePolicy,
+    fastest_then_cheapest,
+    host_load_from,
+)
 from workbench.tuning.process import (
     SIGNALLED,
     TIMED_OUT,
@@ -66,9 +73,6 @@ SEARCH_WARMUP = WarmupRule(window=4, threshold=0.1, max_steps=4)
 # Sweep trials time the steady state; a shorter window than the baseline's keeps a sweep of a
 # dozen sizes quick while still waiting for stable steps.
 SWEEP_WARMUP = WarmupRule(window=5, threshold=0.1, max_steps=30)
-# Throughput flattens out at large batches: within this share of the best, the smaller batch
-# leaves memory headroom and keeps the global batch (and the learning-rate change) smaller.
-THROUGHPUT_TOLERANCE = 0.05
 
 
 @dataclass(frozen=True)
@@ -140,9 +144,11 @@ def _payload(config: ConfigResult, target: Target, host: HostPeakRss) -> dict[st
         source = f"host: peak resident memory of the trial process ({host.source})"
     first = config.phases[0].measurement if config.phases else None
     failure = config.failure
+    steady = config.steady
     return {
         "items_per_step": config.items_per_step,
-        "steady_times": config.steady.times if config.steady else None,
+        "steady_times": steady.times if steady else None,
+        "steady_host": asdict(steady.host) if steady and steady.host else None,
         "first_call_s": first.total if first else None,
         "warmup_converged": config.warmup_converged,
         "peak_memory_bytes": peak,
@@ -175,10 +181,16 @@ class Trial:
     exit_code: int | None = None
     output_tail: str = ""  # kept for failed trials only
     compiles: list[LedgerEntry] = field(default_factory=list)  # the trial's compile ledger
+    earlier: list[Measurement] = field(default_factory=list)  # noisier attempts set aside
+    remeasure_note: str = ""
 
     @property
     def fits(self) -> bool:
         return self.status == OK
+
+    @property
+    def measurement(self) -> Measurement | None:
+        return self.steady
 
     @property
     def compile_seconds(self) -> float | None:
@@ -234,7 +246,8 @@ def classify(
     if result is not None:
         trial.items_per_step = result.get("items_per_step")
         times = result.get("steady_times")
-        trial.steady = Measurement(times) if times else None
+        host = host_load_from(result.get("steady_host"))
+        trial.steady = Measurement(times, host=host) if times else None
         trial.first_call_s = result.get("first_call_s")
         trial.warmup_converged = result.get("warmup_converged")
         trial.peak_memory_bytes = result.get("peak_memory_bytes")
@@ -403,14 +416,36 @@ def power_of_two_sizes(low: int, high: int) -> list[int]:
 
 
 def sweep_batch_sizes(
-    runner: TrialRunner, sizes: Sequence[int], steady_steps: int, *, progress_bars: bool = False
+    runner: TrialRunner,
+    sizes: Sequence[int],
+    steady_steps: int,
+    *,
+    policy: RemeasurePolicy | None = None,
+    progress_bars: bool = False,
 ) -> list[Trial]:
-    """One full trial per batch size; a size that fails is recorded and the sweep goes on (a
-    compile killed for host RAM too, recorded with its remedy)."""
+    """One full trial per batch size, taken again while it is noisy or loaded (`policy`); a
+    size that fails is recorded and the sweep goes on (a compile killed for host RAM too,
+    recorded with its remedy)."""
+    policy = policy or RemeasurePolicy()
     trials = []
     for batch_size in tqdm(sizes, desc="batch-size sweep", disable=not progress_bars):
-        trials.append(runner.run(SWEEP, batch_size, steady_steps, SWEEP_WARMUP))
+
+        def attempt(batch_size: int = batch_size) -> Trial:
+            return runner.run(SWEEP, batch_size, steady_steps, SWEEP_WARMUP)
+
+        first = attempt()
+        trials.append(
+            policy.settle(first, attempt, f"sweep batch {batch_size}") if first.fits else first
+        )
     return trials
+
+
+BATCH_RULE = (
+    f"among sizes that fit the memory budget with its margin, {COMPARISON_RULE}; among the "
+    "batches indistinguishable from the fastest, the smallest is chosen (memory headroom, and a "
+    "smaller global batch and learning-rate change), and the global-batch plan may use up to "
+    "the largest of them to need fewer accumulation steps"
+)
 
 
 @dataclass(frozen=True)
@@ -420,21 +455,29 @@ class BatchChoice:
     best_batch_size: int
     best_throughput: float
     rule: str
+    # Every batch indistinguishable from the fastest (BATCH_RULE), smallest first.
+    within_noise: tuple[int, ...] = ()
+
+    @property
+    def largest_within_noise(self) -> int:
+        return max(self.within_noise, default=self.batch_size)
 
 
 def choose_batch(trials: Sequence[Trial]) -> BatchChoice | None:
-    """The smallest batch within THROUGHPUT_TOLERANCE of the best throughput among trials that
-    fit; None when none did."""
-    measured = sorted(
-        ((t.batch_size, t.throughput) for t in trials if t.fits and t.throughput),
-        key=lambda pair: pair[0],
-    )
-    if not measured:
+    """BATCH_RULE over the trials that fit; None when none did."""
+    rated = [
+        Rated(t.batch_size, t.items_per_step, t.steady)
+        for t in trials
+        if t.fits and t.steady is not None and t.items_per_step
+    ]
+    pick = fastest_then_cheapest(rated, lambda batch: (batch,))
+    if pick is None:
         return None
-    best_batch, best = max(measured, key=lambda pair: pair[1])
-    batch, rate = next((b, r) for b, r in measured if r >= (1 - THROUGHPUT_TOLERANCE) * best)
-    rule = (
-        f"the smallest batch within {THROUGHPUT_TOLERANCE:.0%} of the best measured throughput, "
-        "among sizes that fit the memory budget with its margin"
+    return BatchChoice(
+        pick.chosen.setting,
+        pick.chosen.rate,
+        pick.fastest.setting,
+        pick.fastest.rate,
+        BATCH_RULE,
+        tuple(sorted(c.setting for c in pick.tied)),
     )
-    return BatchChoice(batch, rate, best_batch, best, rule)

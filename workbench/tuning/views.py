@@ -8,10 +8,10 @@ from IPython.display import display
 
 from workbench import markup as show
 from workbench.baseline.views import ledger_row
-from workbench.timing import format_seconds
-from workbench.tuning.dataloader import LoaderResult
-from workbench.tuning.parallel import FAILED, TIMEOUT, ScalingRun
-from workbench.tuning.records import RetuneResult, steady_recompiles
+from workbench.timing import Measurement, format_seconds
+from workbench.tuning.dataloader import LoaderResult, LoaderStudy
+from workbench.tuning.parallel import FAILED, TIMEOUT, ScalingRun, world_size_rule
+from workbench.tuning.records import RetuneResult, retuning_verdict, steady_recompiles
 from workbench.tuning.trials import OVER_BUDGET, Trial
 
 
@@ -39,6 +39,28 @@ def _first_line(text: str | None, limit: int = 200) -> str:
     return (text or "").strip().splitlines()[0][:limit] if (text or "").strip() else ""
 
 
+def _tail(measurement: Measurement | None) -> str:
+    """The p99 step where the sample count supports it (timing.Measurement.tail), else the
+    slowest step, labelled as what it is."""
+    if measurement is None:
+        return "n/a"
+    label, value = measurement.tail(0.99)
+    return f"{label}: {format_seconds(value)}"
+
+
+def _machine(measurement: Measurement | None) -> str:
+    """The machine's state while the steps were timed."""
+    if measurement is None:
+        return "n/a"
+    if measurement.host is None:
+        return "not read"
+    return measurement.host.sentence()
+
+
+TAIL = "tail step (p99 where the samples support it)"
+MACHINE = "machine while timed"
+
+
 # Each table times a batch its own way, so each throughput column says which it is.
 SEARCH_THROUGHPUT = "throughput (search: 3 steps, fit check only)"
 SWEEP_THROUGHPUT = "throughput (sweep: steady state, the one to compare)"
@@ -52,8 +74,10 @@ def _trial_row(trial: Trial, unit: str, throughput_label: str) -> dict[str, Any]
         "status": trial.status,
         "peak memory": _mib(trial.peak_memory_bytes),
         "median step": _seconds(steady.median if steady else None),
-        "p99 step": _seconds(steady.p99 if steady else None),
+        TAIL: _tail(steady),
         "IQR": f"{steady.relative_iqr:.0%}" if steady else "n/a",
+        MACHINE: _machine(steady),
+        "re-measured": trial.remeasure_note,
         throughput_label: _rate(trial.throughput, unit),
         "compiles": trial.compile_summary(),
         "trial time": format_seconds(trial.seconds),
@@ -78,11 +102,15 @@ def compiles(result: RetuneResult) -> None:
     display(show.table(rows, caption="Compile ledger of every trial, in the order they ran"))
 
 
+def _headline_banner(result: RetuneResult) -> show.Rich:
+    """The headline in the verdict's colour, so the two never disagree."""
+    kind = show.VERDICT_BANNER[retuning_verdict(result).status]
+    return show.banner(result.headline(), kind)
+
+
 def headline(result: RetuneResult) -> None:
     failed = [t for t in result.trials if not t.fits]
-    cut = result.search.compiler_host_ram is not None
-    kind = "warn" if result.search.largest_fit is None or result.skipped or cut else "ok"
-    display(show.banner(result.headline(), kind))
+    display(_headline_banner(result))
     if failed and result.search.largest_fit is not None:
         display(
             show.banner(
@@ -141,12 +169,14 @@ def sweep(result: RetuneResult) -> None:
         choice = result.choice
         display(
             show.banner(
-                f"Throughput-best per-core batch: {choice.batch_size} "
-                f"({_rate(choice.throughput, result.throughput_unit)}; the best was "
-                f"{choice.best_batch_size} at {_rate(choice.best_throughput)}): {choice.rule}.",
+                f"Chosen per-core batch: {choice.batch_size} "
+                f"({_rate(choice.throughput, result.throughput_unit)}; the fastest was "
+                f"{choice.best_batch_size} at {_rate(choice.best_throughput)}; indistinguishable "
+                f"from it: {', '.join(map(str, choice.within_noise))}). Rule: {choice.rule}.",
                 "info",
             )
         )
+    display(show.banner(f"Re-measuring: {result.remeasure.rule()}.", "info"))
 
 
 def accumulation(result: RetuneResult) -> None:
@@ -174,15 +204,20 @@ def accumulation(result: RetuneResult) -> None:
     )
 
 
-def _loader_row(item: LoaderResult, unit: str, recommended: LoaderResult | None) -> dict[str, Any]:
+def _loader_row(item: LoaderResult, unit: str, study: LoaderStudy) -> dict[str, Any]:
+    steps = item.steps
     return {
         "setting": item.setting.label(),
         "status": item.status,
+        "throughput": _rate(item.throughput, unit),
+        "median step": _seconds(steps.median if steps else None),
+        "IQR": f"{steps.relative_iqr:.0%}" if steps else "n/a",
+        MACHINE: _machine(steps),
+        "re-measured": item.remeasure_note,
         "waiting for data": _share(item.wait_share),
         "median wait": _seconds(item.waits.median if item.waits else None),
-        "median step": _seconds(item.steps.median if item.steps else None),
-        "throughput": _rate(item.throughput, unit),
-        "recommended": "yes" if item is recommended else "",
+        "fastest": "yes" if item is study.fastest else "",
+        "recommended": "yes" if item is study.recommended else "",
         "error": _first_line(item.error),
     }
 
@@ -192,7 +227,7 @@ def dataloader(result: RetuneResult) -> None:
     if study is None:
         display(show.banner(f"No DataLoader sweep: {result.skipped.get('dataloader', '')}", "warn"))
         return
-    rows = [_loader_row(r, result.throughput_unit, study.recommended) for r in study.results]
+    rows = [_loader_row(r, result.throughput_unit, study) for r in study.results]
     display(
         show.table(
             rows,
@@ -201,6 +236,7 @@ def dataloader(result: RetuneResult) -> None:
             f"{study.steps} steps measured after {study.warmup_steps} ({result.measured_label})",
         )
     )
+    display(show.banner(f"Recommended by throughput: {study.rule}.", "info"))
     for note in study.notes:
         display(show.banner(note, "info"))
 
@@ -210,6 +246,9 @@ def _scaling_row(run: ScalingRun, unit: str) -> dict[str, Any]:
         "world size": run.world_size,
         "status": run.status,
         "median step (slowest rank)": _seconds(run.step.median if run.step else None),
+        "IQR": f"{run.step.relative_iqr:.0%}" if run.step else "n/a",
+        MACHINE: _machine(run.step),
+        "re-measured": run.remeasure_note,
         LAUNCH_THROUGHPUT: _rate(run.throughput, unit),
         "per worker": _rate(run.per_worker, unit),
         "efficiency": _share(run.efficiency),
@@ -236,6 +275,9 @@ def scaling(result: RetuneResult) -> None:
             f"({result.measured_label})",
         )
     )
+    chosen = result.world.world_size if result.world else "none"
+    floor = result.settings.min_scaling_efficiency
+    display(show.banner(f"Chosen world size: {chosen}. Rule: {world_size_rule(floor)}.", "info"))
     if not result.target.get("is_trainium"):
         display(
             show.banner(
@@ -327,14 +369,15 @@ def cost(result: RetuneResult) -> None:
             if row.dollars_for_items is None
             else f"{row.dollars_for_items:,.2f}",
             "how": row.how,
+            "caveat": row.caveat,
         }
         for row in study.rows
     ]
     display(
         show.table(
             rows,
-            caption=f"Cost per {study.unit[:-1]} ({study.prices.currency}); per-worker rate: "
-            f"{study.per_worker_basis}",
+            caption=f"Cost per {study.unit[:-1]} ({study.prices.currency}) at world size "
+            f"{study.world_size}, the data-parallel width recommended above",
         )
     )
     display(show.banner(f"Price: {study.price_note}.", "info"))
@@ -351,7 +394,7 @@ def cost(result: RetuneResult) -> None:
 
 def recommendation(result: RetuneResult) -> None:
     rec = result.recommendation
-    display(show.banner(result.headline(), "ok" if rec.per_core_batch else "warn"))
+    display(_headline_banner(result))
     rows = [{"knob": i.knob, "use": i.value, "evidence": i.evidence} for i in rec.items]
     display(show.table(rows, caption="Recommendation, with the evidence beside each setting"))
 
