@@ -17,12 +17,15 @@ import pytest
 
 import workbench.runner as runner
 from workbench.errors import EXIT_INTERRUPTED, EXIT_NOTEBOOK_FAILED, EXIT_OK, BadInput
+from workbench.results import save_result
 from workbench.runner import (
     RUN_FILES_RESERVE,
     RUN_FILES_RESERVE_BYTES,
     NotebookOutcome,
     RunRequest,
+    judge_run,
     prepare_out_dir,
+    report_notebook,
     run,
     select_notebooks,
     update_latest,
@@ -176,6 +179,7 @@ def test_bad_input_is_rejected_before_anything_is_written(notebooks, tmp_path, c
 
 
 def test_a_successful_run_writes_every_file_and_moves_latest(notebooks, tmp_path):
+    (notebooks / "01_other.ipynb").unlink()  # 00 is then the whole workbook: a full run
     lines: list[str] = []
     request = _request(tmp_path)
     assert run(request, progress=lines.append) == EXIT_OK
@@ -191,6 +195,50 @@ def test_a_successful_run_writes_every_file_and_moves_latest(notebooks, tmp_path
     assert outcome["status"] == "ok" and outcome["headline"] == "tiny headline on cpu"
     assert "    tiny: working" in lines, "a notebook's printed lines reach the console"
     assert any(line.startswith("[1/1] 00_tiny ok in ") for line in lines)
+
+
+def test_a_partial_run_says_not_run_and_leaves_latest_where_it_was(notebooks, tmp_path):
+    """--only 00 of a workbook of 00 and 01: it succeeds, but 01 was not run, so the run has no
+    verdict and reports/latest keeps pointing at the earlier full run."""
+    request = _request(tmp_path)
+    older = request.reports_root / "older"
+    older.mkdir(parents=True)
+    update_latest(request.reports_root, older)
+    lines: list[str] = []
+    assert run(request, progress=lines.append) == EXIT_OK
+    assert (request.reports_root / "latest").resolve() == older.resolve()
+    assert any("reports/latest was not moved" in line and "01_other" in line for line in lines)
+    (out,) = [p for p in request.reports_root.iterdir() if p.name not in ("older", "latest")]
+    summary = _summary(out)
+    assert summary["not_run"] == ["01_other"]
+    assert summary["verdict"]["status"] == "not run"
+    assert summary["verdict"]["reasons"][0] == "not run: 01_other"
+    index = (out / "index.html").read_text()
+    assert "NOT RUN" in index and "01_other</td><td>not run" in index
+    assert 'href="run.log"' in index, "a headless run wrote run.log, and the index links it"
+
+
+def test_the_run_verdict_is_the_scorecards_only_when_every_notebook_ran():
+    judged = NotebookOutcome("00_a", "ok", 1.0, verdict={"status": "pass", "reason": "fine"})
+    assert judge_run([judged], [])["status"] == "pass"
+    unrun = [NotebookOutcome(f"0{i}_x", "not-run", None, "no cell was run") for i in range(1, 8)]
+    verdict = judge_run([judged, *unrun], [])
+    assert verdict["status"] == "not run" and verdict["of_the_notebooks_run"] == "pass"
+    assert verdict["reasons"] == ["not run: 01_x, 02_x, 03_x, 04_x, 05_x and 2 more"]
+
+
+def test_a_long_headline_is_cut_at_a_word_with_an_ellipsis(tmp_path):
+    words = "the plans, with a long tail of detail " * 20
+    save_result(tmp_path, "00_tiny", {"headline": words})
+    outcome = NotebookOutcome("00_tiny", "ok", 1.0)
+    report_notebook(tmp_path / "00_tiny.ipynb", outcome, show_code=False)
+    headline = outcome.headline or ""
+    assert len(headline) <= 500 and headline.endswith("…")
+    assert words.startswith(headline[:-1]) and words[len(headline) - 1] == " ", "cut at a word"
+    short = "the plans, with a short tail"
+    save_result(tmp_path, "00_tiny", {"headline": short})
+    report_notebook(tmp_path / "00_tiny.ipynb", outcome, show_code=False)
+    assert outcome.headline == short
 
 
 def test_a_failing_notebook_exits_1_with_a_one_line_error_and_keeps_latest(notebooks, tmp_path):

@@ -98,3 +98,27 @@ def verdict_banner(verdict: Any) -> Rich:
     """The notebook's scorecard verdict (a workbench.scorecard.Verdict), with the rule it used."""
     text = f"Verdict: {verdict.status.upper()}: {verdict.reason}. Rule: {verdict.rule}."
     return banner(text, VERDICT_BANNER[verdict.status])
+
+
+ELLIPSIS = "…"
+
+
+def cut_at_word(text: str, limit: int) -> str:
+    """`text` within `limit` characters, cut at the last word boundary with an ellipsis: a
+    headline or an error is never cut mid-word (one longer word is cut, ellipsis and all)."""
+    if len(text) <= limit:
+        return text
+    room = text[: limit - len(ELLIPSIS) + 1]
+    boundary = room.rfind(" ")
+    kept = room[:boundary] if boundary > 0 else room[:-1]
+    return kept.rstrip(" ,;:.-") + ELLIPSIS
+
+
+NAMED_AT_MOST = 5
+
+
+def named_list(names: list[str], at_most: int = NAMED_AT_MOST) -> str:
+    """'a, b, c' or 'a, b, c, d, e and 3 more': a list is never cut without saying so."""
+    shown = ", ".join(names[:at_most])
+    rest = len(names) - at_most
+    return f"{shown} and {rest} more" if rest > 0 else shown

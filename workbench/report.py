@@ -23,6 +23,7 @@ import nbformat
 import tinycss2
 from nbconvert import HTMLExporter
 
+from workbench.markup import cut_at_word
 from workbench.redact import scrub_text
 from workbench.results import load_result, write_text_atomic
 from workbench.scorecard import verdict_from_data
@@ -305,17 +306,22 @@ def export_html(notebook_path: Path, html_path: Path, *, show_code: bool = False
     return html_path
 
 
-_STATUS_CLASS = {"ok": "wb-ok"}
+_STATUS_CLASS = {"ok": "wb-ok", "not-run": "wb-not-run"}
 
 
 _VERDICT_SENTENCE = {
     "pass": "no notebook found anything that needs attention.",
     "attention": "nothing blocks the migration, but these need a look:",
     "blocker": "something blocks the migration:",
+    "not run": "not every notebook ran, so the run has no migration verdict:",
 }
+# Notebook statuses as the index words them.
+_STATUS_WORDS = {"not-run": "not run"}
 
 
-def _verdict_cell(verdict: dict[str, Any] | None) -> str:
+def _verdict_cell(verdict: dict[str, Any] | None, status: str = "ok") -> str:
+    if status == "not-run":
+        return "<td>not run</td>"
     if not verdict:
         return "<td>not judged</td>"
     status = html.escape(verdict["status"])
@@ -324,6 +330,14 @@ def _verdict_cell(verdict: dict[str, Any] | None) -> str:
 
 def _seconds(value: float | None) -> str:
     return "not timed" if value is None else f"{value:.1f} s"
+
+
+def _log_sentence(out_dir: Path) -> str:
+    """Where every cell's output is: run.log when the run wrote one (a headless run), otherwise
+    the reports themselves (copies stepped through in JupyterLab); never a link to nothing."""
+    if (out_dir / "run.log").is_file():
+        return 'every cell\'s output is in <a href="run.log">run.log</a>.'
+    return "every cell's output is in the notebook copies and their reports (no run.log)."
 
 
 def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
@@ -340,11 +354,18 @@ def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
         if nb["status"] != "ok":
             where = f"cell {nb['failed_cell']}: " if nb.get("failed_cell") is not None else ""
             detail = f"{where}{nb.get('error') or nb['status']}"
+        status = nb["status"]
         rows.append(
-            f'<tr class="{_STATUS_CLASS.get(nb["status"], "wb-fail")}"><td>{link}</td>'
-            f"<td>{esc(nb['status'])}</td>{_verdict_cell(nb.get('verdict'))}"
+            f'<tr class="{_STATUS_CLASS.get(status, "wb-fail")}"><td>{link}</td>'
+            f"<td>{esc(_STATUS_WORDS.get(status, status))}</td>"
+            f"{_verdict_cell(nb.get('verdict'), status)}"
             f"<td>{_seconds(nb.get('seconds'))}</td><td>{esc(detail)}</td></tr>"
         )
+    rows += [
+        f'<tr class="wb-not-run"><td>{esc(name)}</td><td>not run</td><td>not run</td>'
+        "<td>not timed</td><td>not part of this run (--only)</td></tr>"
+        for name in summary.get("not_run") or []
+    ]
     verdict = summary.get("verdict") or {"status": "attention", "reasons": []}
     reasons = verdict.get("reasons") or []
     page = Template((TEMPLATES_DIR / "index.html").read_text(encoding="utf-8")).substitute(
@@ -355,13 +376,14 @@ def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
         seconds=_seconds(summary.get("seconds")),
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         validation=esc(summary["validation"]),
-        verdict_status=esc(verdict["status"]),
+        verdict_status=esc(verdict["status"].replace(" ", "-")),
         verdict_word=esc(verdict["status"].upper()),
         verdict_sentence=esc(_VERDICT_SENTENCE.get(verdict["status"], "")),
         verdict_reasons=(
             "<ul>" + "".join(f"<li>{esc(r)}</li>" for r in reasons) + "</ul>" if reasons else ""
         ),
         rows="\n".join(rows),
+        log=_log_sentence(out_dir),
         unwritten="\n".join(
             f'<p class="unwritten">{esc(name)} was not written: {esc(reason)}.</p>'
             for name, reason in (summary.get("unwritten") or {}).items()
@@ -406,7 +428,7 @@ def title_and_question(source: str) -> tuple[str, str]:
 
 def _shown(value: Any) -> str:
     text = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
-    return text if len(text) <= 120 else f"{text[:117]}..."
+    return cut_at_word(text, 120)
 
 
 def _verdict(data: Mapping[str, Any]) -> str:

@@ -1,8 +1,8 @@
 """`workbench run`: validate everything, then execute the notebooks in order with papermill.
 
 Each notebook gets a fresh kernel that is shut down afterwards (NeuronCores are held per process),
-a failing notebook does not stop the others, and `reports/latest` only ever moves to a run in
-which every notebook succeeded.
+a failing notebook does not stop the others, and `reports/latest` only ever moves to a full run
+(every notebook of the workbook, not an --only selection) in which every notebook succeeded.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from workbench.errors import (
     one_line,
 )
 from workbench.kernel import kernel_manager_writing_stderr_to, private_kernelspec
+from workbench.markup import cut_at_word, named_list
 from workbench.params import NOTEBOOKS_DIR, RUNNER_PARAMETERS, notebook_parameters, validate
 from workbench.redact import console_line, scrub_data, scrub_text, strip_control
 from workbench.report import UnsafeReport, export_html, write_index
@@ -52,6 +53,12 @@ DEFAULT_CELL_TIMEOUT_S = 3600  # a cold Neuron compile can take most of an hour
 # Both files together are under 30 KiB for a five-notebook run.
 RUN_FILES_RESERVE = ".space-for-summary"
 RUN_FILES_RESERVE_BYTES = 128 * 1024
+# A notebook the run did not execute (left out by --only, or a working copy not stepped through
+# to its end): it has no verdict, and the run as a whole has none either.
+NOT_RUN = "not-run"
+NO_RUN_VERDICT = "not run"
+# Longest headline or error kept in summary.json and the index (cut at a word, with an ellipsis).
+LINE_LIMIT = 500
 
 
 @dataclass
@@ -163,7 +170,7 @@ def prepare_out_dir(request: RunRequest, workload_name: str, target: str) -> Pat
 
 def _error_line(exc: BaseException | str) -> str:
     """One line for the console, summary.json and the index: no secret, no control sequence."""
-    return console_line(" ".join(str(exc).split()))[:500]
+    return cut_at_word(console_line(" ".join(str(exc).split())), LINE_LIMIT)
 
 
 class _PrintedLines:
@@ -260,7 +267,7 @@ def _log_kernel_stderr(path: Path) -> str:
     log = logging.getLogger("papermill")
     for line in lines:
         log.info(f"kernel stderr: {line}")
-    return lines[-1][:300] if lines else ""
+    return cut_at_word(lines[-1], 300) if lines else ""
 
 
 def _last_started_cell(nb: nbformat.NotebookNode) -> int | None:
@@ -393,6 +400,12 @@ def _settings_check(stem: str) -> Callable[[dict[str, Any]], object] | None:
 
 # Shared by the notebooks that build a workload; 0 keeps the workload's own value.
 _WORKLOAD_SIZES = ("batch_size", "num_classes")
+
+
+def notebooks_left_out(notebooks: list[Path]) -> list[str]:
+    """The workbook's notebooks that a run of `notebooks` does not execute (an --only run)."""
+    chosen = {path.stem for path in notebooks}
+    return [path.stem for path in available_notebooks().values() if path.stem not in chosen]
 
 
 def update_latest(reports_root: Path, out: Path) -> None:
@@ -549,13 +562,20 @@ def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
         log_handler.close()
 
     unwritten = {"run.log": log_handler.failure} if log_handler.failure else {}
+    left_out = notebooks_left_out(notebooks)
     summary = {
         **prepared.summary_fields(request),
         "started_at": started_at.isoformat(timespec="seconds"),
         "seconds": time.perf_counter() - started,
+        "not_run": left_out,
     }
     exit_code = write_run_files(out, summary, outcomes, unwritten, interrupted=interrupted)
-    if exit_code == EXIT_OK and request.out is None:
+    if exit_code == EXIT_OK and request.out is None and left_out:
+        progress(
+            f"workbench: reports/latest was not moved: this run left out {named_list(left_out)} "
+            "(--only), and only a run of every notebook moves it."
+        )
+    elif exit_code == EXIT_OK and request.out is None:
         try:
             update_latest(request.reports_root.resolve(), out)
         except OSError as exc:
@@ -593,8 +613,7 @@ def write_run_files(
         exit_code = EXIT_NOTEBOOK_FAILED
     summary["exit_code"] = exit_code
     summary["notebooks"] = [asdict(o) for o in outcomes]
-    overall = run_verdict([asdict(o) for o in outcomes])
-    summary["verdict"] = {"status": overall.status, "reasons": overall.reasons}
+    summary["verdict"] = judge_run(outcomes, summary.get("not_run") or [])
     summary["unwritten"] = unwritten  # what a failed write (a full disk) left out, and why
     (out / RUN_FILES_RESERVE).unlink(missing_ok=True)
     # The index is written first, so summary.json can record whether it was; a run with
@@ -612,6 +631,24 @@ def write_run_files(
     if unwritten and exit_code == EXIT_OK:
         exit_code = EXIT_NOTEBOOK_FAILED
     return exit_code
+
+
+def judge_run(outcomes: list[NotebookOutcome], left_out: list[str]) -> dict[str, Any]:
+    """summary.json's verdict: the scorecard's worst notebook verdict when every notebook of the
+    workbook ran; "not run" when any did not (left out by --only, or a copy not stepped
+    through), since what those check is not known. The reasons then name every notebook not
+    run, and still carry what the notebooks that ran found."""
+    ran = [asdict(o) for o in outcomes if o.status != NOT_RUN]
+    overall = run_verdict(ran)
+    missing = left_out + [o.notebook for o in outcomes if o.status == NOT_RUN]
+    if not missing:
+        return {"status": overall.status, "reasons": overall.reasons}
+    return {
+        "status": NO_RUN_VERDICT,
+        "reasons": [f"not run: {named_list(missing)}", *overall.reasons],
+        "not_run": missing,
+        "of_the_notebooks_run": overall.status if ran else None,
+    }
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

@@ -93,4 +93,7 @@ def run_verdict(notebooks: Iterable[Mapping[str, Any]]) -> RunVerdict:
             )
     status = worst(s for s, _ in scored)
     flagged = sorted((item for item in scored if item[0] != PASS), key=lambda i: -_RANK[i[0]])
-    return RunVerdict(status, [reason for _, reason in flagged[:TOP_REASONS]])
+    reasons = [reason for _, reason in flagged[:TOP_REASONS]]
+    if len(flagged) > TOP_REASONS:  # a cut list says so
+        reasons.append(f"and {len(flagged) - TOP_REASONS} more")
+    return RunVerdict(status, reasons)

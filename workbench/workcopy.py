@@ -22,10 +22,15 @@ import papermill
 
 from workbench import results
 from workbench.errors import BadInput, one_line
+from workbench.markup import cut_at_word
 from workbench.redact import scrub_data, scrub_text
+from workbench.report import REMOVED_CELL_TAGS
 from workbench.runner import (
+    LINE_LIMIT,
+    NOT_RUN,
     NotebookOutcome,
     RunRequest,
+    available_notebooks,
     prepare_out_dir,
     prepare_run,
     report_notebook,
@@ -34,7 +39,7 @@ from workbench.runner import (
 
 # Written by `open`: what the run is, for `export` to put in summary.json and the index.
 OPENED_FILE = "open.json"
-NOT_RUN = "not-run"
+__all__ = ["NOT_RUN", "OPENED_FILE", "OpenedRun", "export_run", "jupyter_command", "open_run"]
 
 
 @dataclass(frozen=True)
@@ -117,25 +122,44 @@ def _timed_seconds(nb: nbformat.NotebookNode) -> float | None:
     return total if timed else None
 
 
+def _cells_to_run(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    """The code cells a copy stepped through to its end has run: every one with code in it,
+    except the live-only ones a report leaves out (the widget panel)."""
+    return [
+        cell
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        and cell.source.strip()
+        and not REMOVED_CELL_TAGS & set(cell.get("metadata", {}).get("tags", []))
+    ]
+
+
 def _outcome(path: Path) -> NotebookOutcome:
-    """What an executed copy says about its run: the first error output, or not run at all."""
+    """What an executed copy says about its run: the first error output; otherwise "not run"
+    unless every cell ran (a copy stepped through part-way has measured part of its question,
+    and its verdict would claim the rest)."""
     try:
         nb = nbformat.read(str(path), as_version=4)
     except (OSError, ValueError) as exc:
         return NotebookOutcome(path.stem, "failed", None, f"not readable: {one_line(str(exc))}")
-    code = [cell for cell in nb.cells if cell.cell_type == "code"]
     outcome = NotebookOutcome(path.stem, "ok", _timed_seconds(nb))
-    if not any(cell.get("execution_count") for cell in code):
-        outcome.status, outcome.error = NOT_RUN, "no cell was run"
-        return outcome
     for index, cell in enumerate(nb.cells):
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error":
                 outcome.status, outcome.failed_cell = "failed", index
                 text = f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"
-                outcome.error = scrub_text(one_line(text))[:500]
+                outcome.error = cut_at_word(scrub_text(one_line(text)), LINE_LIMIT)
                 return outcome
+    cells = _cells_to_run(nb)
+    ran = sum(1 for cell in cells if cell.get("execution_count"))
+    if ran < len(cells):
+        outcome.status = NOT_RUN
+        outcome.error = "no cell was run" if ran == 0 else f"{ran} of {len(cells)} cells were run"
     return outcome
+
+
+def _workbook_stems() -> list[str]:
+    return [path.stem for path in available_notebooks().values()]
 
 
 def export_run(folder: Path, *, show_code: bool = False) -> tuple[int, Path]:
@@ -150,8 +174,11 @@ def export_run(folder: Path, *, show_code: bool = False) -> tuple[int, Path]:
     outcomes = []
     for path in copies:
         outcome = _outcome(path)
-        report_notebook(path, outcome, show_code)
+        if outcome.status != NOT_RUN:  # a copy not run through has no report and no verdict
+            report_notebook(path, outcome, show_code)
         outcomes.append(outcome)
+    copied = {path.stem for path in copies}
+    summary["not_run"] = [stem for stem in _workbook_stems() if stem not in copied]
     timed = [o.seconds for o in outcomes if o.seconds is not None]
     summary["seconds"] = sum(timed) if timed else None
     exit_code = write_run_files(folder, summary, outcomes, {})

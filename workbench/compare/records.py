@@ -117,16 +117,6 @@ class Comparison:
         return text + "."
 
 
-NAMED_AT_MOST = 5
-
-
-def named_list(names: list[str], at_most: int = NAMED_AT_MOST) -> str:
-    """'a, b, c' or 'a, b, c, d, e and 3 more': a list is never cut without saying so."""
-    shown = ", ".join(names[:at_most])
-    rest = len(names) - at_most
-    return f"{shown} and {rest} more" if rest > 0 else shown
-
-
 def comparison_data(comparison: Comparison) -> dict[str, Any]:
     """compare.json: headline first, then every change with its evidence."""
     return {
