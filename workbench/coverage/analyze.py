@@ -17,6 +17,7 @@ from time import perf_counter
 from workbench.coverage.capture import (
     Capture,
     capture_training_step,
+    is_profiler_marker,
 )
 from workbench.coverage.graphs import explain_forward
 from workbench.coverage.records import (
@@ -28,7 +29,6 @@ from workbench.coverage.records import (
     op_row,
 )
 from workbench.coverage.risks import (
-    BOOKKEEPING_NAMESPACES,
     capture_flags,
     optimizer_sync_note,
     prefetch_builtin_namespaces,
@@ -86,11 +86,15 @@ def measure_on_target(workload: Workload, target: Target) -> tuple[TargetReading
         target=target.name,
         flavour=flavour,
         statement=target.validation_statement(),
-        executed=Counter({op: r.total_calls for op, r in capture.ops.items()}),
+        executed=Counter(
+            {op: r.total_calls for op, r in capture.ops.items() if not is_profiler_marker(op)}
+        ),
         fallbacks=Counter(fallbacks),
         fallback_source=f"the {target.name} target's fallback readings",
         failure=capture.failure.summary() if capture.failure else None,
-        tracked=None if tracked is None else Counter(tracked),
+        tracked=None
+        if tracked is None
+        else Counter({op: n for op, n in tracked.items() if not is_profiler_marker(op)}),
         compiles=target.compile_events(started),
     )
     try:
@@ -111,11 +115,11 @@ def _rows(
     rows = {
         op: op_row(record, SEEN_REFERENCE)
         for op, record in reference.ops.items()
-        if record.namespace not in BOOKKEEPING_NAMESPACES
+        if not is_profiler_marker(op)
     }
     if target_capture is not None:
         for op, record in target_capture.ops.items():
-            if record.namespace in BOOKKEEPING_NAMESPACES:
+            if is_profiler_marker(op):
                 continue
             if op in rows:
                 rows[op].seen_in.append(SEEN_TARGET)
@@ -124,7 +128,7 @@ def _rows(
     if measurement is not None:
         seen = {name for row in rows.values() for name in (row.op, row.op.split(".", 1)[0])}
         for name, count in measurement.fallbacks.items():
-            if name not in seen:
+            if name not in seen and not is_profiler_marker(name):
                 rows[name] = OpRow(
                     op=name,
                     namespace=name.split("::", 1)[0],
@@ -205,9 +209,7 @@ def analyze_coverage(
         rows=rows,
         seconds=perf_counter() - started,
         bookkeeping={
-            op: record.total_calls
-            for op, record in reference.ops.items()
-            if record.namespace in BOOKKEEPING_NAMESPACES
+            op: record.total_calls for op, record in reference.ops.items() if is_profiler_marker(op)
         },
         optimizer_note=optimizer_sync_note(reference),
     )

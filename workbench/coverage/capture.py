@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_leaves, tree_map
 
 import workbench
 from workbench.errors import FrameRef, describe_error, is_user_code, short_path
@@ -38,6 +38,22 @@ PHASE_FORWARD = "forward"  # model forward and loss
 PHASE_BACKWARD = "backward"
 PHASE_OPTIMIZER = "optimizer"
 PHASES = (PHASE_FORWARD, PHASE_BACKWARD, PHASE_OPTIMIZER)
+
+# The profiler's record_function markers (the optimizer's step wraps itself in one): they
+# dispatch like ops but compute nothing, so they are counted apart from the ATen ops.
+BOOKKEEPING_NAMESPACES = frozenset({"profiler"})
+# Profiler ranges by the names profiler tables give them ("Optimizer.step#AdamW.step",
+# "ProfilerStep#3"): labels of a stretch of time, never an operator.
+_MARKER_LABEL_PREFIXES = ("ProfilerStep", "Optimizer.")
+
+
+def is_profiler_marker(name: str) -> bool:
+    """True for a profiler marker, false for an operator: a `profiler::` op, or a range's label
+    (no operator namespace, a `#` or a profiler prefix)."""
+    if "::" in name:
+        return name.split("::", 1)[0] in BOOKKEEPING_NAMESPACES
+    return "#" in name or name.startswith(_MARKER_LABEL_PREFIXES)
+
 
 MAX_SHAPES_KEPT = 6  # distinct input-shape signatures listed per op (all are counted)
 MAX_SITES_KEPT = 5  # distinct call sites listed per op (all calls are counted)
@@ -123,11 +139,15 @@ class CallSite:
 SiteCache = dict[object, CallSite]
 
 
-def site_from_frame(
+def locate_call(
     frame: FrameType | None, module: str = "", cache: SiteCache | None = None
-) -> CallSite | None:
-    """The first workload frame from `frame` outward; without one (the workbench machinery
-    called torch directly), the innermost torch frame that is not dispatch plumbing, e.g.
+) -> tuple[CallSite | None, bool]:
+    """Where an op was called from `frame` outward, and whether the model's own code called it
+    directly: no torch library frame (an nn.Module's forward, torch.optim) stands between the
+    op and the first workload frame.
+
+    The site is the first workload frame; without one (the workbench machinery called torch
+    directly), the innermost torch frame that is not dispatch plumbing, e.g.
     torch/optim/adam.py in _single_tensor_adam for the optimizer step. With `cache`, one
     CallSite is made per instruction and module, and reused."""
     innermost_torch: FrameType | None = None
@@ -143,9 +163,10 @@ def site_from_frame(
         if kind is _TORCH and innermost_torch is None:
             innermost_torch = frame
         frame = frame.f_back
+    direct = found is not None and innermost_torch is None
     found = found or innermost_torch
     if found is None:
-        return None
+        return None, False
     code = found.f_code
     # Keyed by the instruction offset, not the line: f_lineno decodes the code object's line
     # table from its start on every read, which costs microseconds in a long function.
@@ -156,7 +177,7 @@ def site_from_frame(
         site = CallSite(code.co_filename, found.f_lineno, code.co_name, in_user_code, module)
         if cache is not None:
             site = cache[key] = cache.setdefault(site, site)
-    return site
+    return site, direct
 
 
 @dataclass
@@ -199,10 +220,14 @@ class TraceEntry(NamedTuple):
     """One call, in order: what shape stability compares between batch sizes. A named tuple,
     not a dataclass: one is made for every op the step runs."""
 
-    op: str
+    op: str  # an operator, or "module NAME (Class)" for a module's boundary
     phase: str
     shapes: tuple[tuple[int, ...], ...]  # tensor inputs, then tensor outputs (torch.Size)
     site: CallSite | None
+    # The model's own code made this call: an op its code called directly, or a module's
+    # inputs and outputs. False for what torch's library code ran inside a module or function
+    # (a kernel's workspace, the autograd engine's backward ops, the optimizer's step).
+    model_code: bool = True
 
 
 @dataclass
@@ -239,10 +264,14 @@ class Capture:
         return f"batch {self.batch_size}{seq}"
 
     def phase_totals(self) -> dict[str, dict[str, int]]:
-        """Distinct ops and calls per phase."""
+        """Distinct ops and calls per phase; profiler markers are not ops and not counted."""
         totals = {}
         for phase in PHASES:
-            calls = [r.calls[phase] for r in self.ops.values() if phase in r.calls]
+            calls = [
+                r.calls[phase]
+                for r in self.ops.values()
+                if phase in r.calls and not is_profiler_marker(r.op)
+            ]
             totals[phase] = {"ops": len(calls), "calls": sum(calls)}
         return totals
 
@@ -319,7 +348,7 @@ class OpCaptureMode(TorchDispatchMode):
             name = self._names[func] = op_name(func)
         # f_back is None when the op comes straight from C++ on a thread with no Python
         # caller: the autograd engine runs a non-CPU device's backward on a worker thread.
-        site, forward_op = self._locate(sys._getframe().f_back, name)
+        site, forward_op, direct = self._locate(sys._getframe().f_back, name)
         inputs = _tensors(args)
         if kwargs:
             inputs += _tensors(kwargs.values())
@@ -327,15 +356,18 @@ class OpCaptureMode(TorchDispatchMode):
         result = func(*args, **kwargs)
         self.current_op = None
         outputs = _tensors(result if isinstance(result, (list, tuple)) else (result,))
-        self._record(func, name, site, inputs, outputs)
+        self._record(func, name, site, inputs, outputs, direct)
         if forward_op is not None and forward_op not in self.ops[name].forward_ops:
             self.ops[name].forward_ops.append(forward_op)
         return result
 
-    def _locate(self, caller: FrameType | None, name: str) -> tuple[CallSite | None, str | None]:
-        """The op's call site and, for a backward op, the forward op whose node it runs in."""
+    def _locate(
+        self, caller: FrameType | None, name: str
+    ) -> tuple[CallSite | None, str | None, bool]:
+        """The op's call site, for a backward op the forward op whose node it runs in, and
+        whether the model's own code called the op directly (see `locate_call`)."""
         module = self.module_stack[-1] if self.module_stack else ""
-        site = site_from_frame(caller, module, self._site_cache)
+        site, direct = locate_call(caller, module, self._site_cache)
         if self.phase == PHASE_BACKWARD and (site is None or not site.in_user_code):
             # A custom autograd.Function's backward in workload code keeps its own frame;
             # everything else runs from the engine and maps to its forward call.
@@ -344,14 +376,14 @@ class OpCaptureMode(TorchDispatchMode):
                 origin = self._node_origins.get(node._sequence_nr())
                 node_name = type(node).__name__
                 if origin is not None:
-                    return self._via(origin[0], f"backward of {node_name}"), origin[1]
+                    return self._via(origin[0], f"backward of {node_name}"), origin[1], False
                 if site is not None:
-                    return self._via(site, node_name), None
+                    return self._via(site, node_name), None, False
         if self.phase == PHASE_FORWARD and site is not None and self._get_sequence_nr:
             # The autograd node of this op (if it needs one) was created just before its
             # kernel ran and took the sequence number just below the current one.
             self._node_origins.setdefault(self._get_sequence_nr() - 1, (site, name))
-        return site, None
+        return site, None, direct
 
     def _via(self, site: CallSite, via: str) -> CallSite:
         """`site` with how a backward op reached it: made once per site and node type."""
@@ -368,6 +400,7 @@ class OpCaptureMode(TorchDispatchMode):
         site: CallSite | None,
         inputs: list[torch.Tensor],
         outputs: list[torch.Tensor],
+        direct: bool,
     ) -> None:
         record = self.ops.get(name)
         if record is None:
@@ -385,7 +418,7 @@ class OpCaptureMode(TorchDispatchMode):
         # torch.Size is a tuple: kept as it is, it hashes and compares like one.
         input_shapes = tuple([t.shape for t in inputs])
         shapes = input_shapes + tuple([t.shape for t in outputs]) if outputs else input_shapes
-        self.trace.append(TraceEntry(name, self.phase, shapes, site))
+        self.trace.append(TraceEntry(name, self.phase, shapes, site, direct))
         seen = self._shape_sets[name]
         if input_shapes not in seen:
             seen.add(input_shapes)
@@ -433,6 +466,17 @@ class OpCaptureMode(TorchDispatchMode):
             if kind.__name__ not in record.tensor_types:
                 record.tensor_types.append(kind.__name__)
 
+    def record_module_boundary(
+        self, label: str, args: Any, output: Any, caller: FrameType | None
+    ) -> None:
+        """Trace a module's tensor inputs and outputs as it returns: shapes the model's code
+        sees, whatever the module's own kernels do inside."""
+        tensors = [t for t in tree_leaves((args, output)) if isinstance(t, torch.Tensor)]
+        parent = self.module_stack[-1] if self.module_stack else ""
+        site, _ = locate_call(caller, parent, self._site_cache)
+        shapes = tuple([t.shape for t in tensors])
+        self.trace.append(TraceEntry(f"module {label}", self.phase, shapes, site))
+
     @staticmethod
     def _note_int64(record: OpRecord, tensor: torch.Tensor, site: CallSite | None) -> None:
         value = _int64_max_abs(tensor)
@@ -445,10 +489,12 @@ class OpCaptureMode(TorchDispatchMode):
 
 
 @contextmanager
-def _tracking_modules(model: torch.nn.Module, stack: list[str]) -> Iterator[None]:
-    """Keep `stack` equal to the running modules (qualified name and class), via global hooks
-    that exist only while the capture runs."""
+def _tracking_modules(model: torch.nn.Module, mode: OpCaptureMode) -> Iterator[None]:
+    """Keep the mode's module stack equal to the running modules (qualified name and class),
+    and trace each module's boundary when it returns, via global hooks that exist only while
+    the capture runs."""
     names = {id(m): name for name, m in model.named_modules()}
+    stack = mode.module_stack
 
     def push(module: torch.nn.Module, args: Any) -> None:
         name = names.get(id(module))
@@ -456,7 +502,9 @@ def _tracking_modules(model: torch.nn.Module, stack: list[str]) -> Iterator[None
         stack.append(f"{name} ({kind})" if name else kind)
 
     def pop(module: torch.nn.Module, args: Any, output: Any) -> None:
-        stack.pop()
+        label = stack.pop()
+        # The caller of this hook is torch's module call; the site is the code that called it.
+        mode.record_module_boundary(label, args, output, sys._getframe(1))
 
     hooks = torch.nn.modules.module
     pre = hooks.register_module_forward_pre_hook(push)
@@ -476,7 +524,11 @@ def shorten_sequence(batch: Batch, sequence_length: int, new_length: int) -> Bat
     def cut(tensor: torch.Tensor) -> torch.Tensor:
         for dim in range(1, tensor.dim()):
             if tensor.shape[dim] == sequence_length:
-                return tensor.narrow(dim, 0, new_length)
+                # A narrowed (batch, sequence) tensor is not contiguous: a model that calls
+                # .view on it (BERT's labels.view(-1)) would raise, and every .reshape of it
+                # would copy where the workload's own batch does not. A fresh contiguous tensor
+                # is what a data loader hands over at this length.
+                return tensor.narrow(dim, 0, new_length).contiguous()
         return tensor
 
     inputs, targets = batch
@@ -516,7 +568,7 @@ def capture_training_step(
             batch = shorten_sequence(batch, workload.sequence_length, sequence_length)
         inputs, targets = batch
         optimizer.zero_grad(set_to_none=True)
-        with _tracking_modules(model, mode.module_stack), mode:
+        with _tracking_modules(model, mode), mode:
             phase = mode.phase = PHASE_FORWARD
             loss = workload.compute_loss(workload.forward(model, inputs), targets)
             phase = mode.phase = PHASE_BACKWARD

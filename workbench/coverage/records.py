@@ -189,8 +189,8 @@ class CoverageReport:
         if severe:
             parts.append(" and ".join(severe) + " risk flag(s)")
         parts.append(self.shapes.status())
-        if self.compiled.graph_break_count:
-            parts.append(f"{self.compiled.graph_break_count} graph break(s)")
+        if self.compiled.status():
+            parts.append(self.compiled.status())
         if self.reference.failure:
             parts.append(f"the step failed ({self.reference.failure.phase})")
         return "; ".join(parts) + "."

@@ -23,6 +23,7 @@ from workbench.coverage.capture import (
     CallSite,
     Capture,
     OpRecord,
+    is_profiler_marker,
 )
 from workbench.coverage.support import is_cpu_kernel_choice
 
@@ -45,10 +46,6 @@ SPARSE = "sparse or nested layout"
 QUANTIZED = "quantized tensor"
 SUBCLASS = "tensor subclass"
 CPU_KERNEL = "CPU-specific kernel"
-
-# The profiler's record_function markers (the optimizer's step wraps itself in one): they
-# dispatch like ops but compute nothing, so they are counted apart from the ATen ops.
-BOOKKEEPING_NAMESPACES = frozenset({"profiler"})
 
 _TAG_RULES = (
     # (torch.Tag name, flag, severity, why)
@@ -275,7 +272,7 @@ def capture_flags(capture: Capture) -> list[RiskFlag]:
     flags = [
         f
         for record in capture.ops.values()
-        if record.namespace not in BOOKKEEPING_NAMESPACES
+        if not is_profiler_marker(record.op)
         for f in op_flags(record, builtin)
         if not (f.kind == HOST_SYNC and is_optimizer_internal_sync(record))
     ]

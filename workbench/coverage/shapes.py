@@ -2,14 +2,26 @@
 
 Every new shape is a new graph to compile on Neuron (XLA retraces and recompiles, native
 torch.compile builds one NEFF per shape signature: neuron.md section 3). The same step is
-captured at two batch sizes, and for sequence workloads at two sequence lengths; eager ops run
+captured at two batch sizes, and for sequence workloads at two sequence lengths; eager calls run
 in the same order every step, so the n-th call of each op is compared with its n-th call in the
-other capture. A dimension that changed is explained when it scaled by the batch (or sequence)
-ratio, or a power of it (B*T flattened, T x T attention scores flattened). Along the sequence
-a size may also follow the length with a small fixed offset per row: a causal language model's
-shifted labels make T - 1 (and B*(T - 1) flattened), a BOS token T + 1. Those sizes are affine in
-the length, known for every length, so they compile like the length itself. Anything else means
-a shape depends on something else: the data, or Python control flow.
+other capture.
+
+Only shapes the model's own code sees are compared: the ops its code (the workload's, or a model
+library such as transformers) calls directly, and every module's tensor inputs and outputs.
+What torch's library code runs inside a module or a function is not: nn.LSTM's oneDNN kernel
+and its workspace, the autograd engine's backward ops, the optimizer's step. Their shapes follow
+from the module's and the call's inputs, which are compared, while their sizes and counts are
+the CPU kernel's own choices that a Neuron device does not make. Nor are layout copies: eager
+`reshape` and `contiguous` copy (aten::clone, then aten::_unsafe_view) only when a tensor's
+strides ask for it, which a compiler decides for itself; a copy has its input's shape, and a
+reshape is compared as aten::view whichever way eager PyTorch ran it.
+
+A dimension that changed is explained when it scaled by the batch (or sequence) ratio, or a
+power of it (B*T flattened, T x T attention scores flattened). Along the sequence a size may
+also follow the length with a small fixed offset per row: a causal language model's shifted
+labels make T - 1 (and B*(T - 1) flattened), a BOS token T + 1. Those sizes are affine in the
+length, known for every length, so they compile like the length itself. Anything else means a
+shape depends on something else: the data, or Python control flow.
 """
 
 from __future__ import annotations
@@ -56,6 +68,8 @@ class VariantComparison:
     dimension: str  # "batch" or "sequence"
     ratio: str  # variant size / reference size
     compared_calls: int = 0
+    # Not compared: run by torch's library code inside a module or function, or layout copies.
+    uncompared_calls: int = 0
     unchanged_calls: int = 0
     scaled_calls: int = 0
     offset_calls: int = 0  # follow the sequence length with a fixed offset (T - 1, B*(T - 1))
@@ -137,10 +151,22 @@ def _offset(a: tuple[int, ...], b: tuple[int, ...], sizes: tuple[int, int]) -> b
     return all(x == y or _follows_with_offset(x, y, sizes) for x, y in zip(a, b, strict=True))
 
 
-def _by_op(trace: list[TraceEntry]) -> dict[str, list[TraceEntry]]:
+# Eager PyTorch's copy for a layout, and the reshape it makes after such a copy (see above).
+_LAYOUT_COPIES = frozenset({"aten::clone"})
+_RESHAPE_AS_VIEW = {"aten::_unsafe_view": "aten::view", "aten::_reshape_alias": "aten::view"}
+
+
+def _compared(entry: TraceEntry) -> bool:
+    return entry.model_code and entry.op not in _LAYOUT_COPIES
+
+
+def _model_calls_by_op(trace: list[TraceEntry]) -> dict[str, list[TraceEntry]]:
+    """The calls compared (see the module's docstring), per op, in order; a reshape under one
+    name whether eager PyTorch viewed or copied."""
     grouped: dict[str, list[TraceEntry]] = defaultdict(list)
     for entry in trace:
-        grouped[entry.op].append(entry)
+        if _compared(entry):
+            grouped[_RESHAPE_AS_VIEW.get(entry.op, entry.op)].append(entry)
     return grouped
 
 
@@ -155,7 +181,8 @@ def compare_captures(
     if variant.failure is not None:
         comparison.failure = variant.failure.summary()
     ratios = {ratio**k for k in range(1, MAX_POWER + 1)}
-    ours, theirs = _by_op(reference.trace), _by_op(variant.trace)
+    ours, theirs = _model_calls_by_op(reference.trace), _model_calls_by_op(variant.trace)
+    comparison.uncompared_calls = sum(1 for entry in reference.trace if not _compared(entry))
     for op in sorted(ours.keys() | theirs.keys()):
         a, b = ours.get(op, []), theirs.get(op, [])
         if len(a) != len(b) and variant.failure is None:

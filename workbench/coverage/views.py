@@ -292,6 +292,7 @@ def shape_stability(report: CoverageReport) -> None:
                     "against": stability.reference,
                     "ratio": c.ratio,
                     "calls compared": c.compared_calls,
+                    "not compared (inside torch, layout copies)": c.uncompared_calls,
                     "unchanged": c.unchanged_calls,
                     f"scaled with {c.dimension}": c.scaled_calls,
                     f"{c.dimension} plus or minus a few": c.offset_calls,
@@ -301,7 +302,11 @@ def shape_stability(report: CoverageReport) -> None:
                 }
                 for c in stability.comparisons
             ],
-            caption="Shape stability: each call against the same call at another size",
+            caption="Shape stability: each call the model's own code makes (ops it calls "
+            "directly, every module's inputs and outputs) against the same call at another "
+            "size; what torch runs inside a module or function (a kernel's workspace, the "
+            "autograd engine's backward, the optimizer) follows from those, and eager layout "
+            "copies depend on strides only: neither is compared",
         )
     )
     changes = [
@@ -329,8 +334,25 @@ def shape_stability(report: CoverageReport) -> None:
 
 def graph_breaks(report: CoverageReport) -> None:
     compiled = report.compiled
-    kind = "fail" if compiled.error else ("warn" if compiled.graph_break_count else "ok")
+    kind = "fail" if compiled.error else ("warn" if compiled.status() else "ok")
     display(show.banner(compiled.sentence(), kind))
+    if compiled.skipped:
+        display(
+            show.table(
+                [
+                    {
+                        "reason": s.reason,
+                        "explanation": s.explanation,
+                        "Dynamo's hint": s.hint,
+                        "graph-break id": s.graph_break_id or "",
+                        "documentation": s.doc_url or "",
+                    }
+                    for s in compiled.skipped
+                ],
+                caption="What Dynamo declined to trace: that code runs eager "
+                f"(torch._dynamo counters, torch {compiled.torch_version})",
+            )
+        )
     if compiled.breaks:
         display(
             show.table(
