@@ -16,7 +16,9 @@ from workbench.cli import main
 from workbench.errors import EXIT_BAD_INPUT, EXIT_NOTEBOOK_FAILED, EXIT_OK, BadInput
 from workbench.kernel import private_kernelspec
 from workbench.params import NOTEBOOKS_DIR
+from workbench.results import save_result
 from workbench.runner import RunRequest
+from workbench.scorecard import Verdict
 from workbench.workcopy import NOT_RUN, OPENED_FILE, export_run, open_run
 
 
@@ -125,8 +127,46 @@ def test_export_tells_an_unrun_copy_from_a_failed_one(tmp_path):
     failed = by_name["01_baseline"]
     assert failed["status"] == "failed" and failed["failed_cell"] == failing
     assert failed["error"] == "NameError: name 'x' is not defined"
-    assert summary["verdict"]["status"] == "blocker"
+    # 00 was never run, so the run has no verdict; what ran (01 failing) still says blocker.
+    assert summary["verdict"]["status"] == "not run"
+    assert summary["verdict"]["of_the_notebooks_run"] == "blocker"
+    assert "01_baseline: did not finish (failed)" in summary["verdict"]["reasons"]
     assert "not timed" in (folder / "index.html").read_text()
+
+
+def test_export_of_copies_stepped_through_in_part_says_not_run_and_links_nothing_missing(
+    tmp_path,
+):
+    """Only 00 stepped through (every cell, its result saved); 01 part-way; 02-04 never. No
+    verdict is claimed for what did not run, every unrun notebook is named, no run.log link."""
+    folder = tmp_path / "work"
+    open_run(RunRequest(target="cpu", out=folder))
+    for name, share in (("00_environment", 1.0), ("01_baseline", 0.5)):
+        copy = folder / f"{name}.ipynb"
+        nb = nbformat.read(copy, as_version=4)
+        code = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
+        for count, cell in enumerate(code[: int(len(code) * share)], 1):
+            cell.execution_count = count
+        nbformat.write(nb, copy)
+    verdict = Verdict("pass", "environment recorded", "test rule")
+    save_result(folder, "00_environment", {"headline": "stack recorded", "verdict": verdict})
+
+    export_run(folder)
+    summary = json.loads((folder / "summary.json").read_text())
+    by_name = {entry["notebook"]: entry for entry in summary["notebooks"]}
+    assert by_name["00_environment"]["status"] == "ok"
+    assert by_name["00_environment"]["verdict"]["status"] == "pass"
+    partly = by_name["01_baseline"]
+    assert partly["status"] == NOT_RUN and partly["verdict"] is None
+    assert partly["error"].endswith("cells were run") and not partly["error"].startswith("0 ")
+    assert summary["verdict"]["status"] == "not run"
+    assert summary["verdict"]["reasons"][0] == (
+        "not run: 01_baseline, 02_op_coverage, 03_numerics, 04_retuning"
+    )
+    index = (folder / "index.html").read_text()
+    assert "BLOCKER" not in index and "NOT RUN" in index
+    assert 'href="run.log"' not in index and not (folder / "run.log").exists()
+    assert not (folder / "02_op_coverage.html").exists(), "no report for a copy never run"
 
 
 def test_export_bad_folders_are_bad_input(tmp_path, capsys):
