@@ -315,8 +315,9 @@ class ConfigResult:
         return [p for p in self.phases if p.measurement and p.measurement.loaded]
 
     def load_sentence(self) -> str | None:
-        """Which phase was loaded and how, for a headline or a finding; None when quiet."""
-        for phase in self.loaded_phases():
+        """Which phase was loaded and how, for a headline or a finding; None when quiet. The
+        steady state leads: the medians and the speed-up come from it."""
+        for phase in reversed(self.loaded_phases()):
             host = phase.measurement.host if phase.measurement else None
             if host is not None:
                 return f"{self.kind}/{self.mode} {PHASE_LABELS[phase.phase]}: {host.sentence()}"
@@ -603,8 +604,7 @@ def baseline_verdict(result: BaselineResult) -> Verdict:
             )
         if config.steady_recompiles:
             findings.append(Finding(BLOCKER, f"{name}: {config.steady_recompile_sentence()}"))
-        if config.warmup_converged is False:
-            findings.append(Finding(ATTENTION, f"{name}: warm-up hit its cap without settling"))
+        # Other load explains an unsettled warm-up or a noisy steady state, so it leads.
         if config.load_sentence():
             findings.append(
                 Finding(
@@ -613,6 +613,8 @@ def baseline_verdict(result: BaselineResult) -> Verdict:
                     "speed-up or payback is claimed from it",
                 )
             )
+        if config.warmup_converged is False:
+            findings.append(Finding(ATTENTION, f"{name}: warm-up hit its cap without settling"))
         if config.steady is not None and config.steady.relative_iqr > FLUCTUATION_SEVERE:
             findings.append(
                 Finding(
