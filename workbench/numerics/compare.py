@@ -50,12 +50,19 @@ from workbench.numerics.capture import (
     rerun_layer,
 )
 from workbench.numerics.metrics import (
+    RULE_SCALAR,
     UNIT_ROUNDOFF,
+    MetricsVerdict,
     PrecisionCostRule,
+    ScalarTolerance,
     VerdictRule,
+    check_scalars,
     compute_metrics,
     judge,
+    loss_floor,
+    loss_scale,
     own_error,
+    scalar_tolerance,
 )
 from workbench.numerics.nonfinite import find_first_nonfinite, first_nonfinite_step
 from workbench.numerics.records import (
@@ -375,11 +382,34 @@ def _compare(
     rule: VerdictRule,
     spread: float | None = None,
     module_type: str = "",
+    scalar: ScalarTolerance | None = None,
 ) -> TensorComparison:
+    """One tensor's metrics and verdict: a one-element tensor given a `scalar` tolerance (a
+    loss) is judged as a value by it, every other tensor by the dynamo rule."""
     rtol, atol = rule.tolerances(target.dtype, reference.dtype)
     metrics = compute_metrics(name, kind, target, reference, fp64, rtol=rtol, atol=atol)
     metrics.reference_spread = spread
+    if scalar is not None and target.numel() == 1:
+        values = (float(target.double().sum()), float(reference.double().sum()))
+        return TensorComparison(metrics, _scalar_verdict(name, values, scalar), module_type, values)
     return TensorComparison(metrics, judge(metrics, rule), module_type)
+
+
+def _scalar_verdict(
+    name: str, values: tuple[float, float], tolerance: ScalarTolerance
+) -> MetricsVerdict:
+    check = check_scalars(name, [values[0]], [values[1]], tolerance)
+    return MetricsVerdict(check.passed, RULE_SCALAR, check.sentence())
+
+
+def scalar_tolerance_of(
+    name: str, kind: str, dtype: torch.dtype, reference_losses: list[float]
+) -> ScalarTolerance:
+    """The tolerance of a one-element tensor computed at `dtype`: a loss (the loss, or an
+    output named loss) is floored at the loss's scale over the reference's trajectory; any
+    other single value at its own size alone."""
+    is_loss = kind == "loss" or name == "loss"
+    return scalar_tolerance(dtype, loss_scale(reference_losses) if is_loss else 0.0)
 
 
 def _pair(
@@ -520,9 +550,11 @@ def compare_training(
     rule: VerdictRule,
     task_name: str,
 ) -> None:
-    """Outputs, loss, gradients, trajectory, task metric and held-out score, into `result`."""
+    """Outputs, loss, gradients, trajectory, task metric and held-out score, into `result`.
+    Nothing that follows the first NaN/Inf loss is kept as evidence (see _validation)."""
     ref, fp64 = refs.training, refs.fp64_training
     spread = refs.spread
+    dtype = PRECISIONS[result.run["precision"]].dtype
     names, target_names = _output_names(ref), _output_names(training)
     target_out = dict(zip(target_names, training.outputs, strict=True))
     reference_out = dict(zip(names, ref.outputs, strict=True))
@@ -537,6 +569,7 @@ def compare_training(
             fp64_out.get(n),
             rule,
             spread.get(("output", n)),
+            scalar=scalar_tolerance_of(n, "output", dtype, ref.losses),
         )
         for n in paired
     ]
@@ -548,6 +581,7 @@ def compare_training(
         fp64.loss if fp64 else None,
         rule,
         spread.get(("loss", "loss")),
+        scalar=scalar_tolerance_of("loss", "loss", dtype, ref.losses),
     )
     paired, result.unmatched_gradients = _pair(
         training.gradients, ref.gradients, list(training.gradients), list(ref.gradients)
@@ -577,6 +611,11 @@ def compare_training(
     result.trajectory_deviation, result.trajectory_worst_step = _relative_gap(
         training.losses, ref.losses
     )
+    result.reference_losses = list(ref.losses)
+    result.loss_floor = loss_floor(
+        dtype, ref.losses, fp64.losses if fp64 else None, rule.multiplier
+    )
+    nan_step = first_nonfinite_step(training.losses)
     agreement = None
     if training.predictions is not None and ref.predictions is not None:
         if training.predictions.shape == ref.predictions.shape:
@@ -586,14 +625,36 @@ def compare_training(
         reference_initial=ref.task_metric_initial,
         target_initial=training.task_metric_initial,
         reference_final=ref.task_metric_final,
-        target_final=training.task_metric_final,
+        target_final=None if nan_step is not None else training.task_metric_final,
         prediction_agreement=agreement,
+        not_evidence=_not_evidence(nan_step),
     )
-    result.validation = _validation(training, ref)
+    result.validation = _validation(training, ref, dtype)
 
 
-def _validation(training: TrainingCapture, ref: TrainingCapture) -> ValidationComparison:
+def _not_evidence(nan_step: int | None) -> str | None:
+    if nan_step is None:
+        return None
+    return (
+        f"not evidence: the loss is NaN/Inf from step {nan_step}, so what the run scores after "
+        "it measures nothing the model computes"
+    )
+
+
+def _validation(
+    training: TrainingCapture, ref: TrainingCapture, dtype: torch.dtype
+) -> ValidationComparison:
+    """The held-out scores after training against the reference's. After a NaN/Inf loss, or a
+    held-out loss that is not finite, the task metric is withheld (a NaN model's arg-max picks
+    a class all the same, so its accuracy can even rise), and after a NaN/Inf training loss
+    the held-out loss too: neither is evidence."""
     after, reference = training.held_out_after, ref.held_out_after
+    reason = _not_evidence(first_nonfinite_step(training.losses))
+    if reason is None and after is not None and not math.isfinite(after.loss):
+        reason = "not evidence: the held-out loss is not finite, so its task metric is withheld"
+        after = HeldOutScore(after.loss, None)
+    elif reason is not None:
+        after = None
     loss_deviation = metric_difference = None
     if after is not None and reference is not None:
         loss_deviation = abs(after.loss - reference.loss) / abs(reference.loss or 1.0)
@@ -601,6 +662,7 @@ def _validation(training: TrainingCapture, ref: TrainingCapture) -> ValidationCo
             loss_deviation = math.inf
         if after.metric is not None and reference.metric is not None:
             metric_difference = after.metric - reference.metric
+    scores = [s.loss for s in (ref.held_out_before, reference) if s is not None]
     return ValidationComparison(
         before=training.held_out_before,
         after=after,
@@ -610,6 +672,8 @@ def _validation(training: TrainingCapture, ref: TrainingCapture) -> ValidationCo
         metric_difference=metric_difference,
         metric_allowance=None,
         loss_allowance=None,
+        loss_floor=loss_floor(dtype, scores, None, 0.0),
+        not_evidence=reason,
     )
 
 
@@ -739,15 +803,28 @@ def compare_run(
 
 
 def matched_check(result: RunResult, baseline: RunResult, rule: VerdictRule) -> MatchedCheck | None:
-    """`result` judged with `baseline`'s RMSE against fp64 as the yardstick, tensor by tensor."""
-    yardsticks = {c.name: c.metrics.target_rmse_vs_fp64 for c in baseline.final_comparisons}
+    """`result` against `baseline`, tensor by tensor: a single value (a loss) by the scalar
+    rule against the baseline's value, every other tensor by the dynamo rule with the
+    baseline's RMSE against fp64 as the yardstick."""
+    by_name = {c.name: c for c in baseline.final_comparisons}
+    dtype = PRECISIONS[result.run["precision"]].dtype
     failed, checked = [], 0
     for comparison in result.final_comparisons:
-        budget = yardsticks.get(comparison.name)
-        if budget is None:
+        other = by_name.get(comparison.name)
+        if other is None:
             continue
+        if comparison.values is not None and other.values is not None:
+            kind = comparison.metrics.kind
+            tolerance = scalar_tolerance_of(comparison.name, kind, dtype, result.reference_losses)
+            pair = (comparison.values[0], other.values[0])
+            passed = _scalar_verdict(comparison.name, pair, tolerance).passed
+        elif other.metrics.target_rmse_vs_fp64 is None:
+            continue
+        else:
+            budget = other.metrics.target_rmse_vs_fp64
+            passed = judge(comparison.metrics, rule, budget_rmse=budget).passed
         checked += 1
-        if not judge(comparison.metrics, rule, budget_rmse=budget).passed:
+        if not passed:
             failed.append(comparison.name)
     if not checked:
         return None
@@ -945,13 +1022,16 @@ def run_numerics(
                 result, settings.cost, refs.trajectory_spread, refs.metric_spread
             )
         runs.append(result)
-        log(f"{result.label}: {_log_line(result)}")
+        log(_progress_line(result))
     reference_device = str(reference_target.device)
     add_matched_checks(runs, reference_device, settings.rule)
     for result in runs:
         if result.status == "ok":
             result.fidelity = verdicts.fidelity(result, reference_device)
         result.verdict = verdicts.run_verdict(result)
+        # Judged only now (a 16-bit run's fidelity needs its CPU baseline): the same words
+        # as the report's runs table.
+        log(records.run_line(result))
     before, after = refs.training.held_out_before, refs.training.held_out_after
     data = NumericsResult(
         workload=workload.describe(),
@@ -975,7 +1055,7 @@ def run_numerics(
         runs=runs,
         wall_seconds=perf_counter() - started,
     )
-    log(f"verdict: {records.notebook_verdict(data).status}")
+    log(f"verdict: {records.notebook_verdict(data).status}: {records.headline(data)}")
     return data
 
 
@@ -996,10 +1076,8 @@ def _notes(workload: Workload, refs: ReferenceRuns) -> list[str]:
     return notes
 
 
-def _log_line(result: RunResult) -> str:
+def _progress_line(result: RunResult) -> str:
+    """What a finished run did, before any verdict: the verdicts follow once every run is in."""
     if result.status != "ok":
-        return f"could not run ({result.failed_phase}): {result.error}"
-    assert result.tensors is not None and result.precision_cost is not None
-    text = f"dynamo rule vs fp32 reference: {result.tensors.summary}"
-    text += f"; precision cost {result.precision_cost.status}: {result.precision_cost.reason}"
-    return text + f" [{result.seconds:.1f} s]"
+        return f"{result.label}: could not run ({result.failed_phase}): {result.error}"
+    return f"{result.label}: measured [{result.seconds:.1f} s]"

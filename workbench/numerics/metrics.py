@@ -35,6 +35,15 @@ UNIT_ROUNDOFF: dict[torch.dtype, float] = {
     torch.bfloat16: 2.0**-8,
     torch.float16: 2.0**-11,
 }
+# How a single value is judged (ScalarTolerance, scalar_tolerance): stated in every report.
+SCALAR_RULE = (
+    "A single value (the loss, or an output that is one number) is judged as a value, not by "
+    "an error ratio (one draw of the reference's own error can sit near zero by chance): it "
+    "passes when |run - reference| <= rtol x max(|run|, |reference|) + atol, rtol being "
+    "assert_close's rtol of the run's precision (fp32 1.3e-06, bf16 0.016, fp16 0.001) and "
+    "atol that rtol times the loss's scale (its largest |value| over the reference's "
+    "trajectory), so a loss training drove far down keeps the tolerance of its initial size."
+)
 # Smallest denominator of the relative error where atol is zero: Polygraphy's 2.22e-16.
 _MIN_REL_FLOOR = 2.22e-16
 
@@ -317,10 +326,10 @@ class VerdictRule:
             "for bf16/fp16 target tensors) the fp32 reference's RMSE against the same fp64 run, "
             f"plus {self.rmse_atol:g}: the rule of PyTorch's compiler accuracy checker "
             "(torch._dynamo.utils.same). NaN or Inf in the target where the reference is finite "
-            "always fails. A run keeps device fidelity when its outputs, loss, every gradient "
-            "and its loss trajectory pass against the run it is judged by (the fp32 reference, "
-            "or the CPU eager run of its own precision); leaf outputs that fail are flagged for "
-            "the precision-cost check."
+            f"always fails. {SCALAR_RULE} A run keeps device fidelity when its outputs, loss, "
+            "every gradient and its loss trajectory pass against the run it is judged by (the "
+            "fp32 reference, or the CPU eager run of its own precision); leaf outputs that "
+            "fail are flagged for the precision-cost check."
         )
 
 
@@ -500,14 +509,171 @@ class PrecisionCostRule:
             "measured amplification of rounded inputs where that exceeds 1 (u the unit "
             "roundoff: bf16 2^-8, fp16 2^-11, fp32 2^-24), never below the fp32 reference's own "
             "error. "
-            "A run passes when no layer diverges, every loss is finite, the loss trajectory and "
-            f"the held-out loss stay within {self.loss_tolerance:.3g} of the reference's "
-            "(relative), and the held-out task metric within "
-            f"{self.metric_tolerance:g} x max(1, |reference|) of the reference's, each widened "
-            "by the two reference runs' spread."
+            "A run passes when no layer diverges, every loss is finite, the loss at every step "
+            "and the held-out loss satisfy |run - reference| <= "
+            f"{self.loss_tolerance:.3g} x max(|run|, |reference|) + floor, and the held-out "
+            f"task metric stays within {self.metric_tolerance:g} x max(1, |reference|) of the "
+            "reference's, each tolerance widened by the two reference runs' spread. The floor "
+            "keeps a loss that training drove far below its initial size from being judged "
+            "relative to that small size alone; it is the largest of the tolerance squared "
+            "times the loss's scale (its largest |value| over the reference's trajectory, or of "
+            "the held-out loss: a loss below the tolerance's share of its scale is judged as if "
+            "it were that share), the run's unit roundoff times that scale, and for the "
+            "trajectory the dynamo multiplier times the fp32 reference's own largest distance "
+            "from the fp64 trajectory (how far rounding alone, amplified by training, moves "
+            "this model's loss). Held-out scores and steps after a run's first "
+            "NaN/Inf loss are not evidence and are not judged."
         )
 
 
 def metric_allowance(tolerance: float, reference: float) -> float:
     """How far a task metric may move: absolute below 1 (accuracy), relative above (perplexity)."""
     return tolerance * max(1.0, abs(reference))
+
+
+RULE_SCALAR = "scalar"  # one value (a loss, a held-out score), judged by ScalarTolerance
+
+
+@dataclass(frozen=True)
+class ScalarTolerance:
+    """How far one value may be from its reference: |a - b| <= rtol * max(|a|, |b|) + atol.
+
+    The per-tensor rules compare error statistics over many elements; on a single value the
+    error of the reference against fp64 is one draw, which can by chance sit near zero, so a
+    ratio of two such errors says nothing. A value is judged directly instead, at a relative
+    tolerance, with an absolute floor (`atol`) for a loss that training drove far below its
+    initial size, whose rounding still carries the error of the terms it was computed from.
+    """
+
+    rtol: float
+    atol: float
+
+    def allowed(self, value: float, reference: float) -> float:
+        return self.rtol * max(abs(value), abs(reference)) + self.atol
+
+    def passes(self, value: float, reference: float) -> bool:
+        if not (math.isfinite(value) and math.isfinite(reference)):
+            return False
+        return abs(value - reference) <= self.allowed(value, reference)
+
+    def text(self) -> str:
+        return f"rtol {self.rtol:.3g}, atol {self.atol:.3g}"
+
+
+def loss_scale(losses: list[float]) -> float:
+    """The typical size of a run's loss: the largest finite |loss| of its trajectory (its first
+    steps, before training drives it down); 0 when there is none."""
+    return max((abs(v) for v in losses if math.isfinite(v)), default=0.0)
+
+
+def scalar_tolerance(dtype: torch.dtype, scale: float) -> ScalarTolerance:
+    """The device-fidelity tolerance of one value computed at `dtype`: assert_close's rtol of
+    that dtype (2 to 22 unit roundoffs), on a denominator never below `scale`, the loss's
+    typical size over the run: atol = rtol x scale."""
+    rtol = DTYPE_TOLERANCES.get(dtype, DTYPE_TOLERANCES[torch.float32])[0]
+    return ScalarTolerance(rtol, rtol * scale)
+
+
+@dataclass
+class ScalarCheck:
+    """One value, or one value per step, against the reference's under a ScalarTolerance; the
+    step reported is the first that fails, else the one closest to failing."""
+
+    name: str  # "loss", "loss trajectory", "held-out loss"
+    value: float  # the run's, at `step`
+    reference: float
+    step: int | None  # 1-based optimizer step for a trajectory; None for a single value
+    difference: float  # |value - reference|
+    allowed: float  # what the tolerance allows at that step
+    tolerance: ScalarTolerance
+    passed: bool
+    compared: int  # values compared (steps of a trajectory)
+
+    def sentence(self) -> str:
+        at = f" at step {self.step}" if self.step is not None else ""
+        if not (math.isfinite(self.value) and math.isfinite(self.reference)):
+            return f"the {self.name} is {self.value:.4g}{at}, not a finite number"
+        sign = "<=" if self.passed else ">"
+        return (
+            f"the {self.name} differs by {self.difference:.3g}{at} ({self.value:.6g} against "
+            f"{self.reference:.6g}) {sign} {self.allowed:.3g} allowed ({self.tolerance.text()})"
+        )
+
+
+@dataclass
+class LossFloor:
+    """The absolute floor of a loss's precision-cost tolerance, so that a loss training drove
+    far below its initial size is not judged relative to that small size alone.
+
+    scale: the loss's typical size, its largest |value| over the reference's trajectory.
+    rounding: the run's unit roundoff times the scale (one rounding of a loss that size).
+    fp64_noise: the fp32 reference's largest |loss - fp64 loss| over its trajectory, times the
+        dynamo multiplier: how far rounding alone, amplified by training, moves this model's
+        loss; None without an fp64 run (or for a single value).
+    The floor at a relative tolerance t is the largest of those and t x t x scale: a loss that
+    fell below t of its scale is judged as if it were t of its scale, so a loss decayed from 2.2
+    to 0.0003 is allowed 2.2e-4 at t = 1%, while a loss 10% off at its start still fails.
+    """
+
+    scale: float
+    rounding: float
+    fp64_noise: float | None = None
+
+    def at(self, tolerance: float) -> float:
+        return max(self.rounding, self.fp64_noise or 0.0, tolerance * tolerance * self.scale)
+
+    def text(self, tolerance: float) -> str:
+        noise = "" if self.fp64_noise is None else f", fp64 noise {self.fp64_noise:.3g}"
+        return (
+            f"floor {self.at(tolerance):.3g} (decay {tolerance * tolerance * self.scale:.3g}, "
+            f"rounding {self.rounding:.3g}{noise})"
+        )
+
+
+def loss_floor(
+    dtype: torch.dtype, reference: list[float], fp64: list[float] | None, multiplier: float
+) -> LossFloor:
+    """The floor of a loss comparison at `dtype` (see LossFloor); `fp64` is the fp64 run's
+    trajectory beside the reference's, when there is one."""
+    unit = UNIT_ROUNDOFF.get(dtype, UNIT_ROUNDOFF[torch.float32])
+    scale = loss_scale(reference)
+    noise = None
+    if fp64 is not None:
+        gaps = [
+            abs(a - b)
+            for a, b in zip(reference, fp64, strict=False)
+            if math.isfinite(a) and math.isfinite(b)
+        ]
+        noise = multiplier * max(gaps, default=0.0)
+    return LossFloor(scale, unit * scale, noise)
+
+
+def check_scalars(
+    name: str, values: list[float], references: list[float], tolerance: ScalarTolerance
+) -> ScalarCheck:
+    """Each value against the reference's of the same position; one failure fails the check.
+    Positions are steps when there is more than one value."""
+    pairs = list(zip(values, references, strict=False))
+    if not pairs:
+        raise ValueError(f"{name}: no values to compare")
+    worst, worst_share = 0, -1.0
+    for index, (value, reference) in enumerate(pairs):
+        if not tolerance.passes(value, reference):
+            worst = index
+            break
+        allowed = tolerance.allowed(value, reference)
+        share = abs(value - reference) / allowed if allowed else 0.0
+        if share > worst_share:
+            worst, worst_share = index, share
+    value, reference = pairs[worst]
+    return ScalarCheck(
+        name=name,
+        value=value,
+        reference=reference,
+        step=worst + 1 if len(values) > 1 else None,
+        difference=abs(value - reference),
+        allowed=tolerance.allowed(value, reference),
+        tolerance=tolerance,
+        passed=tolerance.passes(value, reference),
+        compared=len(pairs),
+    )

@@ -16,14 +16,16 @@ from workbench.errors import BadInput
 from workbench.numerics.capture import CAST, FP64, PRECISIONS
 from workbench.numerics.metrics import (
     DTYPE_TOLERANCES,
+    LossFloor,
     MetricsVerdict,
     OwnError,
     PrecisionCostRule,
+    ScalarCheck,
     TensorMetrics,
     VerdictRule,
     dtype_name,
 )
-from workbench.numerics.nonfinite import NonFinite
+from workbench.numerics.nonfinite import NonFinite, first_nonfinite_step
 from workbench.numerics.validation import DEFAULT_VALIDATION_BATCHES, HeldOutScore
 from workbench.scorecard import ATTENTION, BLOCKER, PASS, Finding, judge
 
@@ -117,6 +119,8 @@ class TensorComparison:
     metrics: TensorMetrics
     verdict: MetricsVerdict
     module_type: str = ""  # a layer's class name ("Linear"); empty for other tensors
+    # (run, reference) of a one-element tensor (a loss): judged and re-judged as a value.
+    values: tuple[float, float] | None = None
 
     @property
     def title(self) -> str:
@@ -183,6 +187,7 @@ class TaskComparison:
     reference_final: float | None  # after N-1 optimizer updates
     target_final: float | None
     prediction_agreement: float | None  # share of arg-max predictions equal to the reference's
+    not_evidence: str | None = None  # why target_final is withheld (it followed a NaN/Inf)
 
 
 @dataclass
@@ -235,6 +240,11 @@ class ValidationComparison:
     metric_allowance: float | None  # how far the metric may move (tolerance, widened by spread)
     loss_allowance: float | None
     passed: bool | None = None  # None: nothing held out could be scored
+    loss_floor: LossFloor | None = None  # absolute floor of the held-out loss tolerance
+    loss_check: ScalarCheck | None = None  # the held-out loss under the precision-cost rule
+    # Why the scores after training are withheld: they followed a NaN/Inf, so they measure
+    # nothing the model computes (a NaN run's accuracy can even "improve").
+    not_evidence: str | None = None
 
 
 @dataclass
@@ -281,6 +291,9 @@ class RunResult:
     matched: MatchedCheck | None = None
     trajectory_deviation: float | None = None  # max over steps |run - reference| / |reference|
     trajectory_worst_step: int | None = None
+    reference_losses: list[float] = field(default_factory=list)  # the fp32 reference's
+    loss_floor: LossFloor | None = None  # absolute floor of the trajectory's tolerance
+    trajectory_check: ScalarCheck | None = None  # the trajectory under the precision-cost rule
     validation: ValidationComparison | None = None
     nonfinite: NonFinite | None = None
     fidelity: Judgement | None = None
@@ -291,6 +304,11 @@ class RunResult:
     @property
     def label(self) -> str:
         return self.run["label"]
+
+    @property
+    def first_nonfinite_step(self) -> int | None:
+        """The first step whose loss is NaN/Inf: nothing after it is evidence."""
+        return first_nonfinite_step(self.losses)
 
     @property
     def final_comparisons(self) -> list[TensorComparison]:
@@ -449,6 +467,43 @@ def headline(result: NumericsResult) -> str:
     return "; ".join(parts) + "."
 
 
+def run_line(run: RunResult) -> str:
+    """A run's verdict and both judgements in a few words: the console prints it, and the
+    report's runs table holds the same words, so the two never disagree."""
+    if run.verdict is None:
+        return f"{run.label}: not judged"
+    if run.status != "ok":
+        return f"{run.label}: could not run ({run.failed_phase})"
+    return (
+        f"{run.label}: {run.verdict.status}; device fidelity {judgement_cell(run.fidelity)}; "
+        f"precision cost {judgement_cell(run.precision_cost)}"
+    )
+
+
+def judgement_cell(judgement: Judgement | None) -> str:
+    """A judgement's status, with the names of the rules it failed: "fail (loss trajectory)"."""
+    if judgement is None:
+        return ""
+    if judgement.failed and judgement.status == JUDGED_FAIL:
+        return f"{judgement.status} ({', '.join(judgement.failed)})"
+    return judgement.status
+
+
+def run_explanation(run: RunResult) -> str:
+    """Why a run got its verdict, with the numbers: said once, below the runs table."""
+    if run.status != "ok":
+        first_line = (run.error or "").splitlines()[0] if run.error else "no error recorded"
+        return f"{run.label} could not run ({run.failed_phase}): {first_line}"
+    parts = [run.label]
+    if run.fidelity is not None:
+        parts.append(f"device fidelity {run.fidelity.status}: {run.fidelity.reason}")
+    if run.precision_cost is not None:
+        parts.append(f"precision cost {run.precision_cost.status}: {run.precision_cost.reason}")
+    if run.validation is not None and run.validation.not_evidence:
+        parts.append(f"held-out scores after training {run.validation.not_evidence}")
+    return ". ".join(parts) + "."
+
+
 def _divergence_sentence(run: RunResult) -> str:
     divergence = run.first_divergence
     assert divergence is not None and divergence.attribution.own is not None
@@ -495,16 +550,24 @@ def _run_reading(run: RunResult) -> list[tuple[str, str]]:
         items.append(("warn", _divergence_sentence(run)))
     cost = run.precision_cost
     if cost is not None and not cost.passed and run.first_divergence is None and not run.nonfinite:
-        items.append(("warn", f"{run.label}: precision cost fails: {cost.reason}."))
+        # The numbers are below the runs table; here only what to do about them.
+        items.append(
+            (
+                "warn",
+                f"{run.label}: no single layer is to blame, the error builds up over "
+                f"{'training' if 'loss trajectory' in cost.failed else 'the model'}: compare "
+                "its loss curve with the reference's, and keep fp32 (or autocast) for this "
+                "model unless the difference is acceptable, then say so with loss_tolerance "
+                "or metric_tolerance.",
+            )
+        )
     return items
 
 
 def reading(result: NumericsResult) -> list[tuple[str, str]]:
     """What to do, as (kind, sentence) pairs: kind is one of markup.BANNER_KINDS."""
+    # The verdict itself is said once, at the top of the report; this lists what to do.
     items: list[tuple[str, str]] = []
-    verdict = notebook_verdict(result)
-    if verdict.status == PASS:
-        items.append(("ok", f"Every run passes: {verdict.reason}."))
     reproducibility = result.reproducibility
     if not reproducibility.deterministic:
         items.append(("warn", reproducibility.note))
@@ -563,9 +626,11 @@ def validation_data(result: NumericsResult) -> dict[str, Any]:
         "loss_tolerance": cost.loss_tolerance,
         "metric_tolerance": cost.metric_tolerance,
         "tolerance_means": (
-            "held-out loss: |run - reference| / |reference| <= loss_tolerance; task metric: "
-            "|run - reference| <= metric_tolerance x max(1, |reference|); both widened by the "
-            "two reference runs' spread"
+            "held-out loss: |run - reference| <= loss_tolerance x max(|run|, |reference|) + "
+            "loss_floor (the run's unit roundoff times the reference's held-out loss); task "
+            "metric: |run - reference| <= metric_tolerance x max(1, |reference|); both widened "
+            "by the two reference runs' spread; scores after a NaN/Inf loss are not evidence "
+            "and are withheld (not_evidence)"
         ),
         "reference": {"before": _score(before), "after": _score(after)},
         "runs": [

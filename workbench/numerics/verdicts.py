@@ -7,8 +7,10 @@ run, so its fidelity is trivially true, and the report says so.
 
 Precision cost: what does this precision do to this model? No layer may add, on the reference's
 inputs, far more error than its precision's rounding alone gives; every loss stays finite; the
-loss trajectory, the held-out loss and the held-out task metric stay within stated tolerances
-of the reference's, widened by the spread of the two reference runs.
+loss at every step and the held-out loss stay within loss_tolerance of the reference's (a
+relative tolerance with an absolute floor, metrics.LossFloor), and the held-out task metric
+within its tolerance, each widened by the spread of the two reference runs. Nothing measured
+after the first NaN/Inf loss is judged: it is not evidence.
 
 The run's verdict: blocker when it turns NaN/Inf or fails device fidelity, attention when its
 precision cost fails or it could not run, pass otherwise.
@@ -19,7 +21,12 @@ from __future__ import annotations
 import math
 
 from workbench.numerics.capture import FP32
-from workbench.numerics.metrics import PrecisionCostRule, metric_allowance
+from workbench.numerics.metrics import (
+    PrecisionCostRule,
+    ScalarTolerance,
+    check_scalars,
+    metric_allowance,
+)
 from workbench.numerics.records import (
     ATTENTION,
     BLOCKER,
@@ -90,33 +97,27 @@ def precision_cost(
     else:
         passed.append(f"no layer above {rule.band_factor:g}x its band")
     allowance = rule.loss_tolerance + trajectory_spread
-    if run.trajectory_deviation is not None:
-        deviation = run.trajectory_deviation
-        if deviation > allowance:
-            failed.append(
-                (
-                    "loss trajectory",
-                    f"the loss trajectory deviates {_percent(deviation)} from the reference's "
-                    f"at step {run.trajectory_worst_step} (tolerance {_percent(allowance)})",
-                )
-            )
+    if run.losses and run.reference_losses and run.loss_floor is not None:
+        tolerance = ScalarTolerance(allowance, run.loss_floor.at(allowance))
+        check = check_scalars("loss", run.losses, run.reference_losses, tolerance)
+        run.trajectory_check = check
+        if check.passed:
+            passed.append(f"loss within tolerance at all {check.compared} steps")
         else:
-            passed.append(
-                f"loss trajectory within {_percent(deviation)} (tolerance {_percent(allowance)})"
-            )
+            failed.append(("loss trajectory", f"loss trajectory: {check.sentence()}"))
     validation = run.validation
     if validation is not None and validation.loss_deviation is not None:
         held_out_ok = True
-        if validation.loss_deviation > allowance or not math.isfinite(validation.loss_deviation):
+        assert validation.after is not None and validation.reference_after is not None
+        floor = validation.loss_floor.at(allowance) if validation.loss_floor else 0.0
+        tolerance = ScalarTolerance(allowance, floor)
+        check = check_scalars(
+            "held-out loss", [validation.after.loss], [validation.reference_after.loss], tolerance
+        )
+        validation.loss_check = check
+        if not check.passed:
             held_out_ok = False
-            failed.append(
-                (
-                    "held-out loss",
-                    "the held-out loss after training deviates "
-                    f"{_percent(validation.loss_deviation)} from the reference's (tolerance "
-                    f"{_percent(allowance)})",
-                )
-            )
+            failed.append(("held-out loss", f"after training, {check.sentence()}"))
         validation.loss_allowance = allowance
         reference = validation.reference_after
         if validation.metric_difference is not None and reference and reference.metric is not None:

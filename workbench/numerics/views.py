@@ -10,13 +10,16 @@ from IPython.display import display
 from workbench import markup as show
 from workbench.numerics.metrics import budget_of
 from workbench.numerics.records import (
+    BLOCKER,
     OWN,
     PASS,
     NumericsResult,
     RunResult,
     headline,
+    judgement_cell,
     notebook_verdict,
     reading,
+    run_explanation,
 )
 
 
@@ -26,10 +29,6 @@ def _verdict_cell(run: RunResult) -> str:
     if run.status != "ok":
         return f"could not run ({run.failed_phase})"
     return run.verdict.status.upper() if run.verdict.status != PASS else PASS
-
-
-def _judgement_cell(judgement: Any) -> str:
-    return f"{judgement.status}: {judgement.reason}" if judgement else ""
 
 
 def _divergence_cell(run: RunResult) -> str:
@@ -42,21 +41,44 @@ def _divergence_cell(run: RunResult) -> str:
 
 
 def _nonfinite_cell(run: RunResult) -> str:
-    if run.nonfinite is not None:
-        return run.nonfinite.sentence("first").split(": ", 1)[1]
-    return "none"
+    if run.nonfinite is None:
+        return "none"
+    return f"step {run.nonfinite.step}" if run.nonfinite.step is not None else "step 1 tensors"
+
+
+def _loss_cell(run: RunResult) -> str:
+    """The trajectory's step closest to failing (or the first that fails): its difference
+    against what the tolerance allows there; nothing after a NaN/Inf."""
+    step = run.first_nonfinite_step
+    if step is not None:
+        return f"NaN/Inf from step {step}"
+    check = run.trajectory_check
+    if check is None:
+        return ""
+    return f"{check.difference:.3g} of {check.allowed:.3g} at step {check.step}"
 
 
 def _metric_cell(run: RunResult) -> str:
     validation = run.validation
-    if validation is None or validation.after is None or validation.reference_after is None:
+    if validation is None:
+        return ""
+    if validation.not_evidence:
+        return "not evidence (after NaN/Inf)"
+    if validation.after is None or validation.reference_after is None:
         return ""
     if validation.after.metric is None or validation.reference_after.metric is None:
         return ""
     return f"{validation.reference_after.metric:.4g} -> {validation.after.metric:.4g}"
 
 
+def _final_loss(run: RunResult) -> float | str | None:
+    if not run.losses:
+        return None
+    return "not finite" if run.first_nonfinite_step is not None else run.losses[-1]
+
+
 def verdict_rows(result: NumericsResult) -> list[dict[str, Any]]:
+    """One short row per run; why each run got its verdict is said once, below the table."""
     rows = []
     for run in result.runs:
         rows.append(
@@ -64,39 +86,47 @@ def verdict_rows(result: NumericsResult) -> list[dict[str, Any]]:
                 "run": run.label,
                 "role": run.role,
                 "verdict": _verdict_cell(run),
-                "device fidelity": _judgement_cell(run.fidelity),
-                "precision cost": _judgement_cell(run.precision_cost),
+                "device fidelity": judgement_cell(run.fidelity),
+                "precision cost": judgement_cell(run.precision_cost),
                 "first divergence": _divergence_cell(run),
                 "NaN/Inf": _nonfinite_cell(run) if run.status == "ok" else "",
-                "loss trajectory, max deviation": run.trajectory_deviation,
+                "loss: difference of allowed": _loss_cell(run),
                 f"held-out {result.task_metric or 'metric'} (ref -> run)": _metric_cell(run),
-                "final loss": run.losses[-1] if run.losses else None,
-                "error": (run.error or "").splitlines()[0][:160] if run.error else "",
+                "final loss": _final_loss(run),
                 "seconds": run.seconds,
             }
         )
     return rows
 
 
-def verdicts(result: NumericsResult) -> None:
-    """The headline, the notebook's verdict, both rules in words, and one row per run."""
+def verdict(result: NumericsResult) -> None:
+    """The verdict and headline, for a reader stepping through the notebook (the report opens
+    with both, read from the result file, so its copy of this cell is dropped)."""
     verdict = notebook_verdict(result)
     display(show.banner(headline(result), show.VERDICT_BANNER[verdict.status]))
-    display(show.verdict_banner(verdict))
-    rule, cost = result.settings.rule, result.settings.cost
-    display(show.banner(f"Device fidelity rule: {rule.statement()}", "info"))
-    display(show.banner(cost.statement(), "info"))
-    reproducibility = result.reproducibility
-    display(show.banner(reproducibility.note, "ok" if reproducibility.deterministic else "warn"))
+
+
+def verdicts(result: NumericsResult) -> None:
+    """One short row per run, why each run got its verdict (once), then the rules in words."""
     display(
         show.table(
             verdict_rows(result),
             caption=(
                 f"Each run against {result.reference_label} (yardstick {result.yardstick_label}); "
-                f"batch: {result.batch.description}"
+                f"batch: {result.batch.description}; why each verdict, below"
             ),
         )
     )
+    for run in result.runs:
+        kind = "ok" if run.verdict is not None and run.verdict.status == PASS else "warn"
+        if run.verdict is not None and run.verdict.status == BLOCKER:
+            kind = "fail"
+        display(show.banner(run_explanation(run), kind))
+    rule, cost = result.settings.rule, result.settings.cost
+    display(show.banner(f"Device fidelity rule: {rule.statement()}", "info"))
+    display(show.banner(cost.statement(), "info"))
+    reproducibility = result.reproducibility
+    display(show.banner(reproducibility.note, "ok" if reproducibility.deterministic else "warn"))
 
 
 def divergence_rows(result: NumericsResult) -> list[dict[str, Any]]:
@@ -158,7 +188,12 @@ def validation_rows(result: NumericsResult) -> list[dict[str, Any]]:
     rows = []
     for run in result.runs:
         validation = run.validation
-        if run.status != "ok" or validation is None or validation.after is None:
+        if run.status != "ok" or validation is None:
+            continue
+        if validation.not_evidence and validation.after is None:
+            rows.append({"run": run.label, "verdict": "", "loss after (ref / run)": "not evidence"})
+            continue
+        if validation.after is None:
             continue
         row: dict[str, Any] = {
             "run": run.label,
@@ -166,12 +201,17 @@ def validation_rows(result: NumericsResult) -> list[dict[str, Any]]:
             "loss before (ref / run)": _pair(before, validation.before, "loss"),
             "loss after (ref / run)": _pair(after, validation.after, "loss"),
             "loss deviation": validation.loss_deviation,
-            "loss tolerance": validation.loss_allowance,
+            "loss tolerance (relative)": validation.loss_allowance,
+            "loss floor (absolute)": validation.loss_check.tolerance.atol
+            if validation.loss_check
+            else None,
         }
         if metric:
             row |= {
                 f"{metric} before (ref / run)": _pair(before, validation.before, "metric"),
-                f"{metric} after (ref / run)": _pair(after, validation.after, "metric"),
+                f"{metric} after (ref / run)": "not evidence"
+                if validation.not_evidence
+                else _pair(after, validation.after, "metric"),
                 f"{metric} difference": validation.metric_difference,
                 f"{metric} tolerance": validation.metric_allowance,
             }
@@ -294,15 +334,21 @@ def training_rows(result: NumericsResult) -> list[dict[str, Any]]:
                     if task and task.name and task.reference_initial is not None
                     else ""
                 ),
-                "final (ref / run)": (
-                    f"{task.reference_final:.4g} / {task.target_final:.4g}"
-                    if task and task.name and task.reference_final is not None
-                    else ""
-                ),
+                "final (ref / run)": _task_final(task),
                 "same arg-max as reference": task.prediction_agreement if task else None,
             }
         )
     return rows
+
+
+def _task_final(task: Any) -> str:
+    if task is None or not task.name:
+        return ""
+    if task.not_evidence:
+        return "not evidence (after NaN/Inf)"
+    if task.reference_final is None or task.target_final is None:
+        return ""
+    return f"{task.reference_final:.4g} / {task.target_final:.4g}"
 
 
 def training_table(result: NumericsResult) -> None:
