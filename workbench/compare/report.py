@@ -156,7 +156,8 @@ def render(comparison: Comparison) -> str:
 <h2>What a sample costs, per run, on the hardware it ran on</h2>
 <p>{_e(comparison.cost_note)}</p>
 <table><thead><tr><th>run</th><th>target</th><th>instance</th><th>$/hour</th><th>items/s</th>
-<th>items per $</th><th>hours for the items priced</th><th>inference p99 (s)</th></tr></thead>
+<th>items per $</th><th>hours for the items priced</th>
+<th>inference p99 (s; unknown under 459 steps)</th></tr></thead>
 <tbody>{cost}</tbody></table>
 <details><summary>Every other metric compared ({len(others)}: within gate, unchanged, not
 significant, within run-to-run variation, loaded, not comparable or on one side

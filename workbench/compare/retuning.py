@@ -8,7 +8,7 @@ from typing import Any
 from workbench.compare.records import CHANGED, UNCHANGED, Change
 from workbench.compare.runs import Run
 from workbench.compare.timing import configs_of, steady_samples
-from workbench.timing import quantile
+from workbench.timing import quantile, samples_for_percentile
 
 RETUNING_NOTEBOOK = "04_retuning"
 KNOBS = ("per_core_batch", "accumulation_steps", "world_size", "dataloader_workers")
@@ -32,10 +32,13 @@ def retuning_changes(base_run: Run, new_run: Run) -> list[Change]:
 
 
 def _infer_p99(run: Run) -> float | None:
+    """The inference p99, only where a configuration has the steps to support one (MLPerf's
+    early-stopping count): fewer steps cannot show a p99, and the slowest step is not one."""
+    needed = samples_for_percentile(0.99)
     tails = [
-        quantile(sorted(steady_samples(c)), 0.99)
+        quantile(sorted(samples), 0.99)
         for (kind, _), c in configs_of(run).items()
-        if kind == "infer" and steady_samples(c)
+        if kind == "infer" and len(samples := steady_samples(c)) >= needed
     ]
     return min(tails) if tails else None
 
