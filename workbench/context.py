@@ -21,7 +21,7 @@ from workbench.results import save_result
 from workbench.scorecard import Verdict
 from workbench.targets import get_target, resolve_target_name
 from workbench.targets.base import Target
-from workbench.workload import Workload, WorkloadSpec
+from workbench.workload import Workload, WorkloadSpec, with_workload_attentions
 
 
 @dataclass
@@ -68,6 +68,8 @@ class RunContext:
 
     def save(self, data: dict[str, Any]) -> Path:
         """Write `<out_dir>/<notebook>.json` atomically; the path is shown for interactive users."""
+        if self.workload is not None:
+            data = with_workload_attentions(data, self.workload.attentions)
         path = save_result(self.out_dir, self.notebook, data, **self.header())
         verdict = data.get("verdict")
         if isinstance(verdict, Verdict):

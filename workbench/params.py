@@ -40,6 +40,7 @@ WORKLOAD_PARAMETERS = (
     "sequence_length",
     "image_size",
     "hf_config",
+    "allow_partial_model",
 )
 # Set by the runner itself; users choose them with --workload / --target / --out /
 # --compile-cache.

@@ -19,9 +19,9 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -29,6 +29,7 @@ from torch import nn
 from torch.utils._pytree import tree_map
 
 from workbench.errors import BadInput, describe_error, did_you_mean
+from workbench.scorecard import ATTENTION, Finding, Verdict, judge
 from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
 
 # Model inputs: positional (a tuple) or keyword arguments (a dict, e.g. input_ids, attention_mask).
@@ -233,6 +234,10 @@ class Workload:
     loss_from_output: bool = False
     # The model's own sequence-length limit (max positions), where it has one.
     max_sequence_length: int | None = None
+    # Sentences saying how this workload is not the model as named (weights missing from its
+    # checkpoint, a task that keeps only part of the model): shown on the console at load time
+    # and added to every notebook's verdict and headline.
+    attentions: list[str] = field(default_factory=list)
 
     def forward(self, model: Callable[..., Any], inputs: Inputs) -> Any:
         """The model (or its compiled forward) on a batch's inputs."""
@@ -285,6 +290,7 @@ class Workload:
             "name": self.name,
             "spec": self.spec or self.name,
             "description": self.description,
+            "attentions": list(self.attentions),
             "task": self.task,
             "batch_size": self.batch_size,
             "sequence_length": self.sequence_length,
@@ -463,6 +469,7 @@ class WorkloadSpec:
     sequence_length: int | None = None  # hf: tokens per sample (None: a default)
     image_size: int | None = None  # hf: image side in pixels (None: the config's)
     hf_config: str = ""  # hf: config overrides, "key=value,key=value"
+    allow_partial_model: bool = False  # hf: measure the part of the model a task keeps
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> WorkloadSpec:
@@ -478,6 +485,7 @@ class WorkloadSpec:
             sequence_length=params.get("sequence_length") or None,
             image_size=params.get("image_size") or None,
             hf_config=params.get("hf_config") or "",
+            allow_partial_model=bool(params.get("allow_partial_model")),
         )
 
     def load(self) -> Workload:
@@ -492,6 +500,7 @@ class WorkloadSpec:
             sequence_length=self.sequence_length,
             image_size=self.image_size,
             hf_config=self.hf_config,
+            allow_partial_model=self.allow_partial_model,
         )
 
 
@@ -509,6 +518,7 @@ def load_workload(
     sequence_length: int | None = None,
     image_size: int | None = None,
     hf_config: str = "",
+    allow_partial_model: bool = False,
 ) -> Workload:
     """Resolve a workload spec; every problem is a BadInput naming the spec and what is wrong."""
     if spec.startswith(HF_PREFIX):
@@ -521,9 +531,11 @@ def load_workload(
             sequence_length=sequence_length,
             image_size=image_size,
             config=hf_config,
+            allow_partial_model=allow_partial_model,
         )
         workload = load_hf_workload(spec, options)
         workload.spec = spec
+        announce_attentions(workload)
         return workload
     target = BUILTIN_WORKLOADS.get(spec, spec)
     factory = import_factory(target)
@@ -559,7 +571,37 @@ def load_workload(
     if batch_size:
         workload.batch_size = batch_size
     workload.spec = spec
+    announce_attentions(workload)
     return workload
+
+
+WORKLOAD_RULE = (
+    "attention also: the workload is not the model as named (tensors missing from its "
+    "checkpoint, or a task that keeps only part of the model)"
+)
+
+
+def with_workload_attentions(data: Mapping[str, Any], attentions: Sequence[str]) -> dict[str, Any]:
+    """A notebook's result data with its workload's attentions added to the verdict (each one a
+    finding, judged with the notebook's own) and in front of the headline, so that no report
+    reads as a measurement of the model the user named when it is not."""
+    amended = dict(data)
+    if not attentions:
+        return amended
+    verdict = data.get("verdict")
+    if isinstance(verdict, Verdict):
+        findings = [*verdict.findings, *(Finding(ATTENTION, f"workload: {a}") for a in attentions)]
+        amended["verdict"] = judge(findings, f"{verdict.rule}; {WORKLOAD_RULE}", verdict.reason)
+    if data.get("headline"):
+        amended["headline"] = f"Workload: {'; '.join(attentions)}. {data['headline']}"
+    return amended
+
+
+def announce_attentions(workload: Workload) -> None:
+    """Each attention on stderr as the workload loads: the console of `workbench run`, which
+    loads it before any notebook starts, and each notebook's own output."""
+    for sentence in workload.attentions:
+        print(f"workbench: attention: {workload.name}: {sentence}", file=sys.stderr)
 
 
 def _fresh_copy(module: nn.Module) -> nn.Module:

@@ -35,6 +35,13 @@ from workbench.workload import (
     on_primary_output,
     seeded,
 )
+from workbench.workloads.hf_fidelity import (
+    PositionLimit,
+    missing_sentence,
+    model_share,
+    position_limit,
+    unexpected_missing,
+)
 
 CAUSAL_LM = "causal-lm"
 MASKED_LM = "masked-lm"
@@ -94,6 +101,8 @@ MASKED_SHARE = 0.15  # BERT's share of masked positions
 IGNORE_INDEX = -100  # transformers' label for "no loss here"
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth")
 _POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len")
+# A whole model's main input that says it is an audio model, and what that input holds.
+AUDIO_INPUTS = {"input_values": "raw waveforms", "input_features": "spectrogram features"}
 
 
 @dataclass(frozen=True)
@@ -105,6 +114,7 @@ class HfOptions:
     sequence_length: int | None = None
     image_size: int | None = None
     config: str = ""  # "key=value,key=value" config overrides
+    allow_partial_model: bool = False  # measure the part a task keeps (Whisper's decoder)
 
 
 def _transformers() -> Any:
@@ -272,9 +282,46 @@ def _resolve(spec: str, options: HfOptions, transformers: Any) -> _Source:
     elif inferred:
         task_name = inferred
     else:
+        _refuse_audio(spec, config, transformers, None)
         what = f"architecture {architectures[0]}" if architectures else "its config"
         raise _unsupported_task(spec, f"the task cannot be inferred from {what}")
+    _check_task_head(spec, config, TASKS[task_name], transformers)
     return _Source(spec, config, folder, TASKS[task_name], reason)
+
+
+def _heads_of(model_type: str) -> list[str]:
+    from transformers.models.auto import modeling_auto
+
+    return [t.name for t in TASKS.values() if model_type in getattr(modeling_auto, t.mapping)]
+
+
+def _check_task_head(spec: str, config: Any, task: HfTask, transformers: Any) -> None:
+    """A task transformers has no head for is refused here, by what the model is, rather than
+    later by a loader that blames the weights."""
+    model_type = str(getattr(config, "model_type", ""))
+    heads = _heads_of(model_type)
+    if task.name in heads:
+        return
+    _refuse_audio(spec, config, transformers, task)
+    has = f"its heads here are {', '.join(heads)}" if heads else "it has none of them"
+    raise _unsupported_task(spec, f"model type {model_type!r} has no {task.name} head ({has})")
+
+
+def _refuse_audio(spec: str, config: Any, transformers: Any, task: HfTask | None) -> None:
+    """An audio model (its whole model takes waveforms or spectrogram features) is named as
+    such: random token ids or pixels would measure something else than the model."""
+    try:
+        whole_class = transformers.AutoModel._model_mapping[type(config)]
+    except KeyError:  # no base model registered: nothing says it is audio
+        return
+    takes = getattr(whole_class, "main_input_name", "")
+    if takes not in AUDIO_INPUTS:
+        return
+    fits = f"no {task.name} head fits it" if task else "no text or image task fits it"
+    raise BadInput(
+        f"Workload {spec!r}: {whole_class.__name__} is an audio model (it takes {takes}, "
+        f"{AUDIO_INPUTS[takes]}) and {fits}: hf: workloads feed token ids or images only."
+    )
 
 
 def _prepare_config(source: _Source) -> list[str]:
@@ -289,11 +336,27 @@ def _prepare_config(source: _Source) -> list[str]:
         # here is real, so any id that is not drawn as padding works.
         config.pad_token_id = getattr(config, "eos_token_id", None) or 0
         changed.append(f"pad_token_id={config.pad_token_id}")
+    if _is_encoder_decoder(config) and getattr(config, "decoder_start_token_id", None) is None:
+        # The decoder's inputs are the labels or input ids shifted right behind this id; T5's
+        # own convention starts them with the pad id, which its configs here may not state.
+        config.decoder_start_token_id = getattr(config, "pad_token_id", None) or 0
+        changed.append(f"decoder_start_token_id={config.decoder_start_token_id}")
     config.return_dict = True
     return changed
 
 
-def _load_checkpoint(source: _Source, auto: Any) -> tuple[nn.Module, str]:
+def _is_encoder_decoder(config: Any) -> bool:
+    return bool(getattr(config, "is_encoder_decoder", False))
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    model: nn.Module
+    weights: str  # how the weights were found, for the description
+    missing: list[str]  # tensors that start from random weights though no new head explains it
+
+
+def _load_checkpoint(source: _Source, auto: Any) -> _Loaded:
     """The checkpoint's model, and how its weights were found. It is read once, here: weights
     that do not fit the config fail with one sentence, and every later build copies this model
     instead of reading the files again."""
@@ -314,7 +377,7 @@ def _load_checkpoint(source: _Source, auto: Any) -> tuple[nn.Module, str]:
             f"Workload {source.spec!r}: the weights in {source.folder} do not load into "
             f"{auto.__name__} with its config.json: {describe_error(exc)}."
         ) from None
-    missing = list(info.get("missing_keys") or [])
+    missing = sorted(info.get("missing_keys") or [])
     mismatched = list(info.get("mismatched_keys") or [])
     total = len(model.state_dict())
     if mismatched or (total and len(missing) > total // 2):
@@ -324,28 +387,65 @@ def _load_checkpoint(source: _Source, auto: Any) -> tuple[nn.Module, str]:
             f"config.json ({len(missing)} of {total} tensors missing, {len(mismatched)} of "
             f"another shape, e.g. {shown})."
         )
-    if missing:
-        # A base checkpoint loaded with a new task head: the head starts from seeded random
-        # weights, as fine-tuning starts.
-        return (
-            model,
-            f"checkpoint weights, {len(missing)} tensor(s) newly initialized ({missing[0]}…)",
-        )
-    return model, "checkpoint weights"
+    architectures = list(getattr(source.config, "architectures", None) or [])
+    # A base checkpoint, or another task's, loaded with this task's head: the head starts from
+    # seeded random weights, as fine-tuning starts.
+    new_head = type(model).__name__ not in architectures
+    expected, unexpected = unexpected_missing(missing, str(model.base_model_prefix), new_head)
+    weights = "checkpoint weights"
+    if expected:
+        weights += f", {len(expected)} tensor(s) of a new head newly initialized ({expected[0]}…)"
+    if unexpected:
+        weights += f", {len(unexpected)} tensor(s) missing from the checkpoint"
+    return _Loaded(model, weights, unexpected)
 
 
-def _check_buildable(spec: str, auto: Any, config: Any) -> None:
-    """Build the model on the meta device (shapes only, no memory, no weights drawn), so a
-    config whose fields contradict each other is one sentence now rather than a failed
-    notebook later."""
+def _build_on_meta(spec: str, build: Callable[[Any], nn.Module], config: Any) -> nn.Module:
+    """The model on the meta device (shapes only, no memory, no weights drawn), so a config
+    whose fields contradict each other is one sentence now rather than a failed notebook
+    later, and the model's shape can be read before any weights are."""
     try:
         with torch.device("meta"):
-            auto.from_config(config)
+            return build(config)
     except Exception as exc:
         raise BadInput(
             f"Workload {spec!r}: {type(config).__name__} with these values builds no model: "
             f"{describe_error(exc)}."
         ) from None
+
+
+def _whole_model(source: _Source, transformers: Any) -> tuple[nn.Module, nn.Module] | None:
+    """The config's headless model (AutoModel) and the model the counts are said against: the
+    checkpoint's architecture where transformers has it, else the headless one. None where
+    transformers registers no headless model for the config."""
+    if type(source.config) not in transformers.AutoModel._model_mapping:
+        return None
+    base = _build_on_meta(source.spec, transformers.AutoModel.from_config, source.config)
+    architectures = list(getattr(source.config, "architectures", None) or [])
+    named = getattr(transformers, architectures[0], None) if architectures else None
+    if not (isinstance(named, type) and hasattr(named, "_from_config")):
+        return base, base
+    return base, _build_on_meta(source.spec, named._from_config, source.config)
+
+
+def _check_whole_model(
+    source: _Source, task_model: nn.Module, transformers: Any, allow_partial: bool
+) -> list[str]:
+    """Refuse a task whose model leaves out part of the config's model, unless asked for; the
+    attention every report then carries, with the parameter counts."""
+    wholes = _whole_model(source, transformers)
+    if wholes is None:
+        return []
+    share = model_share(task_model, *wholes)
+    if not share.partial:
+        return []
+    if not allow_partial:
+        raise BadInput(
+            f"Workload {source.spec!r}: task {source.task.name} builds only part of the model: "
+            f"{share.sentence()}; choose a task that keeps the whole model, or pass "
+            "-p allow_partial_model=true to measure that part alone."
+        )
+    return [f"partial model (allow_partial_model): {share.sentence()}"]
 
 
 def _key_text(key: Any) -> str:
@@ -388,8 +488,36 @@ def masked_perplexity(logits: torch.Tensor, targets: torch.Tensor) -> float:
     return float(math.exp(masked_cross_entropy(logits.float(), targets).item()))
 
 
+def _closing_token(spec: str, task: HfTask, config: Any) -> int | None:
+    """The token every sequence must end with, where the model needs one: encoder-decoder
+    classifiers (BART, T5) read each sequence at its end-of-sequence token and refuse a batch
+    whose samples hold different counts of it."""
+    if task.name != SEQUENCE_CLASSIFICATION or not _is_encoder_decoder(config):
+        return None
+    eos = getattr(config, "eos_token_id", None)
+    if isinstance(eos, bool) or not isinstance(eos, int):
+        raise BadInput(
+            f"Workload {spec!r}: {type(config).__name__} classifies each sequence at its "
+            f"end-of-sequence token, but its eos_token_id is {eos!r}: set one with "
+            "-p hf_config=eos_token_id=ID."
+        )
+    return eos
+
+
+def _draw_tokens(
+    vocab: int, shape: tuple[int, int], generator: torch.Generator, closing: int | None
+) -> torch.Tensor:
+    if closing is None:
+        return torch.randint(vocab, shape, generator=generator)
+    # Every id but the closing one, then the closing one last: one per sample.
+    ids = torch.randint(vocab - 1, shape, generator=generator)
+    ids += (ids >= closing).long()
+    ids[:, -1] = closing
+    return ids
+
+
 def _text_batches(
-    task: HfTask, config: Any, sequence_length: int, with_mask: bool
+    task: HfTask, config: Any, sequence_length: int, with_mask: bool, closing: int | None
 ) -> Callable[[int, torch.Generator], Batch]:
     vocab = int(config.vocab_size)
     num_labels = int(getattr(config, "num_labels", 2))
@@ -398,7 +526,7 @@ def _text_batches(
     masked_count = max(1, round(MASKED_SHARE * sequence_length))
 
     def make(size: int, generator: torch.Generator) -> Batch:
-        ids = torch.randint(vocab, (size, sequence_length), generator=generator)
+        ids = _draw_tokens(vocab, (size, sequence_length), generator, closing)
         inputs: dict[str, torch.Tensor] = {"input_ids": ids}
         if with_mask:
             inputs["attention_mask"] = torch.ones_like(ids)
@@ -432,6 +560,17 @@ def _image_batches(config: Any, image_size: int) -> Callable[[int, torch.Generat
     return make
 
 
+def _sequence_length(spec: str, options: HfOptions, limit: PositionLimit | None) -> int:
+    if not options.sequence_length:
+        return min(DEFAULT_SEQUENCE_LENGTH, limit.tokens if limit else DEFAULT_SEQUENCE_LENGTH)
+    if limit and options.sequence_length > limit.tokens:
+        raise BadInput(
+            f"Workload {spec!r}: sequence_length {options.sequence_length} is longer than "
+            f"{limit.reason}."
+        )
+    return options.sequence_length
+
+
 def load_hf_workload(spec: str, options: HfOptions) -> Workload:
     """The Workload of an hf: spec; every problem is a BadInput naming what is wrong."""
     transformers = _transformers()
@@ -439,31 +578,33 @@ def load_hf_workload(spec: str, options: HfOptions) -> Workload:
     changed = _prepare_config(source)
     task, config = source.task, source.config
     auto = getattr(transformers, task.auto_class)
+    shape_model = _build_on_meta(spec, auto.from_config, config)
+    attentions = _check_whole_model(source, shape_model, transformers, options.allow_partial_model)
     model_factory: Callable[[], nn.Module]
     if source.folder is not None:
-        loaded, weights = _load_checkpoint(source, auto)
+        loaded = _load_checkpoint(source, auto)
+        if loaded.missing:
+            attentions.append(missing_sentence(type(loaded.model).__name__, loaded.missing))
+        weights = loaded.weights
         # As for a plain module: each build gets its own copy, never optimizer-mutated weights.
-        model_factory = lambda: copy.deepcopy(loaded)  # noqa: E731
+        model_factory = lambda: copy.deepcopy(loaded.model)  # noqa: E731
     else:
-        _check_buildable(spec, auto, config)
         # from_config draws the weights in build_model, under the workload's seed.
         model_factory, weights = lambda: auto.from_config(config), "random-init weights"
     model_class = auto._model_mapping[type(config)]
     batch_size = options.batch_size or DEFAULT_BATCH_SIZE
 
     sequence_length: int | None = None
+    limit: PositionLimit | None = None
     if task.text:
-        limit = _max_positions(config)
-        sequence_length = options.sequence_length or min(
-            DEFAULT_SEQUENCE_LENGTH, limit or DEFAULT_SEQUENCE_LENGTH
-        )
-        if limit and sequence_length > limit:
-            raise BadInput(
-                f"Workload {spec!r}: sequence_length {sequence_length} is longer than the "
-                f"model's {limit} positions."
-            )
+        limit = position_limit(_max_positions(config), shape_model)
+        sequence_length = _sequence_length(spec, options, limit)
         batches = _text_batches(
-            task, config, sequence_length, _takes(model_class, "attention_mask")
+            task,
+            config,
+            sequence_length,
+            _takes(model_class, "attention_mask"),
+            _closing_token(spec, task, config),
         )
         shape = f"{batch_size}x{sequence_length} tokens"
     else:
@@ -491,5 +632,6 @@ def load_hf_workload(spec: str, options: HfOptions) -> Workload:
         task_metric_name=metric_name,
         description="; ".join(notes),
         loss_from_output=True,
-        max_sequence_length=_max_positions(config) if task.text else None,
+        max_sequence_length=limit.tokens if limit else None,
+        attentions=attentions,
     )
