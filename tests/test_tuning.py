@@ -506,7 +506,9 @@ def test_headline_table_and_result_file_name_the_compiler_host_ram_stop(
     views.headline(result)
     views.search(result)
     shown = capsys.readouterr().out
-    assert f"[warn] {headline}" in shown
+    # The headline box takes the verdict's colour: red where nothing fits, yellow otherwise.
+    kind = "fail" if search.largest_fit is None else "warn"
+    assert f"[{kind}] {headline}" in shown
     table = shown[shown.index("Search trials, in order") :]
     killed_row = next(line for line in table.splitlines() if COMPILER_HOST_RAM in line)
     assert remedy in killed_row, "the trial table's 'why' column carries the remedy"
