@@ -20,6 +20,7 @@ from workbench.timing import (
     FLUCTUATION_SEVERE,
     HOST_LOAD_RULE,
     OUTLIER_RULE,
+    HostLoad,
     Measurement,
     WarmupRule,
     format_seconds,
@@ -314,14 +315,35 @@ class ConfigResult:
         which the probe would count as other processes'."""
         return [p for p in self.phases if p.measurement and p.measurement.loaded]
 
-    def load_sentence(self) -> str | None:
-        """Which phase was loaded and how, for a headline or a finding; None when quiet. The
-        steady state leads: the medians and the speed-up come from it."""
+    def _loaded_host(self) -> tuple[PhaseResult, HostLoad] | None:
+        """The loaded phase a report names, steady state first: the medians and the speed-up
+        come from it."""
         for phase in reversed(self.loaded_phases()):
             host = phase.measurement.host if phase.measurement else None
             if host is not None:
-                return f"{self.kind}/{self.mode} {PHASE_LABELS[phase.phase]}: {host.sentence()}"
+                return phase, host
         return None
+
+    def load_sentence(self) -> str | None:
+        """Which phase was loaded and how, for a finding; None when quiet."""
+        found = self._loaded_host()
+        if found is None:
+            return None
+        phase, host = found
+        return f"{self.kind}/{self.mode} {PHASE_LABELS[phase.phase]}: {host.sentence()}"
+
+    def load_brief(self) -> str | None:
+        """The same in few words, for a headline that must stay one readable line."""
+        found = self._loaded_host()
+        if found is None:
+            return None
+        phase, host = found
+        share = "unknown" if host.other_share is None else f"{host.other_share:.0%}"
+        steal = "unknown" if host.steal_share is None else f"{host.steal_share:.0%}"
+        return (
+            f"{self.kind}/{self.mode} {PHASE_LABELS[phase.phase]}: other processes {share} of "
+            f"the CPU, steal {steal}"
+        )
 
 
 SPEEDUP_INTERVAL_METHOD = (
@@ -374,7 +396,7 @@ class CompilePayback:
     break_even_steps: int | None  # None: not repaid, not told from 1, or not claimed
     interval_method: str = SPEEDUP_INTERVAL_METHOD
     compiler_cache: str = "unknown"  # cold, warm, partly warm or unknown, during the first call
-    # One sentence per configuration timed on a loaded machine (ConfigResult.load_sentence).
+    # One brief per configuration timed on a loaded machine (ConfigResult.load_brief).
     host_loaded: list[str] = field(default_factory=list)
 
     @property
@@ -413,7 +435,7 @@ class CompilePayback:
         if self.host_loaded:
             return (
                 f"{label}: timed on a loaded machine ({self.host_loaded[0]}), so no speed-up "
-                "or compile payback is claimed; rerun it on a quiet machine"
+                "or compile payback is claimed"
             )
         if not self.interval_holds:
             return (
@@ -466,7 +488,7 @@ def compile_payback(eager: ConfigResult, compiled: ConfigResult) -> CompilePayba
     low, high = robust_median_ratio_interval(
         tuple(eager.steady.times), tuple(compiled.steady.times)
     )
-    loaded = [s for s in (eager.load_sentence(), compiled.load_sentence()) if s]
+    loaded = [s for s in (eager.load_brief(), compiled.load_brief()) if s]
     payback = CompilePayback(
         eager.kind,
         e,
@@ -561,8 +583,8 @@ class BaselineResult:
                 f"{label}: eager median {format_seconds(eager.steady.robust_median)} "
                 f"({eager.throughput:,.0f} {self.throughput_unit})"
             )
-            if eager.load_sentence():
-                text += f", timed on a loaded machine ({eager.load_sentence()})"
+            if eager.load_brief():
+                text += f", timed on a loaded machine ({eager.load_brief()})"
         failed_compile = next((c.failure for c in configs if c.failure), None)
         if failed_compile:
             reason = failed_compile.error.splitlines()[0][:200]
