@@ -1055,7 +1055,7 @@ def run_numerics(
         runs=runs,
         wall_seconds=perf_counter() - started,
     )
-    log(f"verdict: {records.notebook_verdict(data).status}: {records.headline(data)}")
+    log(f"verdict {records.notebook_verdict(data).status}. {records.headline(data)}")
     return data
 
 

@@ -494,11 +494,12 @@ def run_explanation(run: RunResult) -> str:
     if run.status != "ok":
         first_line = (run.error or "").splitlines()[0] if run.error else "no error recorded"
         return f"{run.label} could not run ({run.failed_phase}): {first_line}"
+    # "status (reason)", never "pass: reason", which reads like a credential to the scrubber.
     parts = [run.label]
     if run.fidelity is not None:
-        parts.append(f"device fidelity {run.fidelity.status}: {run.fidelity.reason}")
+        parts.append(f"device fidelity {run.fidelity.status} ({run.fidelity.reason})")
     if run.precision_cost is not None:
-        parts.append(f"precision cost {run.precision_cost.status}: {run.precision_cost.reason}")
+        parts.append(f"precision cost {run.precision_cost.status} ({run.precision_cost.reason})")
     if run.validation is not None and run.validation.not_evidence:
         parts.append(f"held-out scores after training {run.validation.not_evidence}")
     return ". ".join(parts) + "."

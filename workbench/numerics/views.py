@@ -191,7 +191,13 @@ def validation_rows(result: NumericsResult) -> list[dict[str, Any]]:
         if run.status != "ok" or validation is None:
             continue
         if validation.not_evidence and validation.after is None:
-            rows.append({"run": run.label, "verdict": "", "loss after (ref / run)": "not evidence"})
+            rows.append(
+                {
+                    "run": run.label,
+                    "verdict": {True: "pass", False: "FAIL", None: ""}[validation.passed],
+                    "loss after (ref / run)": "not evidence (after NaN/Inf)",
+                }
+            )
             continue
         if validation.after is None:
             continue
@@ -323,11 +329,10 @@ def training_rows(result: NumericsResult) -> list[dict[str, Any]]:
         rows.append(
             {
                 "run": run.label,
-                "trajectory, dynamo rule": "pass" if run.trajectory.verdict.passed else "FAIL",
-                "max relative deviation": run.trajectory_deviation,
-                "at step": run.trajectory_worst_step,
+                "loss, precision cost": _check_cell(run.trajectory_check),
+                "loss: difference of allowed": _loss_cell(run),
                 "final loss (reference)": result.reference_losses[-1],
-                "final loss (run)": run.losses[-1] if run.losses else None,
+                "final loss (run)": _final_loss(run),
                 "task metric": task.name if task else "",
                 "initial (ref / run)": (
                     f"{task.reference_initial:.4g} / {task.target_initial:.4g}"
@@ -339,6 +344,12 @@ def training_rows(result: NumericsResult) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _check_cell(check: Any) -> str:
+    if check is None:
+        return "not judged (NaN/Inf)"
+    return "pass" if check.passed else "FAIL"
 
 
 def _task_final(task: Any) -> str:
@@ -414,5 +425,8 @@ def problems(result: NumericsResult) -> None:
 
 
 def what_to_do(result: NumericsResult) -> None:
-    for kind, text in reading(result):
+    items = reading(result)
+    if not items:
+        display(show.banner("Nothing to act on: no run needs a change.", "ok"))
+    for kind, text in items:
         display(show.banner(text, kind))
