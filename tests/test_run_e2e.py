@@ -310,3 +310,37 @@ def test_an_index_that_cannot_be_written_is_said_in_one_sentence(tmp_path, monke
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["exit_code"] == 1 and "index.html" in summary["unwritten"]
     assert summary["notebooks"][0]["status"] == "ok"
+
+
+def test_a_sigkilled_command_line_leaves_no_raw_parameter_on_disk(tmp_path):
+    """papermill's copy of the notebook, with the raw `-p` values, is written only when the
+    notebook ends, owner-only, and scrubbed away at once: killing the command line mid-cell
+    (nothing of it can run then) leaves no file holding the parameter's secret."""
+    import signal
+    import time
+
+    secret = "hunter2killed"
+    process = subprocess.Popen(
+        [
+            WORKBENCH, "run", "--only", "01", "--out", "run",
+            "--workload", "tests.fixtures.user_workloads:sleeps_in_kernel",
+            "-p", f"input_dtype=https://bob:{secret}@cache.example",
+        ],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    log = tmp_path / "run" / "run.log"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "Executing notebook with kernel" not in (
+        log.read_text() if log.exists() else ""
+    ):
+        time.sleep(0.2)
+    time.sleep(3)  # inside the workload's sleeping cell
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    written = files_under(tmp_path / "run")
+    assert written, "the run had started"
+    for path in written:
+        assert secret not in path.read_bytes().decode("utf-8", "replace"), path.name
+        if path.name.endswith(".partial.ipynb"):
+            assert path.stat().st_mode & 0o077 == 0, "papermill's copy is owner-only"
