@@ -305,7 +305,10 @@ def test_a_loss_that_degrades_beyond_tolerance_fails_the_precision_cost(seed_mlp
     run = seed_mlp.run("cpu bf16-cast eager")
     assert run.trajectory_deviation > SETTINGS.cost.loss_tolerance
     assert run.precision_cost.status == "fail" and "loss trajectory" in run.precision_cost.failed
-    assert run.verdict.status == ATTENTION and "loss trajectory: the loss differs" in run.verdict.reason
+    assert (
+        run.verdict.status == ATTENTION
+        and "loss trajectory: the loss differs" in run.verdict.reason
+    )
     looser = PrecisionCostRule(loss_tolerance=2 * run.trajectory_deviation)
     assert "loss trajectory" not in verdicts.precision_cost(run, looser, 0.0, 0.0).failed
 
