@@ -32,6 +32,7 @@ from torch import nn
 from workbench.baseline.measure import run_baseline
 from workbench.baseline.records import EAGER, TRAIN, BaselineSettings, result_data
 from workbench.compare import compare_runs
+from workbench.compare.records import LOADED
 from workbench.compare.report import write_comparison
 from workbench.compare.timing import steady_samples
 from workbench.results import SCHEMA_VERSION, save_result, write_json_atomic
@@ -108,6 +109,13 @@ def flagged(*runs: Path) -> bool:
     )
 
 
+def loaded(*runs: Path) -> bool:
+    """Whether compare left the steady median unjudged because a side was measured loaded."""
+    return any(
+        c.name.endswith("steady median") for c in compare_runs(list(runs)).with_status(LOADED)
+    )
+
+
 def cpu_ticks() -> tuple[int, int]:
     """(steal, total) jiffies from /proc/stat: time the hypervisor gave to other guests is
     invisible to this VM's process list, but the kernel counts it as steal."""
@@ -131,7 +139,7 @@ def main() -> None:
             "each (5% gate, p < 0.01; a pair also beyond its run-to-run allowance):"
         )
         for level in LEVELS:
-            hits = nightly_hits = 0
+            hits = nightly_hits = unjudged = 0
             for pair in range(PAIRS):
                 base = measured_run(root / f"l{level}-p{pair}-base", 0.0, count)
                 slow = measured_run(root / f"l{level}-p{pair}-new", level * step_s, count + 1)
@@ -139,9 +147,11 @@ def main() -> None:
                 history.append(base)
                 hits += flagged(base, slow)
                 nightly_hits += flagged(*history[-NIGHTS:], slow)
+                unjudged += loaded(base, slow)
             print(
                 f"  slowdown {level:4.0%}: {hits}/{PAIRS} pairs flagged ({hits / PAIRS:.0%}); "
-                f"against the {NIGHTS} latest base runs: {nightly_hits}/{PAIRS}"
+                f"against the {NIGHTS} latest base runs: {nightly_hits}/{PAIRS}; "
+                f"pairs measured loaded, not judged: {unjudged}/{PAIRS}"
             )
         while len(history) < HISTORY:
             history.append(measured_run(root / f"extra{len(history)}", 0.0, count))
