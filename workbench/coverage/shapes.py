@@ -30,7 +30,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from workbench.coverage.capture import CallSite, Capture, TraceEntry, shape_text
+from workbench.coverage.capture import (
+    CallSite,
+    Capture,
+    TraceEntry,
+    is_profiler_marker,
+    shape_text,
+)
 
 MAX_CHANGES_KEPT = 25
 MAX_POWER = 3  # a dimension may flatten up to three scaled dimensions together
@@ -68,7 +74,8 @@ class VariantComparison:
     dimension: str  # "batch" or "sequence"
     ratio: str  # variant size / reference size
     compared_calls: int = 0
-    # Not compared: run by torch's library code inside a module or function, or layout copies.
+    # Op calls not compared: torch's library code ran them inside a module or function, or
+    # they are layout copies (profiler markers are no ops, and not counted).
     uncompared_calls: int = 0
     unchanged_calls: int = 0
     scaled_calls: int = 0
@@ -182,7 +189,9 @@ def compare_captures(
         comparison.failure = variant.failure.summary()
     ratios = {ratio**k for k in range(1, MAX_POWER + 1)}
     ours, theirs = _model_calls_by_op(reference.trace), _model_calls_by_op(variant.trace)
-    comparison.uncompared_calls = sum(1 for entry in reference.trace if not _compared(entry))
+    comparison.uncompared_calls = sum(
+        1 for entry in reference.trace if not _compared(entry) and not is_profiler_marker(entry.op)
+    )
     for op in sorted(ours.keys() | theirs.keys()):
         a, b = ours.get(op, []), theirs.get(op, [])
         if len(a) != len(b) and variant.failure is None:
