@@ -133,15 +133,30 @@ _SECRET_ASSIGNMENT = (
 # docker's config (`"auth": "x"`) and HTTP headers (`Authorization: token x`, the scheme word kept).
 # A quoted value is replaced up to its closing quote, spaces included.
 _QUOTE = r"(?:[\"'`]|&quot;|&\#39;|&\#x27;)"
+# Unquoted, a short word ("pass: 3 of 4", "token: 12 ms") is ordinary prose: it names a secret
+# only after another part of a name (hf_token, db-pass) or inside quotes ("token": ...).
+_UNAMBIGUOUS_SECRET_NAME = (
+    r"(?i:(?:[A-Za-z0-9]+[-_.])*(?:[A-Za-z0-9]*(?:password|passwd|passphrase|secret)"
+    r"|api[-_]?key|apikey|access[-_]?key|secret[-_]?key|private[-_]?key|credentials?"
+    r"|authorization)"
+    r"|(?:[A-Za-z0-9]+[-_.])+(?:token|auth|pass|pwd|sig|signature))"
+)
+_AFTER_QUOTE = r"(?:(?<=[\"'`])|(?<=&quot;)|(?<=&\#39;)|(?<=&\#x27;))"
 _SECRET_PAIR = (
     # Possessive look-ahead, as in _SECRET_ASSIGNMENT: one scan past words not followed by a
     # separator, so long runs of text are not searched for names from every position.
     r"(?<![\w.-])(?=[\w.-]{1,80}+" + _QUOTE + r"?[ \t]*[:=])"
-    r"(?P<pair_key>(?:[A-Za-z0-9]+[-_.])*(?i:"
+    r"(?P<pair_key>(?:"
+    + _AFTER_QUOTE
+    + r"(?:[A-Za-z0-9]+[-_.])*(?i:"
     + _SECRET_WORDS_IN_NAMES
     + r"|authorization)"
     + _QUOTE
-    + r"?[ \t]*(?:=|:(?![:/]))[ \t]*(?i:(?:token|bearer|basic|digest)[ \t]+)?)"
+    + r"|"
+    + _UNAMBIGUOUS_SECRET_NAME
+    + _QUOTE
+    + r"?)"
+    r"[ \t]*(?:=|:(?![:/]))[ \t]*(?i:(?:token|bearer|basic|digest)[ \t]+)?)"
     r"(?:(?P<pair_quote>" + _QUOTE + r")(?P<pair_quoted>[^\"'`&\n]{1,512})(?P=pair_quote)"
     r"|(?P<pair_value>(?![=\s(\[{])[^\s\"'<>&),;\\]{1,512}))"
 )
