@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from workbench.cli import main
+from workbench.coverage.capture import shorten_sequence
 from workbench.errors import BadInput
 from workbench.runner import RunRequest, check_request
 from workbench.scorecard import ATTENTION, BLOCKER, PASS, Finding, Verdict, judge
@@ -143,6 +144,9 @@ def test_workload_attentions_join_a_notebooks_own_findings_and_leave_a_clean_one
     verdict: Verdict = data["verdict"]
     assert verdict.status == BLOCKER and verdict.reason == "a step raised (and 1 more finding)"
     assert [f.reason for f in verdict.findings] == ["a step raised", "workload: 3 tensors missing"]
+    noisy = judge([Finding(ATTENTION, "noisy timing")], "the rule", "ran")
+    led = with_workload_attentions({"verdict": noisy}, ["3 tensors missing"])["verdict"]
+    assert led.reason == "workload: 3 tensors missing (and 1 more finding)"
     passed = judge([], "the rule", "ran")
     untouched = with_workload_attentions({"verdict": passed, "headline": "H."}, [])
     assert untouched == {"verdict": passed, "headline": "H."} and passed.status == PASS
@@ -209,9 +213,13 @@ def test_an_encoder_decoder_classifier_gets_one_end_of_sequence_token_per_sample
     eos = workload.build_model("cpu").config.eos_token_id
     inputs, targets = workload.batch("cpu")
     ids = inputs["input_ids"]
-    assert (ids == eos).sum(dim=1).tolist() == [1] * 4 and (ids[:, -1] == eos).all()
+    assert (ids == eos).sum(dim=1).tolist() == [2] * 4
+    assert (ids[:, -1] == eos).all() and (ids[:, 0] == eos).all()
     model = workload.build_model("cpu")
     assert torch.isfinite(workload.compute_loss(workload.forward(model, inputs), targets))
+    # Notebook 02 cuts the batch to half its sequence: every sample still holds one.
+    short, short_targets = shorten_sequence((inputs, targets), 12, 6)
+    assert torch.isfinite(workload.compute_loss(workload.forward(model, short), short_targets))
     # The same batch without its closing token is what the model refuses.
     unclosed = {**inputs, "input_ids": torch.where(ids == eos, eos + 1, ids)}
     with pytest.raises(ValueError, match="eos"):

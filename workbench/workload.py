@@ -590,7 +590,8 @@ def with_workload_attentions(data: Mapping[str, Any], attentions: Sequence[str])
         return amended
     verdict = data.get("verdict")
     if isinstance(verdict, Verdict):
-        findings = [*verdict.findings, *(Finding(ATTENTION, f"workload: {a}") for a in attentions)]
+        # First among equals: what the workload is qualifies every other finding of the notebook.
+        findings = [*(Finding(ATTENTION, f"workload: {a}") for a in attentions), *verdict.findings]
         amended["verdict"] = judge(findings, f"{verdict.rule}; {WORKLOAD_RULE}", verdict.reason)
     if data.get("headline"):
         amended["headline"] = f"Workload: {'; '.join(attentions)}. {data['headline']}"

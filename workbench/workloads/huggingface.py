@@ -490,8 +490,8 @@ def masked_perplexity(logits: torch.Tensor, targets: torch.Tensor) -> float:
 
 def _closing_token(spec: str, task: HfTask, config: Any) -> int | None:
     """The token every sequence must end with, where the model needs one: encoder-decoder
-    classifiers (BART, T5) read each sequence at its end-of-sequence token and refuse a batch
-    whose samples hold different counts of it."""
+    classifiers (BART, T5) read each sequence at its last end-of-sequence token and refuse a
+    batch whose samples hold none, or different counts of it."""
     if task.name != SEQUENCE_CLASSIFICATION or not _is_encoder_decoder(config):
         return None
     eos = getattr(config, "eos_token_id", None)
@@ -509,9 +509,12 @@ def _draw_tokens(
 ) -> torch.Tensor:
     if closing is None:
         return torch.randint(vocab, shape, generator=generator)
-    # Every id but the closing one, then the closing one last: one per sample.
+    # Every id but the closing one, then the closing one last. It opens each sample too, so a
+    # prefix of the batch (notebook 02 halves the sequence to test shape stability) still
+    # holds the same count in every sample.
     ids = torch.randint(vocab - 1, shape, generator=generator)
     ids += (ids >= closing).long()
+    ids[:, 0] = closing
     ids[:, -1] = closing
     return ids
 
