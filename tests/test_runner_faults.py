@@ -46,6 +46,35 @@ def test_two_runs_in_the_same_second_get_their_own_folders(tmp_path):
     assert first != second and first.is_dir() and second.is_dir()
 
 
+def _claim_each(folders, barrier, results):
+    for folder in folders:
+        barrier.wait()
+        try:
+            prepare_out_dir(RunRequest(out=folder), "w", "cpu")
+            results.put((str(folder), "claimed"))
+        except BadInput:
+            results.put((str(folder), "refused"))
+
+
+def test_two_processes_given_the_same_out_at_once_never_both_get_it(tmp_path):
+    """Real processes released together at each folder: exactly one of them claims it."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    folders = [tmp_path / f"out{i}" for i in range(100)]
+    barrier, results = context.Barrier(2), context.Queue()
+    racers = [context.Process(target=_claim_each, args=(folders, barrier, results)) for _ in "ab"]
+    for racer in racers:
+        racer.start()
+    outcomes: dict[str, list[str]] = {}
+    for _ in range(2 * len(folders)):
+        folder, outcome = results.get(timeout=60)
+        outcomes.setdefault(folder, []).append(outcome)
+    for racer in racers:
+        racer.join(timeout=60)
+    assert all(sorted(o) == ["claimed", "refused"] for o in outcomes.values()), outcomes
+
+
 def test_a_taken_folder_name_is_never_reused(tmp_path, monkeypatch):
     suffixes = iter(["aaaaaa", "aaaaaa", "bbbbbb"])
     monkeypatch.setattr(runner.secrets, "token_hex", lambda n: next(suffixes))

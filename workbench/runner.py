@@ -153,10 +153,18 @@ def prepare_out_dir(request: RunRequest, workload_name: str, target: str) -> Pat
                     "earlier run is overwritten."
                 )
             out.mkdir(parents=True, exist_ok=True)
-        # The write test is also the reserve: a folder that cannot take it is no place for a run.
+        # The write test is also the reserve, and the claim: it is created exclusively, so of two
+        # runs given the same empty --out at the same moment, one gets the folder and the other
+        # is told it is taken. A folder that cannot take it is no place for a run.
         reserve = out / RUN_FILES_RESERVE
         try:
-            reserve.write_bytes(bytes(RUN_FILES_RESERVE_BYTES))
+            with open(reserve, "xb") as handle:
+                handle.write(bytes(RUN_FILES_RESERVE_BYTES))
+        except FileExistsError:
+            raise BadInput(
+                f"Output folder {out} was just taken by another run; choose a new --out so no "
+                "run is overwritten."
+            ) from None
         except OSError:
             reserve.unlink(missing_ok=True)  # a part-written reserve is not left behind
             raise
