@@ -992,7 +992,8 @@ def _headline_for(plan_global: int, reference_global: int) -> str:
 
 def test_headline_says_why_the_plan_differs_from_the_fastest_batch():
     kept = _headline_for(64, 64)
-    assert "throughput-best per-core batch is 256, 13,000 samples/s in its steady state" in kept
+    assert "chosen per-core batch is 256, 13,000 samples/s in its steady state" in kept
+    assert "the smallest that its noise cannot tell from the fastest, 512 at 13,200" in kept
     assert "the plan is 64 per core x 1 worker(s) x 1 accumulation step(s) = 64, not 256" in kept
     assert "because it keeps the recipe's global batch of 64" in kept
     assert "not 256 per core" not in _headline_for(512, 64), "no reason needed when they agree"

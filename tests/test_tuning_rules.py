@@ -247,7 +247,7 @@ def test_a_loaded_measurement_is_attention_named_and_claims_no_clean_choice():
     from workbench.tuning.recommend import recommend
 
     evidence = next(i.evidence for i in recommend(result).items if i.knob == "DataLoader")
-    assert "PROVISIONAL" in evidence and "LOADED" in evidence
+    assert "PROVISIONAL" in evidence and "1 worker(s), prefetch 2: LOADED" in evidence
     chosen.steps = Measurement(chosen.steps.times, host=host(0.05, False))
     assert retuning_verdict(result).status == PASS
 

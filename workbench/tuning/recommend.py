@@ -135,16 +135,17 @@ def _world_evidence(result: RetuneResult) -> str:
         f"{result.throughput_unit}) is the fastest of the sizes at or above {floor:.0%}, or the "
         f"narrowest its noise cannot tell apart from the fastest ({result.measured_label}, "
         f"{scaling.backend}, per-worker batch {scaling.batch_size}); on Trainium a worker is a "
-        f"NeuronCore" + _provisional(world.step)
+        f"NeuronCore" + _provisional({f"world size {world.world_size}": world.step})
     )
 
 
-def _provisional(*measurements: Measurement | None) -> str:
-    """The caveat a choice carries when what it was read from is noisy or loaded."""
-    reasons = [why for why in map(unsettled, measurements) if why]
+def _provisional(named: dict[str, Measurement | None]) -> str:
+    """The caveat a choice carries when a measurement it was read from (by name) is noisy or
+    loaded."""
+    reasons = [f"{name}: {why}" for name, m in named.items() if (why := unsettled(m))]
     if not reasons:
         return ""
-    return f"; PROVISIONAL, measured noisy or loaded: {'; '.join(reasons)}"
+    return f"; PROVISIONAL, read from noisy or loaded steps ({'; '.join(reasons)})"
 
 
 def _batch_evidence(result: RetuneResult) -> str:
@@ -159,7 +160,10 @@ def _batch_evidence(result: RetuneResult) -> str:
             f"{list(choice.within_noise)}, which its noise cannot tell apart from it"
         )
     return text + _provisional(
-        by_batch.get(choice.batch_size), by_batch.get(choice.best_batch_size)
+        {
+            f"batch {batch}": by_batch.get(batch)
+            for batch in (choice.batch_size, choice.best_batch_size)  # one entry when they agree
+        }
     )
 
 
@@ -185,4 +189,6 @@ def _loader_evidence(result: RetuneResult, study: LoaderStudy) -> str:
             f"; above {study.limit:.0%}: data loading still bounds this step, so cheapen the "
             "per-sample work or give the loader more cores"
         )
-    return text + _provisional(chosen.steps, fastest.steps)
+    return text + _provisional(
+        {r.setting.label(): r.steps for r in (chosen, fastest)}  # one entry when they agree
+    )

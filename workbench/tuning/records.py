@@ -220,12 +220,7 @@ class RetuneResult:
         if cut:
             text += f"; {TRIAL_COMPILER_HOST_RAM}: {self.search.stopped}"
         if self.choice:
-            text += (
-                "; the batch-size sweep's throughput-best per-core batch is "
-                f"{self.choice.batch_size}, "
-                f"{self.choice.throughput:,.0f} {self.throughput_unit} in its steady state (the "
-                "search's short fit checks and the launches time batches their own way)"
-            )
+            text += "; " + self._choice_clause()
         if self.plans:
             text += f"; the plan is {self.plans[0].equation()}{self._plan_reason()}"
         if rec.dataloader_workers is not None:
@@ -252,6 +247,21 @@ class RetuneResult:
         return (
             f" Attention: {'; '.join(parts)}; the choices read from them are provisional, "
             "claim no speed-up as clean, and want a re-run on a quiet machine."
+        )
+
+    def _choice_clause(self) -> str:
+        """The sweep's chosen batch, and the fastest one where its noise made them a tie."""
+        choice = self.choice
+        assert choice is not None
+        unit = self.throughput_unit
+        chosen = f"{choice.batch_size}, {choice.throughput:,.0f} {unit} in its steady state"
+        timing = "the search's short fit checks and the launches time batches their own way"
+        if choice.batch_size == choice.best_batch_size:
+            return f"the batch-size sweep's throughput-best per-core batch is {chosen} ({timing})"
+        return (
+            f"the batch-size sweep's chosen per-core batch is {chosen}, the smallest that its "
+            f"noise cannot tell from the fastest, {choice.best_batch_size} at "
+            f"{choice.best_throughput:,.0f} {unit} ({timing})"
         )
 
     def _plan_reason(self) -> str:

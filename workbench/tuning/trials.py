@@ -223,7 +223,12 @@ class Trial:
         """One log line: what the CLI prints per trial."""
         text = f"{self.stage} batch {self.batch_size}: {self.status}"
         if self.steady is not None:
-            text += f", median step {format_seconds(self.steady.median)}"
+            text += (
+                f", median step {format_seconds(self.steady.median)}, IQR "
+                f"{self.steady.relative_iqr:.0%} of the median"
+            )
+            if self.steady.loaded:
+                text += " (LOADED)"
         if self.peak_memory_bytes is not None:
             text += f", peak {self.peak_memory_bytes / 2**20:,.0f} MiB"
         if self.compiles:
