@@ -275,6 +275,12 @@ SECRETS_BY_CONTENT = [
     ("printed Python dict", "{'token': 'tok-abc-123', 'n': 1}", "tok-abc-123", "'n': 1"),
     ("HTTP header", "Authorization: token ghx_abcdef123", "ghx_abcdef123", "Authorization"),
     ("YAML hf_token", "hf_token: hunter2hf", "hunter2hf", "hf_token: "),
+    (
+        "a pair after a label",
+        "credentials: aws_secret_access_key = wJalrLabel",
+        "wJalrLabel",
+        "aws_secret_access_key = ",
+    ),
     ("netrc line", "machine h.example login u password hunter2net", "hunter2net", "h.example"),
     ("docker config", '{"auths": {"r.example": {"auth": "dXNlcjpwYXNz"}}}', "dXNlcjpw", "r.ex"),
 ]

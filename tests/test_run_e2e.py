@@ -253,6 +253,34 @@ def test_secrets_by_content_and_in_parameters_reach_no_file(tmp_path):
     assert "--password [redacted]" in report, "the flag stays, its value goes"
 
 
+def test_secrets_a_workload_prints_or_raises_reach_no_file(tmp_path):
+    """The eight formats credentials are pasted in, printed in the kernel and one raised from the
+    model: scrubbed from the notebook, report, log, summary, index and console."""
+    from tests.fixtures.user_workloads import SECRET_LINES
+
+    result = workbench(
+        "run", "--only", "01", "--out", "run",
+        "--workload", "tests.fixtures.user_workloads:prints_and_raises_secrets",
+        "-p", "kinds=train", "-p", "modes=eager", "-p", "steady_steps=3",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    written = files_under(tmp_path / "run")
+    names = {p.name for p in written}
+    assert {"01_baseline.ipynb", "01_baseline.html", "summary.json", "index.html"} <= names
+    assert "run.log" in names
+    secrets = ["wJalrPlantedAwsSecret", "plantedJsonKey123", "plantedYamlPass", "plantedShellPass"]
+    secrets += ["plantedDictToken", "plantedHeaderToken", "plantedNetrcPass", "cGxhbnRlZERvY2tl"]
+    assert len(secrets) == len(SECRET_LINES)
+    for path in written:
+        text = path.read_bytes().decode("utf-8", "replace")
+        for secret in secrets:
+            assert secret not in text, (secret, path.name)
+    for secret in secrets:
+        assert secret not in result.stdout + result.stderr
+    assert "PGPASSWORD=" in (tmp_path / "run" / "summary.json").read_text(), "the raise is shown"
+
+
 def _mount_small_tmpfs(path: Path, size: str) -> bool:
     if os.geteuid() != 0:
         return False

@@ -158,7 +158,9 @@ _SECRET_PAIR = (
     + r"?)"
     r"[ \t]*(?:=|:(?![:/]))[ \t]*(?i:(?:token|bearer|basic|digest)[ \t]+)?)"
     r"(?:(?P<pair_quote>" + _QUOTE + r")(?P<pair_quoted>[^\"'`&\n]{1,512})(?P=pair_quote)"
-    r"|(?P<pair_value>(?![=\s(\[{])[^\s\"'<>&),;\\]{1,512}))"
+    # An unquoted value that is itself followed by a separator is the next pair's name
+    # ("credentials: aws_secret_access_key = x"): that pair is the one to replace.
+    r"|(?P<pair_value>(?![=\s(\[{])[^\s\"'<>&),;\\]{1,512}+(?![ \t]*[:=])))"
 )
 # A ~/.netrc line: `machine HOST login USER password SECRET`.
 _NETRC = r"(?P<netrc>\blogin[ \t]+\S{1,256}[ \t]+(?:password|passwd)[ \t]+)\S{1,512}"
