@@ -11,6 +11,7 @@ import pytest
 
 from tests.test_tuning_plots import make_result
 from workbench.scorecard import ATTENTION, PASS
+from workbench.targets.cpu import CpuTarget
 from workbench.timing import HostLoad, Measurement
 from workbench.tuning import views
 from workbench.tuning.dataloader import LoaderResult, LoaderSetting, choose_setting
@@ -22,10 +23,11 @@ from workbench.tuning.noise import (
     with_own_helpers,
 )
 from workbench.tuning.parallel import OK as RUN_OK
-from workbench.tuning.parallel import ScalingRun, ScalingStudy, choose_world_size
+from workbench.tuning.parallel import ScalingRun, ScalingStudy, choose_world_size, launch_load
+from workbench.tuning.process import FINISHED, ChildOutcome
 from workbench.tuning.records import RetuneResult, RetuneSettings, retuning_verdict
 from workbench.tuning.retune import _plans
-from workbench.tuning.trials import OK, Trial, choose_batch
+from workbench.tuning.trials import OK, MemoryBudget, Trial, choose_batch, classify
 from workbench.workload import load_workload
 
 
@@ -294,3 +296,36 @@ def test_the_cost_caption_names_the_world_size_it_prices(capsys: pytest.CaptureF
     views.cost(result)
     shown = capsys.readouterr().out
     assert "at world size 2" in shown and "world size 1" not in shown
+
+
+def test_a_launch_counts_its_other_ranks_as_its_own_work_but_not_other_processes():
+    cores = os.cpu_count() or 1
+    # Two ranks each saw the other's CPU (half the machine) as other load.
+    ranks = [
+        {"host": dataclasses.asdict(host(0.5, True)), "cpu_seconds": 0.5 * cores},
+        {"host": dataclasses.asdict(host(0.5, True)), "cpu_seconds": 0.5 * cores},
+    ]
+    load = launch_load(ranks)
+    assert load is not None and not load.loaded
+    # A third process's load on top stays: the launch is loaded.
+    ranks[1]["host"] = dataclasses.asdict(host(0.9, True))
+    busy = launch_load(ranks)
+    assert busy is not None and busy.loaded and busy.other_share == pytest.approx(0.4)
+
+
+def test_a_trial_carries_the_load_its_child_measured_into_its_steady_measurement():
+    def outcome(load: HostLoad | None) -> ChildOutcome:
+        result = {
+            "items_per_step": 8,
+            "steady_times": [0.01] * 5,
+            "steady_host": dataclasses.asdict(load) if load else None,
+        }
+        return ChildOutcome(FINISHED, result, 0, 2.0, "")
+
+    budget = MemoryBudget(2**30, "test", 0.1)
+    loaded = classify("sweep", 8, outcome(host(0.6, True)), CpuTarget(), budget)
+    assert loaded.steady is not None and loaded.steady.loaded
+    assert "(LOADED)" in loaded.line()
+    quiet = classify("sweep", 8, outcome(host(0.05, False)), CpuTarget(), budget)
+    assert quiet.steady is not None and not quiet.steady.loaded
+    assert "LOADED" not in quiet.line()
