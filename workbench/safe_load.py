@@ -13,7 +13,9 @@ are expanded, and use `MAX_YAML_ALIASES` aliases.
 from __future__ import annotations
 
 import json
+import re
 import reprlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,17 +33,30 @@ MAX_YAML_ALIASES = 64
 def read_bounded(path: Path, what: str, max_bytes: int) -> str:
     """The file's UTF-8 text; one sentence for a missing, unreadable, oversized or binary file."""
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise BadInput(
-                f"{what} {path} is {size / 2**20:.1f} MiB, over the {max_bytes / 2**20:g} MiB "
-                "this reads: pass the right file."
-            )
+        _check_size(path, what, max_bytes)
         return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise BadInput(f"{what} {path} cannot be read: {exc.strerror or exc}.") from None
     except UnicodeDecodeError:
         raise BadInput(f"{what} {path} is not UTF-8 text.") from None
+
+
+def read_bounded_bytes(path: Path, what: str, max_bytes: int) -> bytes:
+    """The file's bytes as stored (for a digest of exactly what was read), within the bound."""
+    try:
+        _check_size(path, what, max_bytes)
+        return path.read_bytes()
+    except OSError as exc:
+        raise BadInput(f"{what} {path} cannot be read: {exc.strerror or exc}.") from None
+
+
+def _check_size(path: Path, what: str, max_bytes: int) -> None:
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise BadInput(
+            f"{what} {path} is {size / 2**20:.1f} MiB, over the {max_bytes / 2**20:g} MiB "
+            "this reads: pass the right file."
+        )
 
 
 class _BoundedLoader(yaml.SafeLoader):
@@ -77,7 +92,7 @@ def load_json(text: str, where: str) -> Any:
     except RecursionError:
         raise BadInput(f"{where} nests deeper than this reads ({MAX_DEPTH} levels).") from None
     except json.JSONDecodeError as exc:
-        raise BadInput(f"{where} is not valid JSON ({exc}).") from None
+        raise BadInput(f"{where} is not readable JSON ({exc}).") from None
     check_shape(value, where)
     return value
 
@@ -114,3 +129,134 @@ def shown(value: Any, limit: int = 80) -> str:
     """A value as an error message shows it: a bounded repr, built only as far as it is shown."""
     text = _SHOWN.repr(value)
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+# Shapes: what `check_fields` expects of a parsed document, declared beside the code that reads
+# it. A shape is a type (float also takes whole numbers; neither takes true/false), None (null),
+# a tuple of alternative shapes, [shape] (a list of them), {key: shape} (a mapping whose listed
+# keys, when present, match; other keys are not read and not checked), Required(shape) (a key
+# that must be present) or EachValue(shape) (a mapping of any keys, each value of the shape).
+Shape = Any
+
+
+class NonFinite:
+    """The strings a result file writes for a float JSON cannot hold: 'nan', 'inf', '-inf'."""
+
+    SPELLINGS = ("nan", "inf", "-inf")
+
+
+@dataclass(frozen=True)
+class Required:
+    shape: Shape
+
+
+@dataclass(frozen=True)
+class EachValue:
+    shape: Shape
+
+
+def check_fields(value: Any, shape: Shape, where: str) -> None:
+    """BadInput naming `where` and the first field that does not have its shape, e.g.
+    "r1/01_baseline.json: data.configs[0].phases[1].measurement.times must be a list of numbers"."""
+    problem = _mismatch(value, shape, "")
+    if problem:
+        raise BadInput(f"{where}: {problem}.")
+
+
+def _mismatch(value: Any, shape: Shape, path: str) -> str | None:
+    if isinstance(shape, Required):
+        shape = shape.shape
+    if isinstance(shape, tuple):
+        matching = [alt for alt in shape if _same_kind(value, alt)]
+        return _mismatch(value, matching[0], path) if matching else _must(path, shape)
+    if not _same_kind(value, shape):
+        return _must(path, shape)
+    if isinstance(shape, dict):
+        return _mapping_mismatch(value, shape, path)
+    if isinstance(shape, EachValue):
+        return _first(
+            _mismatch(item, shape.shape, _key_path(path, key)) for key, item in value.items()
+        )
+    if isinstance(shape, list):
+        (element,) = shape
+        if not all(_same_kind(item, element) for item in value):
+            return _must(path, shape)  # a list of the wrong things is named as the list
+        return _first(
+            _mismatch(item, element, f"{path}[{index}]") for index, item in enumerate(value)
+        )
+    return None
+
+
+def _mapping_mismatch(value: dict[str, Any], shape: dict[str, Shape], path: str) -> str | None:
+    for key, field_shape in shape.items():
+        if key in value:
+            problem = _mismatch(value[key], field_shape, _key_path(path, key))
+        elif isinstance(field_shape, Required):
+            problem = f"{_key_path(path, key)} is missing; it must be {_describe(field_shape)}"
+        else:
+            problem = None
+        if problem:
+            return problem
+    return None
+
+
+def _first(problems: Any) -> str | None:
+    return next((problem for problem in problems if problem), None)
+
+
+def _same_kind(value: Any, shape: Shape) -> bool:
+    """Whether `value` is of the shape's own kind (a container's contents are checked apart)."""
+    if isinstance(shape, Required):
+        return _same_kind(value, shape.shape)
+    if isinstance(shape, tuple):
+        return any(_same_kind(value, alt) for alt in shape)
+    if shape is None:
+        return value is None
+    if isinstance(shape, (dict, EachValue)):
+        return isinstance(value, dict)
+    if isinstance(shape, list):
+        return isinstance(value, list)
+    if shape is NonFinite:
+        return value in NonFinite.SPELLINGS
+    if shape is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if shape is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, shape)
+
+
+_NAMES = {
+    type(None): ("null", "nulls"),
+    bool: ("true or false", "true or false values"),
+    int: ("a whole number", "whole numbers"),
+    float: ("a number", "numbers"),
+    str: ("a string", "strings"),
+    NonFinite: ("'nan', 'inf' or '-inf'", "'nan', 'inf' or '-inf'"),
+}
+
+
+def _describe(shape: Shape, plural: bool = False) -> str:
+    if isinstance(shape, Required):
+        return _describe(shape.shape, plural)
+    if isinstance(shape, tuple):
+        return " or ".join(dict.fromkeys(_describe(alt, plural) for alt in shape))
+    if isinstance(shape, (dict, EachValue)):
+        return "mappings" if plural else "a mapping"
+    if isinstance(shape, list):
+        return ("lists of " if plural else "a list of ") + _describe(shape[0], plural=True)
+    singular, many = _NAMES.get(type(None) if shape is None else shape, ("a value", "values"))
+    return many if plural else singular
+
+
+def _must(path: str, shape: Shape) -> str:
+    return f"{path or 'the whole file'} must be {_describe(shape)}"
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,60}")
+
+
+def _key_path(path: str, key: Any) -> str:
+    """`a.b` for a plain key; `a['odd key']`, shown bounded, for any other."""
+    if isinstance(key, str) and _PLAIN_KEY.fullmatch(key):
+        return f"{path}.{key}" if path else key
+    return f"{path}[{shown(key, 40)}]"

@@ -10,8 +10,10 @@ from typing import Any
 from workbench.compare.records import CHANGED, IMPROVEMENT, REGRESSION, Change
 from workbench.compare.runs import Run
 from workbench.coverage.support import FALLS_BACK, SUPPORTED
+from workbench.safe_load import EachValue, Required, Shape
 
 COVERAGE_NOTEBOOK = "02_op_coverage"
+DATA_SHAPE: Shape = {"ops": [{"op": Required(str), "verdicts": EachValue({"status": str})}]}
 
 
 def _verdicts(run: Run) -> dict[str, dict[str, str]] | None:

@@ -7,8 +7,11 @@ from typing import Any
 
 from workbench.compare.runs import Run
 from workbench.environment.drift import CRITICAL, WARNING, diff_manifests
+from workbench.safe_load import EachValue, Shape
 
 ENVIRONMENT_NOTEBOOK = "00_environment"
+# The manifest is diffed whole (any value flattens to text); its package versions are shown.
+DATA_SHAPE: Shape = {"manifest": ({"packages": (EachValue((str, None)), None)}, None)}
 
 
 def environment_changes(base_run: Run, new_run: Run) -> list[dict[str, Any]]:

@@ -7,8 +7,18 @@ from typing import Any
 
 from workbench.compare.records import CHANGED, IMPROVEMENT, REGRESSION, UNCHANGED, Change
 from workbench.compare.runs import Run
+from workbench.safe_load import NonFinite, Shape
 
 NUMERICS_NOTEBOOK = "03_numerics"
+DATA_SHAPE: Shape = {
+    "runs": [
+        {
+            "run": ({"label": (str, None)}, None),
+            "verdict": ({"status": (str, None), "passed": (bool, None)}, None),
+            "outputs": ([{"metrics": ({"relative_l2": (float, NonFinite, None)}, None)}], None),
+        }
+    ]
+}
 
 
 def _passed(run: dict[str, Any]) -> bool | None:
@@ -24,7 +34,8 @@ def _output_error(run: dict[str, Any]) -> float | None:
     if not outputs:
         return None
     metrics = outputs[0].get("metrics") or {}
-    return metrics.get("relative_l2")
+    error = metrics.get("relative_l2")
+    return None if error is None else float(error)  # 'nan' and 'inf' as written for them
 
 
 def numerics_runs(run: Run) -> dict[str, dict[str, Any]]:

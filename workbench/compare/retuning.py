@@ -8,10 +8,22 @@ from typing import Any
 from workbench.compare.records import CHANGED, UNCHANGED, Change
 from workbench.compare.runs import Run
 from workbench.compare.timing import configs_of, steady_samples
+from workbench.safe_load import Shape
 from workbench.timing import quantile, samples_for_percentile
 
 RETUNING_NOTEBOOK = "04_retuning"
 KNOBS = ("per_core_batch", "accumulation_steps", "world_size", "dataloader_workers")
+_COST_ROW = {
+    "basis": (str, None),
+    "instance": (str, None),
+    **dict.fromkeys(
+        ("usd_per_hour", "items_per_second", "items_per_dollar", "hours_for_items"), (float, None)
+    ),
+}
+DATA_SHAPE: Shape = {
+    "recommendation": (dict.fromkeys(KNOBS, (int, None)), None),
+    "cost": ({"items": (float, None), "unit": (str, None), "rows": [_COST_ROW]}, None),
+}
 
 
 def retuning_changes(base_run: Run, new_run: Run) -> list[Change]:

@@ -2,17 +2,49 @@
 
 A comparison never reads HTML. A folder is a run when it holds summary.json; a folder that holds
 runs (such as reports/) contributes each of them, oldest first, and lists the ones it cannot read.
+
+Every file is read within bounds and checked against the shape of the fields a comparison reads
+(SUMMARY_SHAPE here, each notebook's data shape beside the code that reads it), so the code that
+judges runs only ever sees well-typed data; a hand-edited field is one sentence naming it.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from workbench.errors import BadInput
 from workbench.results import SCHEMA_VERSION
+from workbench.safe_load import (
+    RESULT_MAX_BYTES,
+    Required,
+    Shape,
+    check_fields,
+    load_json,
+    read_bounded,
+    shown,
+)
+
+_VERDICT = ({"status": (str, None), "reason": (str, None)}, None)
+# What compare reads of summary.json, and what collect's dashboard shows of it.
+SUMMARY_SHAPE: Shape = {
+    "workload": str,
+    "target": str,
+    "started_at": str,
+    "exit_code": (int, None),
+    "verdict": ({"status": (str, None), "reasons": [str]}, None),
+    "notebooks": [
+        {
+            "notebook": Required(str),
+            "result": (str, None),
+            "headline": (str, None),
+            "verdict": _VERDICT,
+        }
+    ],
+}
+# What compare reads of every result file's header; `data` is checked by its notebook's shape.
+RECORD_SHAPE: Shape = {"target": ({"is_trainium": (bool, None)}, None)}
 
 
 @dataclass
@@ -46,16 +78,56 @@ class UnreadableRun(BadInput):
     """A run folder that cannot be compared: missing, interrupted, or from another schema."""
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_json(path: Path, shape: Shape) -> dict[str, Any]:
+    """The file's object, within the bounds safe_load keeps and checked against `shape`."""
+    if not path.exists():
+        raise UnreadableRun(f"{path} is missing")
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UnreadableRun(f"{path} is missing") from None
-    except (OSError, ValueError) as exc:
-        raise UnreadableRun(f"{path} is not readable JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise UnreadableRun(f"{path} does not hold a JSON object")
+        value = load_json(read_bounded(path, "File", RESULT_MAX_BYTES), str(path))
+        if not isinstance(value, dict):
+            raise UnreadableRun(f"{path} does not hold a JSON object")
+        check_fields(value, shape, str(path))
+    except BadInput as exc:
+        raise UnreadableRun(str(exc).rstrip(".")) from None
     return value
+
+
+def data_shapes() -> dict[str, Shape]:
+    """Each notebook's `data` fields a comparison reads, declared in the module that reads
+    them (imported here, not at the top: those modules import Run from this one)."""
+    from workbench.compare import coverage, environment, numerics, retuning, timing
+
+    return {
+        environment.ENVIRONMENT_NOTEBOOK: environment.DATA_SHAPE,
+        timing.BASELINE_NOTEBOOK: timing.DATA_SHAPE,
+        coverage.COVERAGE_NOTEBOOK: coverage.DATA_SHAPE,
+        numerics.NUMERICS_NOTEBOOK: numerics.DATA_SHAPE,
+        retuning.RETUNING_NOTEBOOK: retuning.DATA_SHAPE,
+    }
+
+
+def result_path(folder: Path, name: str) -> Path:
+    """The result file a summary names: a plain file name inside the run folder, never a path
+    elsewhere (a hand-edited summary naming /etc/passwd or ../x makes the run unreadable)."""
+    plain = name not in ("", ".", "..") and not any(c in name for c in "/\\\x00")
+    path = folder / name
+    if not plain or not _inside(path, folder):
+        raise UnreadableRun(
+            f"{folder / 'summary.json'} names result {shown(name)}, which is not a file name "
+            "inside the run folder"
+        )
+    if path.exists() and not path.is_file():
+        raise UnreadableRun(f"{path} is not a regular file")
+    return path
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether `path` is in `folder` itself once symlinks are followed (a link leading out of
+    the folder is refused like ../x)."""
+    try:
+        return path.resolve().parent == folder.resolve()
+    except (OSError, RuntimeError):  # a symlink loop
+        return False
 
 
 def _check_schema(path: Path, record: dict[str, Any]) -> None:
@@ -77,17 +149,19 @@ def load_run(folder: Path) -> Run:
         raise UnreadableRun(
             f"{folder} has no summary.json: the run was interrupted or this is not a run folder"
         )
-    summary = _read_json(summary_path)
+    summary = _read_json(summary_path, SUMMARY_SHAPE)
     _check_schema(summary_path, summary)
     run = Run(folder, summary)
+    shapes = data_shapes()
     for entry in summary.get("notebooks", []):
         name = entry.get("result")
         if not name:
             continue
-        path = folder / name
-        record = _read_json(path)
+        path = result_path(folder, name)
+        notebook = entry["notebook"]
+        record = _read_json(path, {**RECORD_SHAPE, "data": (shapes.get(notebook, dict), None)})
         _check_schema(path, record)
-        run.results[entry["notebook"]] = record
+        run.results[notebook] = record
     return run
 
 

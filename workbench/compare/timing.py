@@ -40,9 +40,32 @@ from workbench.compare.records import (
 )
 from workbench.compare.runs import Run
 from workbench.compare.stats import mann_whitney_u, median
+from workbench.safe_load import Required, Shape
 from workbench.timing import quantile, samples_for_percentile
 
 BASELINE_NOTEBOOK = "01_baseline"
+_HOST = {
+    "loaded": (bool, None),
+    "threads": (int, None),
+    "other_share": (float, None),
+    "steal_share": (float, None),
+}
+_PHASE = {
+    "phase": str,
+    "measurement": ({"times": [float], "median": (float, None), "host": (_HOST, None)}, None),
+    "memory": ({"host_peak_rss": (float, None), "device_peak_allocated": (float, None)}, None),
+}
+DATA_SHAPE: Shape = {
+    "configs": [
+        {
+            "kind": Required(str),
+            "mode": Required(str),
+            "status": str,
+            "items_per_step": (float, None),
+            "phases": [_PHASE],
+        }
+    ]
+}
 STEADY, FIRST_CALL = "steady", "first_call"
 # From this many earlier runs on, a change must also leave the band their values spread over.
 HISTORY_SPREAD_RUNS = 3
