@@ -14,7 +14,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from workbench.errors import BadInput
 from workbench.redact import scrub_data
+from workbench.safe_load import (
+    RESULT_MAX_BYTES,
+    Required,
+    Shape,
+    check_fields,
+    load_json,
+    read_bounded,
+    shown,
+)
 
 SCHEMA_VERSION = 1
 
@@ -87,12 +97,43 @@ def save_result(out_dir: str | Path, notebook: str, data: dict[str, Any], **head
     return write_json_atomic(Path(out_dir) / f"{notebook}.json", scrub_data(_jsonable(record)))
 
 
+class UnreadableResult(BadInput, ValueError):
+    """A result file that is too large, too deep, not JSON, of a newer schema or with a field of
+    the wrong type. A ValueError too: a run's own report treats it as "no result", as before."""
+
+
+_VERDICT_SHAPE: Shape = {
+    "status": str,
+    "reason": str,
+    "rule": str,
+    "findings": [{"status": str, "reason": Required(str)}],
+}
+# The fields a report and the run's summary read of every result file (the lead: verdict,
+# headline, what ran, provenance); each notebook's own fields are read by its own code.
+RESULT_SHAPE: Shape = {
+    "target": ({}, None),
+    "workload": ({}, None),
+    "versions": ({}, None),
+    "parameters": ({}, None),
+    "data": Required({"headline": (str, None), "verdict": (_VERDICT_SHAPE, None)}),
+}
+
+
 def load_result(path: str | Path) -> dict[str, Any]:
-    """Read a result file and refuse one written by a newer, incompatible schema."""
-    record = json.loads(Path(path).read_text(encoding="utf-8"))
-    version = record.get("schema_version")
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise ValueError(
-            f"{path} has result schema {version!r}; this workbench reads up to {SCHEMA_VERSION}."
-        )
+    """Read a result file within bounds, refuse one written by a newer, incompatible schema, and
+    check the fields every reader of it reads; UnreadableResult says what is wrong."""
+    path = Path(path)
+    try:
+        record = load_json(read_bounded(path, "Result file", RESULT_MAX_BYTES), str(path))
+        if not isinstance(record, dict):
+            raise BadInput(f"{path} does not hold a JSON object: it is not a result file.")
+        version = record.get("schema_version")
+        if not isinstance(version, int) or isinstance(version, bool) or version > SCHEMA_VERSION:
+            raise BadInput(
+                f"{path} has result schema {shown(version)}; this workbench reads up to "
+                f"{SCHEMA_VERSION}."
+            )
+        check_fields(record, RESULT_SHAPE, str(path))
+    except BadInput as exc:
+        raise UnreadableResult(str(exc)) from None
     return record

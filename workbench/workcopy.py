@@ -9,7 +9,7 @@ with the runner's own export and summary code.
 
 from __future__ import annotations
 
-import json
+import os
 import shlex
 import sys
 from dataclasses import dataclass
@@ -36,7 +36,17 @@ from workbench.runner import (
     report_notebook,
     write_run_files,
 )
+from workbench.safe_load import (
+    RESULT_MAX_BYTES,
+    Required,
+    Shape,
+    check_fields,
+    load_json,
+    read_bounded,
+)
 
+# papermill's tag on the cell holding the injected values.
+INJECTED_TAG = "injected-parameters"
 # Written by `open`: what the run is, for `export` to put in summary.json and the index.
 OPENED_FILE = "open.json"
 __all__ = ["NOT_RUN", "OPENED_FILE", "OpenedRun", "export_run", "jupyter_command", "open_run"]
@@ -56,21 +66,40 @@ def open_run(request: RunRequest) -> OpenedRun:
     copies = []
     for path in prepared.notebooks:
         copy = out / path.name
-        papermill.execute_notebook(
+        # Prepared in memory (no output path): the copy is written once, by _write_copy.
+        prepared_copy = papermill.execute_notebook(
             str(path),
-            str(copy),
+            None,
             parameters=prepared.values(path, request, out, headless=False),
             prepare_only=True,
             progress_bar=False,
         )
+        _write_copy(copy, prepared_copy)
         copies.append(copy)
     opened = {
         **prepared.summary_fields(request),
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "parameters": scrub_data(dict(request.parameters)),
+        "parameters": dict(request.parameters),
     }
-    results.write_json_atomic(out / OPENED_FILE, opened)
+    results.write_json_atomic(out / OPENED_FILE, scrub_data(opened))
     return OpenedRun(out, copies, jupyter_command(out, request.workload))
+
+
+def _write_copy(copy: Path, nb: nbformat.NotebookNode) -> None:
+    """Write a prepared copy. The kernel runs its parameters cell, so that cell holds each value
+    as given: scrubbed, a URL password would not reach the code. Every other place the values
+    appear (papermill's record of them in the metadata) is scrubbed as `workbench run` scrubs a
+    finished notebook, and a copy whose parameters cell holds a secret is created owner-only
+    (0600): it is the one file the value is in. Reports made from it are scrubbed by export."""
+    record = nb.metadata.setdefault("papermill", {})
+    record["output_path"] = str(copy)
+    record["parameters"] = scrub_data(record.get("parameters", {}))
+    injected = [c for c in nb.cells if INJECTED_TAG in c.get("metadata", {}).get("tags", [])]
+    holds_secret = any(scrub_text(cell.source) != cell.source for cell in injected)
+    # Created with its final mode: never readable by others, not even for a moment.
+    handle = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if holds_secret else 0o666)
+    with os.fdopen(handle, "w", encoding="utf-8") as stream:
+        stream.write(nbformat.writes(nb))
 
 
 def jupyter_command(folder: Path, workload: str) -> str:
@@ -85,25 +114,67 @@ def jupyter_command(folder: Path, workload: str) -> str:
     return command
 
 
+_TEXT = (str, None)
+# What export copies from open.json (or an earlier summary.json) into the new summary.json.
+RUN_FIELDS_SHAPE: Shape = {
+    "schema_version": int,
+    "workload": str,
+    "target": str,
+    **dict.fromkeys(
+        ("workload_spec", "target_requested", "target_reason", "validation", "started_at"), _TEXT
+    ),
+}
+_RUN_FIELDS = tuple(RUN_FIELDS_SHAPE)
+# What export reads of each copy: its cells' types, code, tags, run counts, errors, and the
+# cell timings JupyterLab records (with "record timing" on).
+_TIMING = {"iopub.execute_input": str, "shell.execute_reply": str}
+COPY_SHAPE: Shape = {
+    "cells": Required(
+        [
+            {
+                "cell_type": str,
+                "source": (str, [str]),
+                "execution_count": (int, None),
+                "metadata": {"tags": [str], "execution": _TIMING},
+                "outputs": [{"output_type": str, "ename": str, "evalue": str}],
+            }
+        ]
+    )
+}
+
+
 def _run_fields(folder: Path) -> dict[str, Any]:
     """The run-level fields from `open`'s record, or from an earlier summary.json."""
     for name in (OPENED_FILE, "summary.json"):
         path = folder / name
         if path.exists():
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                raise BadInput(f"{path} cannot be read: {one_line(str(exc))}.") from None
-            keep = (
-                *("schema_version", "workload", "workload_spec", "target"),
-                *("target_requested", "target_reason", "validation", "started_at"),
-            )
+            data = load_json(read_bounded(path, "Run record", RESULT_MAX_BYTES), str(path))
             if isinstance(data, dict) and all(k in data for k in ("workload", "target")):
-                return {k: data[k] for k in keep if k in data}
+                check_fields(data, RUN_FIELDS_SHAPE, str(path))
+                return {k: data[k] for k in _RUN_FIELDS if k in data}
     raise BadInput(
         f"{folder} holds neither {OPENED_FILE} nor summary.json; export a folder that "
         "`workbench open` or `workbench run` wrote."
     )
+
+
+def _read_copy(path: Path) -> nbformat.NotebookNode:
+    """An executed copy, read within bounds with the fields export reads checked: a copy that
+    is not a notebook, or holds a field of the wrong type, is one sentence (exit 2), since
+    nothing of it could be reported truthfully."""
+    text = read_bounded(path, "Notebook copy", RESULT_MAX_BYTES)
+    check_fields(load_json(text, str(path)), COPY_SHAPE, str(path))
+    try:
+        return nbformat.reads(text, as_version=4)
+    except (ValueError, KeyError, AttributeError) as exc:  # nbformat's own refusals
+        raise BadInput(f"{path} is not a notebook nbformat reads ({one_line(str(exc))}).") from None
+
+
+def _check_result_beside(copy: Path) -> None:
+    """The copy's result file, when it saved one, read as a run's report will read it."""
+    result = copy.with_suffix(".json")
+    if result.exists():
+        results.load_result(result)
 
 
 def _timed_seconds(nb: nbformat.NotebookNode) -> float | None:
@@ -134,14 +205,10 @@ def _cells_to_run(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
     ]
 
 
-def _outcome(path: Path) -> NotebookOutcome:
+def _outcome(path: Path, nb: nbformat.NotebookNode) -> NotebookOutcome:
     """What an executed copy says about its run: the first error output; otherwise "not run"
     unless every cell ran (a copy stepped through part-way has measured part of its question,
     and its verdict would claim the rest)."""
-    try:
-        nb = nbformat.read(str(path), as_version=4)
-    except (OSError, ValueError) as exc:
-        return NotebookOutcome(path.stem, "failed", None, f"not readable: {one_line(str(exc))}")
     outcome = NotebookOutcome(path.stem, "ok", _timed_seconds(nb))
     for index, cell in enumerate(nb.cells):
         for output in cell.get("outputs", []):
@@ -171,9 +238,13 @@ def export_run(folder: Path, *, show_code: bool = False) -> tuple[int, Path]:
     if not copies:
         raise BadInput(f"{folder} holds no notebook copies (NN_name.ipynb) to export.")
     summary = _run_fields(folder.resolve())
-    outcomes = []
+    # Everything is read and checked before the first report is written.
+    notebooks = {path: _read_copy(path) for path in copies}
     for path in copies:
-        outcome = _outcome(path)
+        _check_result_beside(path)
+    outcomes = []
+    for path, nb in notebooks.items():
+        outcome = _outcome(path, nb)
         if outcome.status != NOT_RUN:  # a copy not run through has no report and no verdict
             report_notebook(path, outcome, show_code)
         outcomes.append(outcome)

@@ -7,7 +7,6 @@ table, that measurement answers later runs on a laptop, for the ops this workloa
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from workbench.coverage.native_table import (
     write_table,
 )
 from workbench.errors import BadInput
+from workbench.safe_load import RESULT_MAX_BYTES, load_json, read_bounded_bytes
 from workbench.targets.detect import FLAVOUR_NATIVE
 
 COVERAGE_RESULT = "02_op_coverage.json"
@@ -37,13 +37,12 @@ def _packet(op: str) -> str:
 def _read_result(path: Path) -> tuple[dict[str, Any], bytes, Path]:
     if path.is_dir():
         path = path / COVERAGE_RESULT
+    raw = read_bounded_bytes(path, "Result file", RESULT_MAX_BYTES)
     try:
-        raw = path.read_bytes()
-        record = json.loads(raw.decode("utf-8"))
-    except OSError as exc:
-        raise BadInput(f"{path} cannot be read: {exc.strerror or exc}.") from None
-    except (UnicodeDecodeError, ValueError):
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
         raise BadInput(f"{path} is not a JSON result file of notebook 02.") from None
+    record = load_json(text, f"Result file {path}")
     if not isinstance(record, dict) or record.get("notebook") != COVERAGE_NOTEBOOK:
         raise BadInput(f"{path} is not a result of notebook 02 ({COVERAGE_RESULT}).")
     return record, raw, path

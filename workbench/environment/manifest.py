@@ -27,6 +27,7 @@ from workbench.environment.companions import check_imports
 from workbench.errors import BadInput
 from workbench.redact import redact_environment, redact_value, scrub_data, scrub_text
 from workbench.results import write_json_atomic, write_text_atomic
+from workbench.safe_load import RESULT_MAX_BYTES, load_json, read_bounded
 from workbench.targets.detect import detect_neuron_stack
 
 MANIFEST_KIND = "workbench.environment-manifest"
@@ -277,14 +278,11 @@ def pin(out_path: str | Path, *, force: bool = False) -> tuple[Path, Path]:
 def load_manifest(path: str | Path) -> dict[str, Any]:
     """Read a manifest written by `pin`; anything else is BadInput with one clear sentence."""
     path = Path(path)
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not path.exists():
         raise BadInput(
             f"Manifest {path} does not exist: pin the environment first or pass the right path."
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadInput(f"Manifest {path} could not be read as JSON ({exc}).") from None
+        )
+    record = load_json(read_bounded(path, "Manifest", RESULT_MAX_BYTES), f"Manifest {path}")
     if not isinstance(record, dict) or record.get("kind") != MANIFEST_KIND:
         raise BadInput(
             f"{path} is not a workbench environment manifest: pass a file written by pin()."

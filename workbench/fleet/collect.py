@@ -37,6 +37,7 @@ class ItemRow:
     change: str = ""  # the comparison headline, or why there is none
     comparison: str | None = None  # compare.html, relative to ROOT
     incomplete: list[str] = field(default_factory=list)
+    damaged: list[str] = field(default_factory=list)  # why a run with a summary was skipped
 
 
 def _item_row(root: Path, folder: Path, name: str, workload: str, target: str) -> ItemRow:
@@ -47,8 +48,12 @@ def _item_row(root: Path, folder: Path, name: str, workload: str, target: str) -
     for child in sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()):
         try:
             runs.append(load_run(child))
-        except UnreadableRun:
+        except UnreadableRun as exc:
             broken.append(child.name)
+            # A folder without summary.json is still running or was killed; one with a summary
+            # that cannot be read was damaged, and the reason names the file and field.
+            if (child / "summary.json").exists():
+                row.damaged.append(str(exc))
     row.incomplete = broken
     if not runs:
         row.state = INCOMPLETE if broken else MISSING

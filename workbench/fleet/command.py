@@ -91,6 +91,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
     root = Path(args.root)
     rows = collect(root)
     page = write_dashboard(rows, root)
+    for reason in (reason for row in rows for reason in row.damaged):
+        print(console_line(f"skipped: {reason}"), file=sys.stderr)
     for row in rows:
         state = row.verdict if row.verdict else row.state
         print(console_line(f"{row.name}: {state}; {row.change or row.state}"))
