@@ -30,6 +30,24 @@ ALIAS_BOMB_WIDE = _alias_bomb(8)
 ALIAS_BOMB_MANY = _alias_bomb(10)
 DEEP_YAML = "a:\n" + "".join(" " * i + "- \n" for i in range(1, 20_000))
 DEEP_FLOW_YAML = "a: " + "[" * 20_000 + "]" * 20_000
+DEEP_JSON = "[" * 100_000 + "]" * 100_000
+OPENED = '{"schema_version": 1, "workload": "seed-mlp", "target": "cpu"}'
+TIMED_WRONG = json.dumps(
+    {
+        "cells": [
+            {
+                "cell_type": "code",
+                "source": "x = 1",
+                "metadata": {"execution": 5},
+                "outputs": [],
+                "execution_count": 1,
+            }
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+)
 
 # (id, arguments after `workbench`, files to create first, a phrase the sentence must contain)
 BAD_INPUTS = [
@@ -514,6 +532,64 @@ BAD_INPUTS = [
         ["tables", "save-measured", "r.json", "--out", "tables"],
         {"r.json": '{"notebook": "01_baseline"}'},
         "is not a result of notebook 02",
+    ),
+    (
+        "compare summary nested 100,000 deep",
+        ["compare", "a", "b"],
+        {"a/summary.json": DEEP_JSON, "b/summary.json": DEEP_JSON},
+        "a/summary.json nests deeper than",
+    ),
+    (
+        "compare result outside the run folder",
+        ["compare", "a", "b"],
+        {
+            "a/summary.json": '{"schema_version": 1, "notebooks": '
+            '[{"notebook": "01_baseline", "result": "/etc/passwd"}]}',
+            "b/summary.json": "{}",
+        },
+        "names result '/etc/passwd', which is not a file name inside the run folder",
+    ),
+    (
+        "compare summary field of the wrong type",
+        ["compare", "a", "b"],
+        {"a/summary.json": '{"schema_version": 1, "workload": 7}', "b/summary.json": "{}"},
+        "a/summary.json: workload must be a string",
+    ),
+    (
+        "env diff manifest nested 100,000 deep",
+        ["env", "diff", "a.json", "a.json"],
+        {"a.json": DEEP_JSON},
+        "Manifest a.json nests deeper than",
+    ),
+    (
+        "export record nested 100,000 deep",
+        ["export", "w"],
+        {"w/open.json": DEEP_JSON, "w/00_environment.ipynb": "{}"},
+        "open.json nests deeper than",
+    ),
+    (
+        "export copy nested 100,000 deep",
+        ["export", "w"],
+        {"w/open.json": OPENED, "w/00_environment.ipynb": DEEP_JSON},
+        "00_environment.ipynb nests deeper than",
+    ),
+    (
+        "export cell timing of the wrong type",
+        ["export", "w"],
+        {"w/open.json": OPENED, "w/00_environment.ipynb": TIMED_WRONG},
+        "00_environment.ipynb: cells[0].metadata.execution must be a mapping",
+    ),
+    (
+        "collect claim nested 100,000 deep",
+        ["collect", "root"],
+        {"root/workbench-matrix.json": DEEP_JSON},
+        "workbench-matrix.json nests deeper than",
+    ),
+    (
+        "measured table nested 100,000 deep",
+        ["tables", "save-measured", "r.json", "--out", "tables"],
+        {"r.json": DEEP_JSON},
+        "Result file r.json nests deeper than",
     ),
 ]
 

@@ -174,3 +174,86 @@ def test_export_bad_folders_are_bad_input(tmp_path, capsys):
     assert "is not a folder" in capsys.readouterr().err
     assert main(["export", str(tmp_path)]) == EXIT_BAD_INPUT
     assert "holds no notebook copies" in capsys.readouterr().err
+
+
+URL_PASSWORD = "s3cret-Pw-9041"
+
+
+def test_open_keeps_a_url_password_out_of_every_file_but_the_owner_only_copy(tmp_path):
+    """The kernel runs the copy's parameters cell, so that cell holds the value as given; every
+    other file `open` writes, and the copy's own metadata, hold it scrubbed."""
+    folder = tmp_path / "work"
+    manifest = f"https://alice:{URL_PASSWORD}@example.com/env.json"
+    open_run(RunRequest(target="cpu", only=["00", "01"], out=folder,
+                        parameters={"pinned_manifest": manifest}))  # fmt: skip
+    holding = [p.name for p in folder.rglob("*") if p.is_file() and URL_PASSWORD in p.read_text()]
+    assert holding == ["00_environment.ipynb"]
+    copy = folder / "00_environment.ipynb"
+    assert copy.stat().st_mode & 0o777 == 0o600
+    assert manifest in _injected(copy), "the copy still runs with the real value"
+    nb = nbformat.read(copy, as_version=4)
+    assert "[redacted]" in nb.metadata.papermill.parameters["pinned_manifest"]
+    assert (
+        "[redacted]"
+        in json.loads((folder / OPENED_FILE).read_text())["parameters"]["pinned_manifest"]
+    )
+    # A copy whose parameters hold no secret is written as any other file of the run.
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (folder / "01_baseline.ipynb").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def _step_through(copy: Path, timing: object) -> None:
+    nb = nbformat.read(copy, as_version=4)
+    for count, cell in enumerate((c for c in nb.cells if c.cell_type == "code"), 1):
+        cell.execution_count = count
+        cell.metadata["execution"] = timing
+    nbformat.write(nb, copy)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+@pytest.mark.parametrize(
+    ("timing", "result", "sentence"),
+    [
+        ({"shell.execute_reply": 5}, None,
+         "cells[1].metadata.execution.shell.execute_reply must be a string"),
+        ("late", None, "cells[1].metadata.execution must be a mapping"),
+        ({}, {"verdict": ["pass"]}, "data.verdict must be a mapping or null"),
+        ({}, {"headline": {"a": 1}}, "data.headline must be a string or null"),
+    ],
+)  # fmt: skip
+def test_export_of_a_copy_with_a_field_of_the_wrong_type_is_one_sentence(
+    tmp_path, capsys, timing, result, sentence
+):
+    folder = tmp_path / "work"
+    open_run(RunRequest(target="cpu", only=["00"], out=folder))
+    _step_through(folder / "00_environment.ipynb", timing)
+    if result is not None:
+        save_result(folder, "00_environment", result)
+    before = _files(folder)
+    assert main(["export", str(folder)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and sentence in err[0], err
+    assert _files(folder) == before, "nothing is written"
+
+
+def test_export_reads_well_typed_cell_timings(tmp_path):
+    folder = tmp_path / "work"
+    open_run(RunRequest(target="cpu", only=["00"], out=folder))
+    timing = {
+        "iopub.execute_input": "2026-11-01T10:00:00.000Z",
+        "shell.execute_reply": "2026-11-01T10:00:01.500Z",
+    }
+    _step_through(folder / "00_environment.ipynb", timing)
+    save_result(folder, "00_environment", {"headline": "stack recorded"})
+    exit_code, _ = export_run(folder)
+    assert exit_code == EXIT_OK
+    summary = json.loads((folder / "summary.json").read_text())
+    code_cells = sum(
+        1 for c in nbformat.read(folder / "00_environment.ipynb", as_version=4).cells
+        if c.cell_type == "code"
+    )  # fmt: skip
+    assert summary["seconds"] == pytest.approx(1.5 * code_cells)
