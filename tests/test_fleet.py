@@ -132,6 +132,9 @@ def test_matrix_items_run_into_root_and_collect_shows_every_item(tmp_path: Path)
         assert result.returncode == 0, result.stderr
     item_dir = tmp_path / "root" / "b-mlp-b"
     assert (item_dir / "latest" / "summary.json").is_file()
+    # The item's own selection (only 00) is its workbook: its runs are judged as whole runs.
+    summary = json.loads((item_dir / "latest" / "summary.json").read_text())
+    assert summary["not_run"] == [] and summary["verdict"]["status"] in ("pass", "attention")
     out_of_range = workbench(
         "run", "--matrix", str(path), "--index", "2", "--out", "root", cwd=tmp_path
     )

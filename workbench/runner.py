@@ -73,6 +73,9 @@ class RunRequest:
     reports_root: Path = Path("reports")
     # A folder, "" for the default under the user's cache directory, or "off".
     compile_cache: str = ""
+    # The notebooks a run stands for as a whole: a matrix item's own selection is its workbook,
+    # so its runs are judged, and move its `latest`, as full runs. Empty: every notebook.
+    workbook: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -410,10 +413,12 @@ def _settings_check(stem: str) -> Callable[[dict[str, Any]], object] | None:
 _WORKLOAD_SIZES = ("batch_size", "num_classes")
 
 
-def notebooks_left_out(notebooks: list[Path]) -> list[str]:
-    """The workbook's notebooks that a run of `notebooks` does not execute (an --only run)."""
+def notebooks_left_out(notebooks: list[Path], workbook: list[str] | None = None) -> list[str]:
+    """The workbook's notebooks (every one, or those `workbook` numbers) that a run of
+    `notebooks` does not execute (an --only run)."""
     chosen = {path.stem for path in notebooks}
-    return [path.stem for path in available_notebooks().values() if path.stem not in chosen]
+    whole = select_notebooks(workbook or [])
+    return [path.stem for path in whole if path.stem not in chosen]
 
 
 def update_latest(reports_root: Path, out: Path) -> None:
@@ -570,7 +575,7 @@ def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
         log_handler.close()
 
     unwritten = {"run.log": log_handler.failure} if log_handler.failure else {}
-    left_out = notebooks_left_out(notebooks)
+    left_out = notebooks_left_out(notebooks, request.workbook)
     summary = {
         **prepared.summary_fields(request),
         "started_at": started_at.isoformat(timespec="seconds"),

@@ -60,6 +60,7 @@ class MatrixItem:
             show_code=show_code,
             cell_timeout=cell_timeout or DEFAULT_CELL_TIMEOUT_S,
             reports_root=root / self.name,
+            workbook=self.only,
         )
 
 
