@@ -213,6 +213,8 @@ def _retune(largest_fit, statuses=(), launches=(), accumulation_passed=True) -> 
             runs=[SimpleNamespace(status=s, world_size=2**i) for i, s in enumerate(launches)]
         ),
         accumulation=SimpleNamespace(passed=accumulation_passed),
+        noisy=list,  # no measurement a choice is read from stayed noisy or ran loaded
+        loaded=list,
     )
 
 

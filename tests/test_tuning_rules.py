@@ -232,8 +232,8 @@ def test_what_stays_noisy_is_attention_named_in_the_headline_and_a_quiet_run_pas
     assert verdict.status == ATTENTION and "stayed noisy" in verdict.reason
     assert "sweep trial at batch 64" in verdict.reason
     headline = unsettled.headline()
-    assert "Attention" in headline and "sweep trial at batch 64: IQR" in headline
-    assert "measured 3 times" in headline
+    assert "Attention" in headline and "sweep trial at batch 64 (IQR" in headline
+    assert "stayed noisy after re-measuring" in headline
 
 
 def test_a_loaded_measurement_is_attention_named_and_claims_no_clean_choice():
@@ -245,7 +245,10 @@ def test_a_loaded_measurement_is_attention_named_and_claims_no_clean_choice():
     verdict = retuning_verdict(result)
     assert verdict.status == ATTENTION and "loaded" in verdict.reason
     assert "DataLoader 1 worker(s), prefetch 2" in verdict.reason
-    assert "ran while the machine was loaded" in result.headline()
+    assert (
+        "ran on a loaded machine (DataLoader 1 worker(s), prefetch 2 (others 60%"
+        in result.headline()
+    )
     from workbench.tuning.recommend import recommend
 
     evidence = next(i.evidence for i in recommend(result).items if i.knob == "DataLoader")

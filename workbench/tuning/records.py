@@ -10,7 +10,7 @@ from typing import Any
 from workbench.baseline.records import EAGER, MODES
 from workbench.errors import BadInput
 from workbench.scorecard import ATTENTION, BLOCKER, Finding, Verdict, judge
-from workbench.timing import FLUCTUATION_SEVERE, HOST_LOAD_RULE, Measurement
+from workbench.timing import FLUCTUATION_SEVERE, HOST_LOAD_RULE, HostLoad, Measurement
 from workbench.tuning.buckets import BucketStudy
 from workbench.tuning.cost import CostStudy
 from workbench.tuning.dataloader import (
@@ -189,16 +189,16 @@ class RetuneResult:
         """The decision measurements still above the noise limit, each named with its IQR."""
         limit = self.remeasure.limit
         return [
-            _named(name, f"IQR {m.relative_iqr:.0%} of the median", note)
-            for name, m, note in self.decision_measurements()
+            f"{name} (IQR {m.relative_iqr:.0%})"
+            for name, m, _ in self.decision_measurements()
             if m.relative_iqr > limit
         ]
 
     def loaded(self) -> list[str]:
         """The decision measurements taken while the machine was loaded, each named."""
         return [
-            _named(name, m.host.sentence(), note)
-            for name, m, note in self.decision_measurements()
+            f"{name} ({_load_share(m.host)})"
+            for name, m, _ in self.decision_measurements()
             if m.loaded and m.host is not None
         ]
 
@@ -235,18 +235,16 @@ class RetuneResult:
         noisy, loaded = self.noisy(), self.loaded()
         if noisy:
             parts.append(
-                f"{_count(noisy)} stayed noisy above the {self.remeasure.limit:.0%} IQR limit "
-                f"({_first_few(noisy)})"
+                f"{_count(noisy)} stayed noisy after re-measuring, IQR above "
+                f"{self.remeasure.limit:.0%} ({_first_few(noisy)})"
             )
         if loaded:
-            parts.append(
-                f"{_count(loaded)} ran while the machine was loaded ({_first_few(loaded)})"
-            )
+            parts.append(f"{_count(loaded)} ran on a loaded machine ({_first_few(loaded)})")
         if not parts:
             return ""
         return (
-            f" Attention: {'; '.join(parts)}; the choices read from them are provisional, "
-            "claim no speed-up as clean, and want a re-run on a quiet machine."
+            f" Attention: {'; '.join(parts)}; the choices read from them are provisional: "
+            "re-run on a quiet machine."
         )
 
     def _choice_clause(self) -> str:
@@ -281,8 +279,11 @@ class RetuneResult:
         )
 
 
-def _named(name: str, why: str, note: str) -> str:
-    return f"{name}: {why}" + (f", {note}" if note else "")
+def _load_share(host: HostLoad) -> str:
+    """What loaded a measurement, in few words (the tables give the whole reading)."""
+    other = f"others {host.other_share:.0%} of the CPU" if host.other_share is not None else ""
+    steal = f"steal {host.steal_share:.0%}" if host.steal_share else ""
+    return ", ".join(part for part in (other, steal) if part) or "loaded"
 
 
 def _count(names: list[str]) -> str:
@@ -291,7 +292,7 @@ def _count(names: list[str]) -> str:
 
 def _first_few(names: list[str], shown: int = 3) -> str:
     more = len(names) - shown
-    return "; ".join(names[:shown]) + (f"; and {more} more" if more > 0 else "")
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 RETUNING_RULE = (
