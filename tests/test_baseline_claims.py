@@ -199,7 +199,7 @@ def test_the_load_and_thread_count_are_in_the_record_and_the_report(monkeypatch)
     assert steady["host"]["threads"] == 2 and steady["host"]["loaded"] is False
     assert data["configs"][0]["phases"][0]["measurement"]["host"] is None
     html = displayed(monkeypatch, views.headline, result_of(eager, compiled))
-    assert "quiet: 2 thread(s) / 2 core(s), others 3%, steal 0%" in html
+    assert "quiet: 2 thread(s) on 2 core(s), other processes 3% of the CPU, steal 0%" in html
 
 
 def test_measured_warm_up_and_steady_state_carry_the_machines_load(monkeypatch):

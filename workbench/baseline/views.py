@@ -59,17 +59,9 @@ def _left_out(steady: Any) -> str:
 
 
 def _machine(measurement: Measurement | None) -> str:
-    """The machine's state while a phase was timed, short enough for a table cell."""
+    """The machine's state while a phase was timed (threads, other load, steal)."""
     host = measurement.host if measurement else None
-    if host is None:
-        return "n/a"
-    if host.other_share is None or host.steal_share is None:
-        return f"{host.threads} thread(s) / {host.cores} core(s), load not readable"
-    state = "LOADED" if host.loaded else "quiet"
-    return (
-        f"{state}: {host.threads} thread(s) / {host.cores} core(s), others "
-        f"{host.other_share:.0%}, steal {host.steal_share:.0%}"
-    )
+    return host.sentence() if host is not None else "n/a"
 
 
 def _tail(measurement: Measurement | None) -> str:
