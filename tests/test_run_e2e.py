@@ -46,12 +46,19 @@ def env_run(tmp_path_factory):
     return cwd, result
 
 
-def test_run_00_writes_report_json_index_and_latest(env_run):
+def only_run_folder(cwd: Path) -> Path:
+    """The one run folder an --only run left under reports/ (it does not move `latest`)."""
+    (run_dir,) = [p for p in (cwd / "reports").iterdir() if not p.is_symlink()]
+    return run_dir
+
+
+def test_run_00_writes_report_json_index_and_leaves_latest(env_run):
     cwd, result = env_run
     assert result.returncode == 0, result.stderr
-    latest = cwd / "reports" / "latest"
-    assert latest.is_symlink()
-    run_dir = latest.resolve()
+    # Only a run of every notebook moves `latest`: an --only run says so and leaves it.
+    assert not (cwd / "reports" / "latest").exists()
+    assert "reports/latest was not moved" in result.stderr
+    run_dir = only_run_folder(cwd)
     for name in (
         "00_environment.ipynb",
         "00_environment.html",
@@ -70,9 +77,12 @@ def test_run_00_writes_report_json_index_and_latest(env_run):
     # The scorecard: 00's verdict in its result, summary and index, the run's verdict on top.
     assert record["data"]["verdict"]["status"] == "pass" and record["data"]["verdict"]["rule"]
     assert summary["notebooks"][0]["verdict"]["status"] == "pass"
-    assert summary["verdict"] == {"status": "pass", "reasons": []}
+    # Four notebooks did not run: the run has no migration verdict, only what 00 found.
+    verdict = summary["verdict"]
+    assert verdict["status"] == "not run" and verdict["of_the_notebooks_run"] == "pass"
+    assert verdict["not_run"] == ["01_baseline", "02_op_coverage", "03_numerics", "04_retuning"]
     index = (run_dir / "index.html").read_text()
-    assert index.index('class="verdict verdict-pass"') < index.index("<table>")
+    assert index.index('class="verdict verdict-not-run"') < index.index("<table>")
     # One progress line per notebook on the console, each line the notebook prints indented
     # under it, and every cell's output in the run log.
     assert "[1/1] 00_environment ok in" in result.stderr
@@ -82,7 +92,7 @@ def test_run_00_writes_report_json_index_and_latest(env_run):
 
 def test_reports_are_offline_and_say_what_was_validated(env_run):
     cwd, _ = env_run
-    run_dir = (cwd / "reports" / "latest").resolve()
+    run_dir = only_run_folder(cwd)
     for page in ("00_environment.html", "index.html"):
         text = (run_dir / page).read_text()
         assert network_references(text) == [], page
@@ -101,7 +111,7 @@ def test_planted_secrets_reach_no_file_of_the_run(env_run):
     for secret in SECRET_STRINGS:
         assert secret not in result.stdout + result.stderr
     # The behaviour-changing variable itself is kept: it is not a secret.
-    record = (cwd / "reports" / "latest" / "00_environment.json").read_text()
+    record = (only_run_folder(cwd) / "00_environment.json").read_text()
     assert "--auto-cast=none" in record
 
 
@@ -111,12 +121,12 @@ def _snapshot(path: Path) -> dict[str, bytes]:
 
 def test_failed_notebook_keeps_report_and_latest(env_run):
     cwd, _ = env_run
-    before = (cwd / "reports" / "latest").resolve()
+    before = only_run_folder(cwd)
     result = workbench(
         "run", "--only", "00", "-p", "pinned_manifest=missing-manifest.json", cwd=cwd
     )
     assert result.returncode == 1
-    assert (cwd / "reports" / "latest").resolve() == before, "a failed run never moves latest"
+    assert not (cwd / "reports" / "latest").exists(), "a failed run never moves latest"
     failed_dir = max(
         (p for p in (cwd / "reports").iterdir() if not p.is_symlink()),
         key=lambda p: p.stat().st_mtime,
@@ -207,9 +217,11 @@ def test_a_killed_kernel_is_reported_and_the_run_goes_on(tmp_path):
     assert statuses["01_baseline"]["status"] == "kernel-died"
     assert "kernel died" in statuses["01_baseline"]["error"]
     assert statuses["00_environment"]["status"] == "ok"
-    # A notebook that died judged nothing: the run's verdict says it blocks, and why.
-    assert summary["verdict"]["status"] == "blocker"
-    assert summary["verdict"]["reasons"][0] == "01_baseline: did not finish (kernel-died)"
+    # A notebook that died judged nothing: of the notebooks run, that blocks; the run as a
+    # whole (02-04 not run) has no migration verdict.
+    assert summary["verdict"]["status"] == "not run"
+    assert summary["verdict"]["of_the_notebooks_run"] == "blocker"
+    assert "01_baseline: did not finish (kernel-died)" in summary["verdict"]["reasons"]
     assert (tmp_path / "run" / "01_baseline.html").is_file(), "the partial report is kept"
     cell = statuses["01_baseline"]["failed_cell"]
     assert cell is not None, "the index names the cell the kernel died in"
