@@ -4,6 +4,8 @@ too busy for a measurement to stand on its own (real /proc/stat readings, real b
 from __future__ import annotations
 
 import multiprocessing
+import subprocess
+import sys
 import time
 
 import pytest
@@ -46,21 +48,37 @@ def _spin(seconds: float) -> None:
 
 
 def test_other_processes_busy_loops_mark_a_measurement_loaded() -> None:
-    context = multiprocessing.get_context("spawn")
-    spinners = [context.Process(target=_spin, args=(2.0,)) for _ in range(2)]
-    for process in spinners:
-        process.start()
-    time.sleep(0.5)  # past the spawn's own start-up
-    try:
-        with HostLoadProbe() as probe:
-            time.sleep(1.0)
-    finally:
-        for process in spinners:
-            process.join()
+    """Two busy loops started through a shell that exits at once: they are not this process's
+    descendants (those are the measurement's own work), just other load on the machine."""
+    spin = (
+        f"{sys.executable} -c 'import time; end = time.time() + 2.5\nwhile time.time() < end: pass'"
+    )
+    subprocess.run(["sh", "-c", f"({spin} &) ; ({spin} &)"], check=True)
+    time.sleep(0.5)  # past the interpreters' start-up
+    with HostLoadProbe() as probe:
+        time.sleep(1.0)
     load = probe.result
     assert load is not None and load.other_share is not None
     assert load.loaded, load.sentence()
     assert "LOADED" in load.sentence()
+    time.sleep(1.2)  # the loops end by themselves
+
+
+def test_a_measurements_child_processes_are_its_own_work() -> None:
+    """Busy children (as compiler or DataLoader workers are) do not mark it loaded."""
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_spin, args=(2.0,)) for _ in range(2)]
+    for process in workers:
+        process.start()
+    time.sleep(0.5)
+    try:
+        with HostLoadProbe() as probe:
+            time.sleep(1.0)
+    finally:
+        for process in workers:
+            process.join()
+    assert probe.result is not None and probe.result.other_share is not None
+    assert probe.result.other_share < 0.25, probe.result.sentence()
 
 
 def test_a_measurements_own_work_is_not_counted_as_other_load() -> None:

@@ -149,8 +149,19 @@ def _proc_stat_ticks() -> tuple[int, int, int] | None:
 
 
 def _own_cpu_seconds() -> float:
-    times = psutil.Process().cpu_times()
-    return times.user + times.system + times.children_user + times.children_system
+    """CPU time of this process and every process under it: the children it has reaped are in
+    its own counters, live ones (compiler workers, DataLoader workers) are read one by one, so
+    a measurement's own helpers never count as other load."""
+    me = psutil.Process()
+    times = me.cpu_times()
+    total = times.user + times.system + times.children_user + times.children_system
+    for child in me.children(recursive=True):
+        try:
+            child_times = child.cpu_times()
+        except psutil.Error:  # it exited between the listing and the reading
+            continue
+        total += child_times.user + child_times.system
+    return total
 
 
 def _threads() -> int:

@@ -209,12 +209,11 @@ class _ConfigRunner:
         # The first call is where compiles happen: sample the compiler's worker processes there
         # only, so no sampling thread competes with the timed warm-up and steady steps.
         workers = ChildPeakRss() if phase == PHASE_FIRST_CALL else None
-        # What else the machine did while the steps ran (the first call's compiler workers are
-        # this run's own work, which the probe would count as other load: that phase goes
-        # without one).
-        load = HostLoadProbe() if workers is None else None
+        # What else the machine did while the steps ran; the compiler's worker processes are
+        # this process's children, which the probe counts as the measurement's own work.
+        load = HostLoadProbe()
         try:
-            with workers or nullcontext(), load or nullcontext():
+            with workers or nullcontext(), load:
                 while len(times) < max_steps and not (stop and stop(times)):
                     step_starts.append(time.time())
                     start = perf_counter()
@@ -239,7 +238,7 @@ class _ConfigRunner:
         record = PhaseResult(
             phase,
             first_step,
-            Measurement(times, host=load.result if load else None) if times else None,
+            Measurement(times, host=load.result) if times else None,
             memory,
             CounterDelta.between(before, self.target.compile_counters()),
             converged=bool(stop(times)) if stop and failure is None else None,

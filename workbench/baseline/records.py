@@ -310,9 +310,8 @@ class ConfigResult:
         return owner
 
     def loaded_phases(self) -> list[PhaseResult]:
-        """The phases timed on a loaded machine. Only warm-up and steady state carry a load
-        reading: during the first call the compiler's worker processes are this run's own work,
-        which the probe would count as other processes'."""
+        """The phases timed on a loaded machine (a loaded first call inflates the compile cost
+        and the payback read from it, as a loaded steady state does the speed-up)."""
         return [p for p in self.phases if p.measurement and p.measurement.loaded]
 
     def _loaded_host(self) -> tuple[PhaseResult, HostLoad] | None:
@@ -708,7 +707,7 @@ def result_data(result: BaselineResult) -> dict[str, Any]:
             "steady_median": OUTLIER_RULE,
             "speedup_interval": SPEEDUP_INTERVAL_METHOD,
             "host_load": (
-                "timing.HostLoadProbe around the warm-up and the steady state, kept as their "
+                "timing.HostLoadProbe around every timed phase, kept as its "
                 f"measurement.host: {HOST_LOAD_RULE}"
             ),
             "tail": (

@@ -194,8 +194,8 @@ def phase_table(result: BaselineResult) -> None:
     display(
         show.table(
             [_phase_time_row(c, p) for c, p in phases],
-            caption="Time per phase (median: the robust median; the first call carries no load "
-            "reading, as its compiler workers would count as other load)",
+            caption="Time per phase (median: the robust median; the compiler's workers count as "
+            "the run's own work in each load reading)",
         )
     )
     display(

@@ -33,8 +33,6 @@ from workbench.tuning.noise import (
     RemeasurePolicy,
     fastest_then_cheapest,
     host_load_from,
-    live_children_cpu_seconds,
-    with_own_helpers,
 )
 from workbench.tuning.process import FINISHED, run_in_child, usable_cores
 from workbench.workload import Inputs, WorkloadSpec, input_tensors, move_inputs
@@ -184,13 +182,11 @@ class LoaderJob:
 
         for _ in range(self.warmup_steps):
             step()
-        # The workers' CPU time is this setting's own work, not other load on the machine.
-        workers_before = live_children_cpu_seconds()
+        # The probe counts the workers' CPU time as this setting's own work (they are children).
         with HostLoadProbe() as probe:
             timed = [step() for _ in range(self.steps)]
-            workers = live_children_cpu_seconds() - workers_before
         assert probe.result is not None
-        host = with_own_helpers(probe.result, workers)
+        host = probe.result
         # The dataset holds exactly `total` batches: this ends the epoch, which shuts the
         # workers down cleanly instead of leaving them to the process group's kill.
         next(batches, None)

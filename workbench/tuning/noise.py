@@ -170,19 +170,6 @@ def cpu_seconds(process: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
-def live_children_cpu_seconds() -> float:
-    """CPU time of this process's live children (DataLoader workers): the kernel credits a
-    child's time to its parent only once it is reaped, so until then HostLoadProbe counts it as
-    other processes' load."""
-    total = 0.0
-    for child in psutil.Process().children(recursive=True):
-        try:
-            total += cpu_seconds(child)
-        except psutil.Error:  # it exited between the listing and the reading
-            continue
-    return total
-
-
 def with_own_helpers(load: HostLoad, helper_cpu_seconds: float) -> HostLoad:
     """`load` with the CPU time of this measurement's own helper processes (DataLoader workers,
     the other ranks of a data-parallel launch) moved out of other processes' share, and
