@@ -184,3 +184,20 @@ def test_a_workload_displaying_payloads_gets_its_report_and_nothing_runs(browser
     report = open_report(browser, out / "01_baseline.html")["text"]
     assert CSS_LOOKING_TEXT in report, "text that looks like CSS is shown, not refused"
     assert "safe docs" in report
+
+
+def test_fleet_dashboard_links_named_like_scripts_stay_inert(browser, tmp_path):
+    """Folders under a fleet root named like script links become links to themselves: clicking
+    runs nothing, and every link resolves inside the root."""
+    from tests.test_compare import write_run
+    from workbench.fleet.collect import collect
+    from workbench.fleet.dashboard import write_dashboard
+
+    root = tmp_path / "root"
+    for name in ("javascript:alert('fleet')", "vbscript:msgbox(1)", "JaVaScRiPt:alert(2)"):
+        write_run(root / name / "night1", started="2026-11-01T02:00:00")
+    page = write_dashboard(collect(root), root)
+    seen = open_report(browser, page, click_links=True)
+    assert seen["dialogs"] == [] and seen["errors"] == []
+    assert len(seen["links"]) >= 3
+    assert all(href.startswith("./") or href == "matrix.json" for href in seen["links"])
