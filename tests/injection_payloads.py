@@ -30,4 +30,24 @@ PAYLOADS = [
         "refresh or base",
         "<meta http-equiv='refresh' content='0;url=//203.0.113.7/r'><base href='//203.0.113.7/'>",
     ),
+    (
+        "form action on a button",
+        "<form><button formaction=\"javascript:alert('form action on a button')\">go</button>"
+        "<input type=image src='//203.0.113.7/input.png'></form>",
+    ),
+    (
+        "parser mutation",
+        "<math><mtext><table><mglyph><style><img src=x "
+        "onerror=\"alert('parser mutation')\"></style></mglyph></table></mtext></math>",
+    ),
+    (
+        "media and preload",
+        "<video poster='//203.0.113.7/poster.png'><source src='//203.0.113.7/v.mp4'></video>"
+        "<link rel=preload href='//203.0.113.7/p.css' as=style><audio src='//203.0.113.7/a.mp3'>",
+    ),
+    (
+        "srcdoc and template",
+        "<iframe srcdoc=\"<script>alert('srcdoc and template')</script>\"></iframe>"
+        "<template><img src=x onerror=\"alert('srcdoc and template')\"></template>",
+    ),
 ]
