@@ -11,6 +11,7 @@ import time
 import pytest
 
 from workbench.timing import (
+    MIN_LOAD_WINDOW_S,
     HostLoadProbe,
     Measurement,
     is_loaded,
@@ -90,3 +91,17 @@ def test_a_measurements_own_work_is_not_counted_as_other_load() -> None:
     assert idle.result.other_share is not None and busy.result.other_share is not None
     # Spinning here takes about one core; counted as "other" it would add 1/cores of the machine.
     assert busy.result.other_share <= idle.result.other_share + 0.2
+
+
+def test_a_window_of_a_few_milliseconds_is_read_over_enough_clock_ticks() -> None:
+    """/proc/stat counts 10 ms ticks: a 2 ms window alone reads 0% or 100% of the CPU."""
+    readings = []
+    for _ in range(5):
+        with HostLoadProbe() as probe:
+            _spin(0.002)
+        assert probe.result is not None
+        readings.append(probe.result)
+    assert all(r.wall_seconds >= MIN_LOAD_WINDOW_S for r in readings)
+    assert all(r.other_share is not None and r.other_share < 0.25 for r in readings), [
+        r.sentence() for r in readings
+    ]
