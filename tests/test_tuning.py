@@ -625,7 +625,10 @@ def test_a_whole_small_retuning_runs_every_stage_and_recommends_from_them() -> N
     )
     assert result.choice is not None and result.choice.batch_size in (4, 8)
     recommendation = result.recommendation
-    assert recommendation.per_core_batch == result.choice.batch_size
+    # The plan may use any batch the sweep could not tell from the fastest (fewer accumulation
+    # steps for the same global batch); which ones tie depends on this machine's noise.
+    assert recommendation.per_core_batch in result.choice.within_noise
+    assert result.choice.batch_size in result.choice.within_noise
     assert recommendation.world_size == 1
     # The DataLoader stage ran the one setting asked for, and its answer (which depends on how
     # long this machine takes to feed a step) is the one the recommendation carries.
