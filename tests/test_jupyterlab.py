@@ -180,6 +180,20 @@ def _run_all(page) -> None:
     pytest.fail("Run All Cells never started a cell")
 
 
+def _wait_for_panel(page, seconds: float = 120) -> None:
+    """The panel's widgets appear once the cells above it ran; a dialog JupyterLab raises on the
+    way (the kernel still connecting) is answered, as a person would, instead of waited out."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            page.wait_for_selector(".widget-checkbox input", timeout=5_000)
+            return
+        except PlaywrightTimeout:
+            _answer_dialog(page)
+    errors = page.locator(".jp-OutputArea-output[data-mime-type*='error']").all_inner_texts()
+    pytest.fail(f"the panel never appeared in {seconds:g} s; cell errors: {errors[:2]}")
+
+
 # Every cell stays in the page (JupyterLab 4 otherwise renders only the cells in view), and no
 # news prompt covers the notebook.
 _LAB_SETTINGS = {
@@ -213,7 +227,7 @@ def test_step_through_a_prepared_copy_in_jupyterlab(lab):
             timeout=120_000,
         )
         _run_all(page)
-        page.wait_for_selector(".widget-checkbox input", timeout=120_000)
+        _wait_for_panel(page)
         _wait_idle(page)
         result = folder / "00_environment.json"
         assert result.exists(), "results land beside the copy"
