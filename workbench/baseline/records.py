@@ -3,9 +3,7 @@ the shape of 01_baseline.json."""
 
 from __future__ import annotations
 
-import functools
 import math
-import random
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -16,16 +14,16 @@ from workbench.errors import BadInput
 from workbench.scorecard import ATTENTION, BLOCKER, Finding, Verdict, judge
 from workbench.targets.base import CompileCounters, CompileEvent
 from workbench.timing import (
-    BOOTSTRAP_RESAMPLES,
     FLUCTUATION_SEVERE,
     HOST_LOAD_RULE,
     OUTLIER_RULE,
+    RATIO_INTERVAL_METHOD,
     HostLoad,
     Measurement,
     WarmupRule,
     format_seconds,
     percentile_label,
-    quantile,
+    ratio_of_medians_interval,
     samples_for_percentile,
 )
 from workbench.torch_messages import MessageGroup
@@ -345,35 +343,6 @@ class ConfigResult:
         )
 
 
-SPEEDUP_INTERVAL_METHOD = (
-    f"95% percentile bootstrap of the ratio of steady-state robust medians "
-    f"({BOOTSTRAP_RESAMPLES:,} resamples of each configuration's raw step times, fixed seed; "
-    "each resample's robust median by the same outlier rule as the estimate)"
-)
-
-
-@functools.lru_cache(maxsize=32)
-def robust_median_ratio_interval(
-    numerator: tuple[float, ...], denominator: tuple[float, ...], confidence: float = 0.95
-) -> tuple[float, float]:
-    """Percentile-bootstrap interval of robust_median(numerator) / robust_median(denominator).
-
-    The statistic is the estimate's own: an interval of the plain median's ratio can leave out a
-    robust-median estimate when a burst of slow steps moves the two medians apart. Both sample
-    sets are redrawn in each resample, so the interval carries the noise of both; the seed is
-    fixed (and the answer cached) because every view of one result must print the same interval.
-    """
-    draw = random.Random(0)
-    ratios = []
-    for _ in range(BOOTSTRAP_RESAMPLES):
-        top = Measurement(draw.choices(numerator, k=len(numerator))).robust_median
-        bottom = Measurement(draw.choices(denominator, k=len(denominator))).robust_median
-        ratios.append(top / bottom if bottom > 0 else math.inf)
-    ratios.sort()
-    tail = (1 - confidence) / 2
-    return quantile(ratios, tail), quantile(ratios, 1 - tail)
-
-
 # Rounding slack for an interval that collapses onto its estimate (identical samples).
 _INTERVAL_SLACK = 1e-9
 
@@ -393,7 +362,7 @@ class CompilePayback:
     # eager's warm-up noise never moves it.
     compile_cost: float
     break_even_steps: int | None  # None: not repaid, not told from 1, or not claimed
-    interval_method: str = SPEEDUP_INTERVAL_METHOD
+    interval_method: str = RATIO_INTERVAL_METHOD
     compiler_cache: str = "unknown"  # cold, warm, partly warm or unknown, during the first call
     # One brief per configuration timed on a loaded machine (ConfigResult.load_brief).
     host_loaded: list[str] = field(default_factory=list)
@@ -484,9 +453,7 @@ def compile_payback(eager: ConfigResult, compiled: ConfigResult) -> CompilePayba
     if first.measurement is None:
         return None
     e, c = eager.steady.robust_median, compiled.steady.robust_median
-    low, high = robust_median_ratio_interval(
-        tuple(eager.steady.times), tuple(compiled.steady.times)
-    )
+    low, high = ratio_of_medians_interval(tuple(eager.steady.times), tuple(compiled.steady.times))
     loaded = [s for s in (eager.load_brief(), compiled.load_brief()) if s]
     payback = CompilePayback(
         eager.kind,
@@ -705,7 +672,7 @@ def result_data(result: BaselineResult) -> dict[str, Any]:
         "sources": {
             "timing": "time.perf_counter around each step, target synchronized before reading",
             "steady_median": OUTLIER_RULE,
-            "speedup_interval": SPEEDUP_INTERVAL_METHOD,
+            "speedup_interval": RATIO_INTERVAL_METHOD,
             "host_load": (
                 "timing.HostLoadProbe around every timed phase, kept as its "
                 f"measurement.host: {HOST_LOAD_RULE}"

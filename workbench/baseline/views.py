@@ -17,7 +17,6 @@ from workbench.baseline.records import (
     PHASE_LABELS,
     PHASE_STEADY,
     PHASE_WARMUP,
-    SPEEDUP_INTERVAL_METHOD,
     TAIL_QUANTILE,
     BaselineResult,
     CompilePayback,
@@ -31,6 +30,7 @@ from workbench.errors import WorkbenchError
 from workbench.timing import (
     HOST_LOAD_RULE,
     OUTLIER_RULE,
+    RATIO_INTERVAL_METHOD,
     Measurement,
     format_seconds,
     samples_for_percentile,
@@ -242,7 +242,7 @@ def comparison(result: BaselineResult) -> None:
     if rows:
         caption = (
             f"Before and after compile ({COMPILE_COST_DEFINITION}, compiler cache in brackets; "
-            f"interval: {SPEEDUP_INTERVAL_METHOD})"
+            f"interval: {RATIO_INTERVAL_METHOD})"
         )
         display(show.table(rows, caption=caption))
     else:
