@@ -246,7 +246,7 @@ def test_a_loaded_measurement_is_attention_named_and_claims_no_clean_choice():
     assert verdict.status == ATTENTION and "loaded" in verdict.reason
     assert "DataLoader 1 worker(s), prefetch 2" in verdict.reason
     assert (
-        "ran on a loaded machine (DataLoader 1 worker(s), prefetch 2 (others 60%"
+        "ran on a loaded machine (DataLoader 1 worker(s), prefetch 2 (other processes 60%"
         in result.headline()
     )
     from workbench.tuning.recommend import recommend

@@ -129,14 +129,17 @@ class HostLoad:
     loaded: bool
     rule: str = HOST_LOAD_RULE
 
+    def shares(self) -> str:
+        """What loaded the machine, in few words, for a headline."""
+        other = "unknown" if self.other_share is None else f"{self.other_share:.0%}"
+        steal = "unknown" if self.steal_share is None else f"{self.steal_share:.0%}"
+        return f"other processes {other} of the CPU, steal {steal}"
+
     def sentence(self) -> str:
         if self.other_share is None or self.steal_share is None:
             return f"{self.threads} thread(s) on {self.cores} core(s); machine load not readable"
         state = "LOADED" if self.loaded else "quiet"
-        return (
-            f"{state}: {self.threads} thread(s) on {self.cores} core(s), other processes "
-            f"{self.other_share:.0%} of the CPU, steal {self.steal_share:.0%}"
-        )
+        return f"{state}: {self.threads} thread(s) on {self.cores} core(s), {self.shares()}"
 
 
 def _proc_stat_ticks() -> tuple[int, int, int] | None:

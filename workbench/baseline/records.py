@@ -335,12 +335,7 @@ class ConfigResult:
         if found is None:
             return None
         phase, host = found
-        share = "unknown" if host.other_share is None else f"{host.other_share:.0%}"
-        steal = "unknown" if host.steal_share is None else f"{host.steal_share:.0%}"
-        return (
-            f"{self.kind}/{self.mode} {PHASE_LABELS[phase.phase]}: other processes {share} of "
-            f"the CPU, steal {steal}"
-        )
+        return f"{self.kind}/{self.mode} {PHASE_LABELS[phase.phase]}: {host.shares()}"
 
 
 # Rounding slack for an interval that collapses onto its estimate (identical samples).

@@ -10,7 +10,7 @@ from typing import Any
 from workbench.baseline.records import EAGER, MODES
 from workbench.errors import BadInput
 from workbench.scorecard import ATTENTION, BLOCKER, Finding, Verdict, judge
-from workbench.timing import FLUCTUATION_SEVERE, HOST_LOAD_RULE, HostLoad, Measurement
+from workbench.timing import FLUCTUATION_SEVERE, HOST_LOAD_RULE, Measurement
 from workbench.tuning.buckets import BucketStudy
 from workbench.tuning.cost import CostStudy
 from workbench.tuning.dataloader import (
@@ -197,7 +197,7 @@ class RetuneResult:
     def loaded(self) -> list[str]:
         """The decision measurements taken while the machine was loaded, each named."""
         return [
-            f"{name} ({_load_share(m.host)})"
+            f"{name} ({m.host.shares()})"
             for name, m, _ in self.decision_measurements()
             if m.loaded and m.host is not None
         ]
@@ -277,13 +277,6 @@ class RetuneResult:
             f", not {self.choice.batch_size} per core, to reach the global batch of "
             f"{plan.target_global_batch}"
         )
-
-
-def _load_share(host: HostLoad) -> str:
-    """What loaded a measurement, in few words (the tables give the whole reading)."""
-    other = f"others {host.other_share:.0%} of the CPU" if host.other_share is not None else ""
-    steal = f"steal {host.steal_share:.0%}" if host.steal_share else ""
-    return ", ".join(part for part in (other, steal) if part) or "loaded"
 
 
 def _count(names: list[str]) -> str:
