@@ -11,6 +11,7 @@ from typing import Any
 from workbench.baseline.checklist import Checklist
 from workbench.baseline.reference import ReferenceSummary
 from workbench.errors import BadInput
+from workbench.markup import cut_at_word
 from workbench.scorecard import ATTENTION, BLOCKER, Finding, Verdict, judge
 from workbench.targets.base import CompileCounters, CompileEvent
 from workbench.timing import (
@@ -224,8 +225,7 @@ class LedgerEntry:
 
 
 def _short(text: str, limit: int = 160) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+    return cut_at_word(" ".join(text.split()), limit)
 
 
 @dataclass
@@ -548,7 +548,7 @@ class BaselineResult:
                 text += f", timed on a loaded machine ({eager.load_brief()})"
         failed_compile = next((c.failure for c in configs if c.failure), None)
         if failed_compile:
-            reason = failed_compile.error.splitlines()[0][:200]
+            reason = cut_at_word(failed_compile.error.splitlines()[0], 200)
             text = (text + ", but " if text else f"{label}: ") + f"compile failed ({reason})"
         flagged = [c for c in configs if c.steady_recompiles]
         if flagged:

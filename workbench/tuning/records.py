@@ -9,6 +9,7 @@ from typing import Any
 
 from workbench.baseline.records import EAGER, MODES
 from workbench.errors import BadInput
+from workbench.markup import named_list
 from workbench.scorecard import ATTENTION, BLOCKER, Finding, Verdict, judge
 from workbench.timing import FLUCTUATION_SEVERE, HOST_LOAD_RULE, Measurement
 from workbench.tuning.buckets import BucketStudy
@@ -236,10 +237,10 @@ class RetuneResult:
         if noisy:
             parts.append(
                 f"{_count(noisy)} stayed noisy after re-measuring, IQR above "
-                f"{self.remeasure.limit:.0%} ({_first_few(noisy)})"
+                f"{self.remeasure.limit:.0%} ({named_list(noisy, 3)})"
             )
         if loaded:
-            parts.append(f"{_count(loaded)} ran on a loaded machine ({_first_few(loaded)})")
+            parts.append(f"{_count(loaded)} ran on a loaded machine ({named_list(loaded, 3)})")
         if not parts:
             return ""
         return (
@@ -281,11 +282,6 @@ class RetuneResult:
 
 def _count(names: list[str]) -> str:
     return f"{len(names)} measurement{'s' if len(names) > 1 else ''}"
-
-
-def _first_few(names: list[str], shown: int = 3) -> str:
-    more = len(names) - shown
-    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 RETUNING_RULE = (
@@ -360,7 +356,7 @@ def retuning_verdict(result: RetuneResult) -> Verdict:
             Finding(
                 ATTENTION,
                 f"{_count(noisy)} stayed noisy after re-measuring, so the choices read from "
-                f"them are provisional: {_first_few(noisy)}",
+                f"them are provisional: {named_list(noisy, 3)}",
             )
         )
     if loaded:
@@ -368,7 +364,7 @@ def retuning_verdict(result: RetuneResult) -> Verdict:
             Finding(
                 ATTENTION,
                 f"{_count(loaded)} ran while the machine was loaded, so no choice or speed-up "
-                f"read from them is claimed as clean: {_first_few(loaded)}",
+                f"read from them is claimed as clean: {named_list(loaded, 3)}",
             )
         )
     return judge(
