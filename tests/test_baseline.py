@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 import workbench.baseline.measure as baseline
-from workbench.baseline.checklist import Checklist, collect_checklist
+from tests.fixtures.baseline_records import baseline_result
+from workbench.baseline.checklist import collect_checklist
 from workbench.baseline.measure import PreparedStep, measure, run_baseline
 from workbench.baseline.records import (
     COMPILED,
@@ -25,7 +26,6 @@ from workbench.baseline.records import (
     PHASE_STEADY,
     PHASE_WARMUP,
     TRAIN,
-    BaselineResult,
     BaselineSettings,
     CompilePayback,
     ConfigResult,
@@ -38,7 +38,6 @@ from workbench.baseline.records import (
     result_data,
 )
 from workbench.baseline.reference import (
-    ReferenceSummary,
     load_reference,
     state_sha256,
     write_reference,
@@ -577,13 +576,7 @@ def test_headline_reads_both_kinds_and_warns_when_timings_are_noisy():
         synthetic(TRAIN, COMPILED, 10.0005, [0.0005] * 4, [0.0005] * 10),
         synthetic(INFER, EAGER, 0.001, [0.001] * 4, [0.001, 0.002] * 5),
     ]
-    result = BaselineResult(
-        workload={"name": "w"}, target={"name": "cpu"}, eager_means="", compiled_means="",
-        settings=BaselineSettings(), host_memory_source="", device_memory_source="",
-        compile_counter_source="", configs=configs, checklist=Checklist({}, [], {}),
-        reference=ReferenceSummary(None, None, None, "cpu"), throughput_unit="samples/s",
-        wall_seconds=1.0,
-    )  # fmt: skip
+    result = baseline_result(configs, workload={"name": "w"})
     assert result.headline() == (
         "On cpu, training step: its 10.00 s compile cost (compiler cache unknown) is repaid "
         "after ~20,000 steps at the measured 2.00x speed-up (95% interval 2.00-2.00x); "

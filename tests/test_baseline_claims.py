@@ -17,6 +17,7 @@ from torch import nn
 
 import workbench.baseline.measure as baseline
 import workbench.baseline.views as views
+from tests.fixtures.baseline_records import baseline_result
 from workbench.baseline.checklist import Checklist
 from workbench.baseline.measure import PreparedStep, _phase_line, measure
 from workbench.baseline.records import (
@@ -38,7 +39,6 @@ from workbench.baseline.records import (
     compile_payback,
     result_data,
 )
-from workbench.baseline.reference import ReferenceSummary
 from workbench.runner import LINE_LIMIT
 from workbench.targets.cpu import CpuTarget
 from workbench.timing import (
@@ -73,14 +73,11 @@ def config(
 
 
 def result_of(*configs: ConfigResult) -> BaselineResult:
-    return BaselineResult(
-        workload={"name": "w", "batch_size": 8}, target={"name": "cpu"}, eager_means="",
-        compiled_means="", settings=BaselineSettings(kinds=(TRAIN,)), host_memory_source="",
-        device_memory_source="", compile_counter_source="", configs=list(configs),
+    return baseline_result(
+        list(configs),
+        settings=BaselineSettings(kinds=(TRAIN,)),
         checklist=Checklist({}, [], {"dtype": "int64", "shape": [8]}),
-        reference=ReferenceSummary(None, None, None, "cpu"),
-        throughput_unit="samples/s", wall_seconds=1.0,
-    )  # fmt: skip
+    )
 
 
 def displayed(monkeypatch: pytest.MonkeyPatch, show, result: BaselineResult) -> str:

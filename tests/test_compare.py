@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from workbench.baseline.checklist import Checklist
+from tests.fixtures.baseline_records import baseline_result
 from workbench.baseline.records import (
     EAGER,
     PHASE_FIRST_CALL,
     PHASE_STEADY,
     TRAIN,
-    BaselineResult,
     BaselineSettings,
     ConfigResult,
     CounterDelta,
@@ -23,7 +22,6 @@ from workbench.baseline.records import (
     PhaseResult,
     result_data,
 )
-from workbench.baseline.reference import ReferenceSummary
 from workbench.cli import main
 from workbench.compare import Gates, compare_runs
 from workbench.compare.plots import timing_series
@@ -86,20 +84,14 @@ def baseline_config(step: float, steady: list[float], host: HostLoad | None) -> 
 
 
 def baseline_data(config: ConfigResult) -> dict:
-    result = BaselineResult(
+    result = baseline_result(
+        [config],
         workload={"name": "seed-mlp"},
-        target={"name": "cpu"},
-        eager_means="eager",
         compiled_means="torch.compile",
         settings=BaselineSettings(kinds=(TRAIN,), modes=(EAGER,)),
         host_memory_source="VmHWM",
         device_memory_source="none",
         compile_counter_source="dynamo",
-        configs=[config],
-        checklist=Checklist({}, [], {}),
-        reference=ReferenceSummary(None, None, None, "cpu"),
-        throughput_unit="samples/s",
-        wall_seconds=1.0,
     )
     return result_data(result)
 

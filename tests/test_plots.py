@@ -6,8 +6,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+from tests.fixtures.baseline_records import baseline_result  # noqa: E402
 from workbench.baseline import plots  # noqa: E402
-from workbench.baseline.checklist import Checklist  # noqa: E402
 from workbench.baseline.records import (
     COMPILED,
     EAGER,
@@ -24,7 +24,6 @@ from workbench.baseline.records import (
     PhaseResult,
     StepFailure,
 )
-from workbench.baseline.reference import ReferenceSummary  # noqa: E402
 from workbench.timing import Measurement  # noqa: E402
 
 
@@ -48,21 +47,7 @@ def config(kind: str, mode: str, first: float, steady: float, device: bool = Fal
 
 
 def result(configs: list[ConfigResult]) -> BaselineResult:
-    return BaselineResult(
-        workload={"name": "w", "batch_size": 8},
-        target={"name": "cpu"},
-        eager_means="eager",
-        compiled_means="compiled",
-        settings=BaselineSettings(),
-        host_memory_source="test",
-        device_memory_source="test",
-        compile_counter_source="test",
-        configs=configs,
-        checklist=Checklist({}, [], {}),
-        reference=ReferenceSummary(None, None, None, "cpu"),
-        throughput_unit="samples/s",
-        wall_seconds=1.0,
-    )
+    return baseline_result(configs)
 
 
 def render(figure) -> bytes:
