@@ -122,7 +122,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_open(args: argparse.Namespace) -> int:
-    from workbench.workcopy import open_run
+    from workbench.execution.workcopy import open_run
 
     opened = open_run(_request(args))
     print(f"prepared {len(opened.notebooks)} notebook(s) in {opened.folder}")
@@ -134,7 +134,7 @@ def cmd_open(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from workbench.workcopy import export_run
+    from workbench.execution.workcopy import export_run
 
     exit_code, index = export_run(Path(args.folder), show_code=args.show_code)
     print(f"report: {index} (exit {exit_code})")
@@ -164,7 +164,7 @@ def _run_matrix_item(args: argparse.Namespace) -> int:
 
 
 def cmd_prewarm(args: argparse.Namespace) -> int:
-    from workbench.prewarm import prewarm
+    from workbench.compile_cache.prewarm import prewarm
 
     return prewarm(args.workload, args.target, args.compile_cache, args.steps, args.param)
 
@@ -525,7 +525,7 @@ def skip_iri_format_parsers() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    import workbench.fast_exit  # noqa: F401 - a command that loaded torch ends without a pause
+    import workbench.execution.fast_exit  # noqa: F401 - a command that loaded torch ends without a pause
 
     skip_iri_format_parsers()
     named = next((word for word in argv if not word.startswith("-")), "")

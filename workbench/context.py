@@ -15,7 +15,12 @@ from IPython.display import display
 
 import workbench
 from workbench import markup as show
-from workbench.compile_cache import STATUS_IN_USE, STATUS_OFF, CompileCache, open_compile_cache
+from workbench.compile_cache.cache import (
+    STATUS_IN_USE,
+    STATUS_OFF,
+    CompileCache,
+    open_compile_cache,
+)
 from workbench.params import NOTEBOOKS_DIR, coerce, notebook_parameters
 from workbench.results import save_result
 from workbench.scorecard import Verdict

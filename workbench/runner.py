@@ -28,8 +28,7 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from papermill.exceptions import PapermillExecutionError
 
 from workbench import results
-from workbench.compile_cache import default_cache_root
-from workbench.engine import ENGINE_NAME
+from workbench.compile_cache.cache import default_cache_root
 from workbench.errors import (
     EXIT_INTERRUPTED,
     EXIT_NOTEBOOK_FAILED,
@@ -37,7 +36,8 @@ from workbench.errors import (
     BadInput,
     one_line,
 )
-from workbench.kernel import kernel_manager_writing_stderr_to, private_kernelspec
+from workbench.execution.engine import ENGINE_NAME
+from workbench.execution.kernel import kernel_manager_writing_stderr_to, private_kernelspec
 from workbench.markup import cut_at_word, named_list
 from workbench.params import NOTEBOOKS_DIR, RUNNER_PARAMETERS, notebook_parameters, validate
 from workbench.redact import console_line, scrub_data, scrub_text, strip_control

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from workbench.cache_dir import user_cache_dir
+from workbench.compile_cache.cache_dir import user_cache_dir
 from workbench.errors import BadInput
 from workbench.results import write_json_atomic
 from workbench.targets.detect import FLAVOUR_NATIVE

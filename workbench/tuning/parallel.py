@@ -360,7 +360,7 @@ def choose_world_size(study: ScalingStudy, floor: float) -> ScalingRun | None:
 
 
 def _main(argv: list[str]) -> int:
-    import workbench.fast_exit  # noqa: F401 - a rank that loaded torch ends without a pause
+    import workbench.execution.fast_exit  # noqa: F401 - a rank that loaded torch ends without a pause
 
     if len(argv) != 1:
         print("usage: python -m torch.distributed.run ... -m workbench.tuning.parallel JOB.json")

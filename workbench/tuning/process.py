@@ -30,7 +30,7 @@ from workbench.results import write_json_atomic
 # first optimizer imports torch._dynamo (seconds), so it is preloaded too; and fast_exit, so the
 # server, holding all of that, ends in a tenth of a second when its kernel stops it.
 FORKSERVER_PRELOAD = [
-    "workbench.fast_exit",
+    "workbench.execution.fast_exit",
     "torch",
     "torch._dynamo",
     "workbench.baseline.measure",

@@ -1,0 +1,475 @@
+"""Matrix runs: the matrix file, one item per array task, the dashboard, and the job templates.
+
+The Slurm templates also run for real on a single-node cluster in tests/slurm/local_cluster.sh
+(CI runs it as root); here they are checked for syntax and for what they pass to the workbook.
+"""
+
+from __future__ import annotations
+
+import ast
+import html
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures import REPO_ROOT
+from tests.unit.compare.test_compare import write_run
+from workbench.cli import main
+from workbench.errors import BadInput
+from workbench.fleet.collect import COMPLETE, INCOMPLETE, MISSING, ItemRow, collect
+from workbench.fleet.command import resolve_index
+from workbench.fleet.dashboard import dashboard_data
+from workbench.fleet.matrix import check_matrix, load_matrix
+from workbench.fleet.root import claim
+from workbench.report import network_references
+from workbench.targets import target_class
+
+REPO = REPO_ROOT
+DEPLOY = REPO / "deploy"
+
+
+def workbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "workbench.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_items_take_the_defaults_and_get_distinct_names(tmp_path: Path) -> None:
+    matrix = load_matrix(
+        write(
+            tmp_path / "m.yaml",
+            "defaults: {target: cpu, only: [0, 1], parameters: {steady_steps: 5}}\n"
+            "items:\n"
+            "  - workload: seed-mlp\n"
+            "  - {workload: seed-mlp, name: mlp-b8, parameters: {batch_size: 8}}\n",
+        )
+    )
+    first, second = matrix.items
+    assert (first.name, first.target, first.only) == ("seed-mlp-cpu", "cpu", ["00", "01"])
+    assert second.parameters == {"steady_steps": 5, "batch_size": 8}
+    assert check_matrix(matrix) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("items: []\n", "non-empty list under 'items'"),
+        ("items:\n  - {workload: seed-mlp, colour: red}\n", "unknown key 'colour'"),
+        ("items:\n  - {target: cpu}\n", "names no workload"),
+        ("items:\n  - {workload: seed-mlp}\n  - {workload: seed-mlp}\n", "used twice"),
+        ("items: [\n", "not valid YAML"),
+    ],
+)
+def test_a_malformed_matrix_is_one_sentence(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(BadInput, match=message):
+        load_matrix(write(tmp_path / "m.yaml", text))
+
+
+def test_every_bad_item_is_named_and_the_command_exits_2(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "m.yaml",
+        "items:\n"
+        "  - {workload: no-such-model}\n"
+        "  - {workload: seed-mlp, parameters: {bach_size: 3}}\n"
+        "  - {workload: seed-mlp, target: tpu}\n"
+        "  - {workload: seed-mlp, name: fine}\n",
+    )
+    problems = check_matrix(load_matrix(path))
+    assert len(problems) == 3
+    assert "item 0" in problems[0] and "no-such-model" in problems[0]
+    assert "item 1" in problems[1] and "bach_size" in problems[1]
+    assert "item 2" in problems[2] and "tpu" in problems[2]
+    result = workbench("matrix", str(path), cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.count("workbench: error:") == 3
+
+
+def test_the_index_comes_from_the_array_engine(monkeypatch) -> None:
+    for name in ("SLURM_ARRAY_TASK_ID", "JOB_COMPLETION_INDEX", "AWS_BATCH_JOB_ARRAY_INDEX"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(BadInput, match="found none of"):
+        resolve_index("auto")
+    monkeypatch.setenv("JOB_COMPLETION_INDEX", "3")
+    assert resolve_index("auto") == 3
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")
+    assert resolve_index("auto") == 1 and resolve_index("7") == 7
+    with pytest.raises(BadInput, match="not a number"):
+        resolve_index("first")
+
+
+def test_a_root_belongs_to_one_matrix(tmp_path: Path) -> None:
+    one = load_matrix(write(tmp_path / "one.yaml", "items:\n  - {workload: seed-mlp}\n"))
+    two = load_matrix(write(tmp_path / "two.yaml", "items:\n  - {workload: tiny-cnn}\n"))
+    claim(tmp_path / "root", one)
+    claim(tmp_path / "root", one)  # the same matrix again: every array task does this
+    with pytest.raises(BadInput, match="another matrix"):
+        claim(tmp_path / "root", two)
+
+
+def test_matrix_items_run_into_root_and_collect_shows_every_item(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "m.yaml",
+        "defaults: {target: cpu, only: ['00']}\n"
+        "items:\n"
+        "  - {workload: seed-mlp, name: '<b>mlp</b>'}\n"
+        "  - {workload: tiny-cnn}\n",
+    )
+    for _ in range(2):
+        result = workbench(
+            "run", "--matrix", str(path), "--index", "0", "--out", "root", cwd=tmp_path
+        )
+        assert result.returncode == 0, result.stderr
+    item_dir = tmp_path / "root" / "b-mlp-b"
+    assert (item_dir / "latest" / "summary.json").is_file()
+    # The item's own selection (only 00) is its workbook: its runs are judged as whole runs.
+    summary = json.loads((item_dir / "latest" / "summary.json").read_text())
+    assert summary["not_run"] == [] and summary["verdict"]["status"] in ("pass", "attention")
+    out_of_range = workbench(
+        "run", "--matrix", str(path), "--index", "2", "--out", "root", cwd=tmp_path
+    )
+    assert out_of_range.returncode == 2 and "out of range" in out_of_range.stderr
+    clash = workbench("run", "--matrix", str(path), "--index", "0", "--workload", "x", cwd=tmp_path)
+    assert clash.returncode == 2 and "cannot be combined" in clash.stderr
+    (item_dir / "20991231-000000-killed").mkdir()  # a run that never wrote summary.json
+    (tmp_path / "root" / "tiny-cnn-cpu" / "20991231-000000-half").mkdir(parents=True)
+
+    rows = {row.name: row for row in collect(tmp_path / "root")}
+    mlp, cnn = rows["b-mlp-b"], rows["tiny-cnn-cpu"]
+    assert mlp.state == COMPLETE and mlp.runs == 2 and mlp.incomplete == ["20991231-000000-killed"]
+    assert "no regression" in mlp.change and mlp.comparison.endswith("compare.html")
+    assert cnn.state == INCOMPLETE and cnn.incomplete == ["20991231-000000-half"]
+
+    result = workbench("collect", "root", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    page = (tmp_path / "root" / "index.html").read_text()
+    assert network_references(page) == [] and "<b>" not in page
+    data = json.loads((tmp_path / "root" / "matrix.json").read_text())
+    assert [item["state"] for item in data["items"]] == [COMPLETE, INCOMPLETE]
+    assert data["verdict"] == "blocker", "an item without a complete run is never a pass"
+    headline = data["items"][0]["headlines"][0]
+    assert headline.startswith("00_environment: ") and len(headline) > len("00_environment: ")
+    assert html.escape(headline) in page, "each item shows what its latest run found"
+    assert "Fleet verdict: blocker</strong>" in page
+
+
+def test_a_missing_item_is_shown_not_dropped(tmp_path: Path) -> None:
+    matrix = load_matrix(
+        write(tmp_path / "m.yaml", "items:\n  - {workload: seed-mlp}\n  - {workload: tiny-cnn}\n")
+    )
+    claim(tmp_path / "root", matrix)
+    rows = collect(tmp_path / "root")
+    assert [(r.name, r.state) for r in rows] == [
+        ("seed-mlp-auto", MISSING),
+        ("tiny-cnn-auto", MISSING),
+    ]
+    with pytest.raises(BadInput, match="no such folder"):
+        collect(tmp_path / "nowhere")
+
+
+TWO_TARGETS = (
+    "defaults: {only: ['00']}\n"
+    "items:\n"
+    "  - {workload: seed-mlp, target: neuron, name: mlp-trn2}\n"
+    "  - {workload: seed-mlp, target: cpu, name: mlp-cpu}\n"
+)
+
+
+def test_a_matrix_is_checked_without_its_devices_and_indexed_per_target(
+    tmp_path: Path, capsys
+) -> None:
+    path = write(tmp_path / "m.yaml", TWO_TARGETS)
+    matrix = load_matrix(path)
+    assert check_matrix(matrix) == [], "a target missing here is the item's own check, on its node"
+    assert [i.name for i in matrix.select("cpu")] == ["mlp-cpu"]
+    assert matrix.item(0, "cpu").name == "mlp-cpu" and matrix.item(0).name == "mlp-trn2"
+    with pytest.raises(BadInput, match=r"out of range: .* 0 to 0 on target 'cpu'"):
+        matrix.item(1, "cpu")
+    assert main(["matrix", str(path)]) == 0
+    assert main(["matrix", str(path), "--count", "--target", "cpu"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "1"
+    assert main(["matrix", str(path), "--target", "neuron"]) == 0
+    assert (
+        capsys.readouterr().out
+        == "  0  mlp-trn2: seed-mlp on neuron, notebooks 00 (item 0 of the file)\n"
+    )
+    assert main(["matrix", str(path), "--count", "--target", "xla"]) == 2
+    assert "no item on target 'xla'; its targets: cpu, neuron." in capsys.readouterr().err
+    bad = write(tmp_path / "bad.yaml", "items:\n  - {workload: seed-mlp, target: trn9}\n")
+    assert main(["matrix", str(bad), "--count"]) == 2, "an unknown target name is still caught"
+
+
+@pytest.mark.skipif(
+    target_class("neuron").availability().available, reason="this machine has a Neuron device"
+)
+def test_a_two_target_fleet_is_one_array_per_target_into_one_root(tmp_path: Path) -> None:
+    """submit.sh against a stand-in sbatch, the cpu array's task run as Slurm would run it, the
+    neuron item refused here, and one collect over both."""
+    path = write(tmp_path / "m.yaml", TWO_TARGETS)
+    root = tmp_path / "root"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "sbatch-calls"
+    sbatch = write(
+        bin_dir / "sbatch",
+        f'#!/bin/bash\necho "$*" >> {calls}\necho $((100 + $(wc -l < {calls})))\n',
+    )
+    workbook = write(bin_dir / "wb", f'#!/bin/bash\nexec {sys.executable} -m workbench.cli "$@"\n')
+    for script in (sbatch, workbook):
+        script.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "WORKBENCH": str(workbook)}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    submit = DEPLOY / "slurm" / "submit.sh"
+    submitted = subprocess.run(
+        [str(submit), str(path), str(root), "2", "neuron:trn2", "cpu"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    assert submitted.stdout.splitlines()[-1] == "collect job after every array: 103"
+    neuron_array, cpu_array, collect_job = calls.read_text().splitlines()
+    assert (
+        "--partition=trn2 --array=0-0%2" in neuron_array
+        and "WORKBENCH_TARGET=neuron" in neuron_array
+    )
+    assert "--partition" not in cpu_array and "--array=0-0%2" in cpu_array
+    assert "WORKBENCH_TARGET=cpu" in cpu_array and "--dependency=afterany:101:102" in collect_job
+
+    def array_task(target: str) -> subprocess.CompletedProcess[str]:
+        task_env = {
+            **env,
+            "WORKBENCH_MATRIX": str(path),
+            "WORKBENCH_ROOT": str(root),
+            "WORKBENCH_TARGET": target,
+            "SLURM_ARRAY_TASK_ID": "0",
+        }
+        return subprocess.run(
+            ["bash", str(DEPLOY / "slurm" / "workbench-array.sbatch")],
+            cwd=tmp_path,
+            env=task_env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+
+    refused = array_task("neuron")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "item 0 (mlp-trn2): Target 'neuron' is not available here" in refused.stderr
+    ran = array_task("cpu")
+    assert ran.returncode == 0, ran.stderr
+    assert (root / "mlp-cpu" / "latest" / "summary.json").is_file()
+
+    result = workbench("collect", str(root), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    data = json.loads((root / "matrix.json").read_text())
+    states = {item["name"]: item["state"] for item in data["items"]}
+    assert states == {"mlp-trn2": MISSING, "mlp-cpu": COMPLETE}
+
+
+def fake_workbook(tmp_path: Path) -> tuple[Path, Path]:
+    """A stand-in `workbench` that logs its arguments and exits with the next of $WB_CODES."""
+    log = tmp_path / "calls"
+    fake = write(
+        tmp_path / "fake-workbench",
+        f'#!/bin/bash\necho "$*" >> {log}\n'
+        f'n=$(wc -l < {log}); codes=($WB_CODES); exit "${{codes[$((n - 1))]}}"\n',
+    )
+    fake.chmod(0o755)
+    return fake, log
+
+
+def test_the_slurm_task_runs_a_killed_item_once_more_and_nothing_else(tmp_path: Path) -> None:
+    """The array script's retry: 137/143 once, findings (1-5) and a second kill returned."""
+    fake, log = fake_workbook(tmp_path)
+    for codes, expected, runs in (
+        ("137 0", 0, 2),
+        ("143 5", 5, 2),
+        ("1 0", 1, 1),
+        ("137 137", 137, 2),
+    ):
+        log.unlink(missing_ok=True)
+        env = {
+            **os.environ,
+            "WORKBENCH": str(fake),
+            "WB_CODES": codes,
+            "WORKBENCH_MATRIX": "m.yaml",
+            "WORKBENCH_ROOT": "root",
+            "SLURM_ARRAY_TASK_ID": "3",
+        }
+        result = subprocess.run(
+            ["bash", str(DEPLOY / "slurm" / "workbench-array.sbatch")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == expected, (codes, result.stderr)
+        lines = log.read_text().splitlines()
+        assert lines == ["run --matrix m.yaml --index 3 --out root"] * runs, codes
+
+
+def test_collect_exits_5_when_an_item_regressed(tmp_path: Path, capsys) -> None:
+    root = tmp_path / "root"
+    claim(root, load_matrix(write(tmp_path / "m.yaml", "items:\n  - {workload: seed-mlp}\n")))
+    write_run(root / "seed-mlp-auto" / "night1", started="2026-11-01T02:00:00", seed=1)
+    write_run(root / "seed-mlp-auto" / "night2", started="2026-11-02T02:00:00", seed=2)
+    assert main(["collect", str(root)]) == 0
+    # Two earlier runs are a short history: only a change beyond run-to-run variation counts.
+    write_run(root / "seed-mlp-auto" / "night3", started="2026-11-03T02:00:00", seed=3, step=0.02)
+    assert main(["collect", str(root)]) == 5
+    assert "regress" in capsys.readouterr().out
+    item = json.loads((root / "matrix.json").read_text())["items"][0]
+    assert item["runs"] == 3 and item["regressions"] >= 1
+
+
+@pytest.mark.parametrize(
+    ("states", "expected"),
+    [
+        ([("pass", 0), ("pass", 0)], "pass"),
+        ([("pass", 0), ("pass", 2)], "attention"),  # a regression is never a quiet pass
+        ([("attention", 0), ("pass", 0)], "attention"),
+        ([("blocker", 0), ("pass", 1)], "blocker"),
+        ([("pass", 0), (None, 0)], "blocker"),  # an item with no complete run
+    ],
+)
+def test_the_fleet_verdict_follows_its_stated_rule(states, expected) -> None:
+    rows = [
+        ItemRow(f"item{i}", "seed-mlp", "cpu", MISSING if verdict is None else COMPLETE)
+        for i, (verdict, _) in enumerate(states)
+    ]
+    for row, (verdict, regressions) in zip(rows, states, strict=True):
+        row.verdict, row.regressions = verdict, regressions
+    data = dashboard_data(rows)
+    assert data["verdict"] == expected
+    assert "regressed" in data["verdict_rule"] and "without a complete run" in data["verdict_rule"]
+
+
+def test_kubernetes_templates_validate_against_the_api_schema() -> None:
+    manifests = sorted((DEPLOY / "kubernetes").glob("*.yaml"))
+    assert len(manifests) == 2
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kubernetes_validate",
+            "--strict",
+            "--kubernetes-version",
+            "1.33.0",
+            *map(str, manifests),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    job = (DEPLOY / "kubernetes" / "indexed-job.yaml").read_text()
+    assert "completionMode: Indexed" in job and "backoffLimitPerIndex: 1" in job
+    assert "values: [1, 2, 3, 4, 5]" in job and "values: [137, 143]" in job
+    assert '"--index", "auto"' in job and "aws.amazon.com/neuroncore" in job
+    assert '"--target", "xla"' in job and "--count --target xla" in job
+
+
+def test_airflow_dag_maps_one_task_per_item_then_collects(tmp_path: Path) -> None:
+    source = (DEPLOY / "airflow" / "workbench_matrix_dag.py").read_text()
+    tree = ast.parse(source)
+    calls = {
+        node.func.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+    }
+    assert {"partial", "expand"} <= calls
+    assert 'trigger_rule="all_done"' in source
+    assert "--target $ITEM_TARGET --index $ITEM_INDEX" in source and '"retries": 0' in source
+    # The parse-time item count uses only YAML: run that function on the CI matrix.
+    function = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and node.name == "matrix_indexes"
+    )
+    namespace: dict = {}
+    exec(  # noqa: S102 - the DAG's own helper, without Airflow
+        "from pathlib import Path\nimport yaml\n" + ast.unparse(function), namespace
+    )
+    indexes = namespace["matrix_indexes"]
+    assert indexes(str(REPO / "tests" / "slurm" / "fleet.yaml"), "cpu") == ["0", "1"]
+    assert indexes("/no/such/matrix.yaml", "cpu") == []
+    two = tmp_path / "two.yaml"
+    two.write_text(TWO_TARGETS + "  - {workload: tiny-cnn}\n")
+    assert [indexes(str(two), t) for t in ("neuron", "cpu", "auto")] == [["0"], ["0"], ["0"]]
+    # The retry is the task's shell command: run it with a stand-in workbook killed once.
+    settings = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and getattr(node.targets[0], "id", "") in ("MATRIX", "ROOT", "WORKBENCH", "RUN_ITEM")
+    ]
+    fake, log = fake_workbook(tmp_path)
+    env = {**os.environ, "WORKBENCH": str(fake), "WORKBENCH_MATRIX": "m.yaml"}
+    env["WORKBENCH_ROOT"] = "root"
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("WORKBENCH", "WORKBENCH_MATRIX", "WORKBENCH_ROOT"):
+            patch.setenv(name, env[name])
+        exec("import os\n" + "\n".join(map(ast.unparse, settings)), namespace)  # noqa: S102
+    for codes, expected, runs in (("137 0", 0, 2), ("2 0", 2, 1), ("143 143", 143, 2)):
+        log.unlink(missing_ok=True)
+        task_env = {**env, "WB_CODES": codes, "ITEM_TARGET": "cpu", "ITEM_INDEX": "1"}
+        result = subprocess.run(
+            ["bash", "-c", namespace["RUN_ITEM"]], env=task_env, capture_output=True, text=True
+        )
+        assert result.returncode == expected, (codes, result.stderr)
+        calls = log.read_text().splitlines()
+        assert calls == ["run --matrix m.yaml --target cpu --index 1 --out root"] * runs
+
+
+def test_slurm_templates_are_valid_bash_and_pass_the_array_index() -> None:
+    slurm = DEPLOY / "slurm"
+    for script in ("workbench-array.sbatch", "workbench-collect.sbatch", "submit.sh"):
+        result = subprocess.run(["bash", "-n", str(slurm / script)], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+    array = (slurm / "workbench-array.sbatch").read_text()
+    assert '--index "$SLURM_ARRAY_TASK_ID"' in array and "#SBATCH --exclusive" in array
+    submit = (slurm / "submit.sh").read_text()
+    assert '--dependency="afterany:$after"' in submit and "--array=" in submit
+
+
+def test_dashboard_links_stay_inside_the_root_and_never_carry_a_scheme(tmp_path: Path) -> None:
+    """A folder named like a script link becomes a relative link to itself, inert on click; a
+    folder symlinked to somewhere outside the root is not an item."""
+    root = tmp_path / "root"
+    claim(root, load_matrix(write(tmp_path / "m.yaml", "items:\n  - {workload: seed-mlp}\n")))
+    write_run(root / "javascript:alert(1)" / "night1", started="2026-11-01T02:00:00")
+    outside = tmp_path / "outside"
+    write_run(outside / "night1", started="2026-11-01T02:00:00")
+    (root / "linked").symlink_to(outside, target_is_directory=True)
+    assert main(["collect", str(root)]) == 0
+    page = (root / "index.html").read_text()
+    hrefs = [part.split('"', 1)[0] for part in page.split('href="')[1:]]
+    assert "./javascript%3Aalert%281%29/night1/index.html" in hrefs
+    assert all(h.startswith("./") or h == "matrix.json" for h in hrefs), hrefs
+    names = [item["name"] for item in json.loads((root / "matrix.json").read_text())["items"]]
+    assert "linked" not in names and "javascript:alert(1)" in names
+
+
+@pytest.mark.parametrize("name", ["../escape", "/tmp/abs", "..", "a/b"])
+def test_a_claim_naming_a_folder_outside_the_root_is_refused(tmp_path: Path, name: str) -> None:
+    root = tmp_path / "fleet" / "root"
+    claim(root, load_matrix(write(tmp_path / "m.yaml", "items:\n  - {workload: seed-mlp}\n")))
+    claimed = json.loads((root / "workbench-matrix.json").read_text())
+    claimed["items"][0]["name"] = name
+    (root / "workbench-matrix.json").write_text(json.dumps(claimed))
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(BadInput, match="not a folder name inside"):
+        collect(root)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
