@@ -30,7 +30,7 @@ from pathlib import Path
 import nbformat
 import papermill
 
-from workbench.kernel import private_kernelspec
+from workbench.execution.kernel import private_kernelspec
 from workbench.params import NOTEBOOKS_DIR
 
 REPO = Path(__file__).resolve().parent.parent
