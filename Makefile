@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup run prewarm test test-main test-xla test-slurm test-airflow lint xla-venv
+.PHONY: setup run prewarm test test-main test-xla test-slurm test-airflow lint xla-venv docs
 
 setup: $(STAMP)
 
@@ -79,3 +79,13 @@ $(AIRFLOW_STAMP):
 
 test-airflow: $(STAMP) $(AIRFLOW_STAMP)
 	AIRFLOW_VENV=$(AIRFLOW_VENV) bash tests/airflow/dag_test.sh
+
+# The documentation site (docs/, mkdocs.yml): built strictly, so a broken link or a page missing
+# from the navigation fails the build.
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(BIN)/mkdocs build --strict --site-dir $(or $(SITE_DIR),site)
