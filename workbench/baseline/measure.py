@@ -47,7 +47,8 @@ from workbench.baseline.records import (
 )
 from workbench.baseline.reference import write_reference
 from workbench.errors import describe_error
-from workbench.targets.base import CompileFailed, Target
+from workbench.targets.base import Target
+from workbench.targets.compiling import CompileFailed
 from workbench.timing import (
     ChildPeakRss,
     HostLoadProbe,

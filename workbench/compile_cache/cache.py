@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workbench.compile_cache.cache_dir import user_cache_dir
-from workbench.targets.base import CacheCounters, Target
+from workbench.targets.base import Target
+from workbench.targets.caching import CacheCounters
 
 OFF = "off"  # the `compile_cache` value that turns the caches off
 STAMP_FILE = "workbench-cache-stamp.json"

@@ -18,7 +18,7 @@ from typing import Any
 from workbench.compile_cache.cache import stamped_folder
 from workbench.errors import EXIT_NOTEBOOK_FAILED, EXIT_OK, BadInput
 from workbench.targets import resolve_target_name, target_class
-from workbench.targets.base import PrewarmCommand
+from workbench.targets.caching import PrewarmCommand
 
 DEFAULT_STEPS = 2  # graphs repeat from the second step on; two steps see every one of them
 

@@ -31,8 +31,9 @@ from workbench.coverage.native_table import (
     newest_native_table,
     op_tables_dir,
 )
-from workbench.targets.base import CompileEvent, InferenceAnalysis
+from workbench.targets.compiling import CompileEvent
 from workbench.targets.detect import FLAVOUR_NATIVE, FLAVOUR_XLA, FLAVOURS
+from workbench.targets.op_coverage import InferenceAnalysis
 
 SUPPORTED = "supported"
 FALLS_BACK = "falls back or fails"

@@ -32,7 +32,8 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_leaves, tree_map
 
-from workbench.targets.base import CompileFailed, Target
+from workbench.targets.base import Target
+from workbench.targets.compiling import CompileFailed
 from workbench.workload import Inputs, call_model, named_float_tensors, primary_output
 
 AS_BUILT = "as built"  # the model's own dtype, no autocast

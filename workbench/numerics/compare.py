@@ -88,7 +88,8 @@ from workbench.numerics.records import (
 from workbench.numerics.validation import HeldOutBatches, HeldOutScore, evaluator, held_out_batches
 from workbench.redact import redact_environment
 from workbench.targets import get_target
-from workbench.targets.base import CompileFailed, Target
+from workbench.targets.base import Target
+from workbench.targets.compiling import CompileFailed
 from workbench.workload import Batch, Workload, disable_dropout
 
 # Environment variables that change numerics (neuron.md 2.3, 2.8), read through the redaction.

@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib
 
 from workbench.errors import BadInput
-from workbench.targets.base import Availability, CompileCounters, MemoryReading, Target
+from workbench.targets.availability import Availability
+from workbench.targets.base import MemoryReading, Target
+from workbench.targets.compiling import CompileCounters
 from workbench.targets.detect import FLAVOUR_NATIVE, detect_neuron_stack, torch_has_gpu_build
 
 TARGET_MODULES = {

@@ -1,32 +1,21 @@
 """Plain CPU: the reference target, and the one CI and laptops run.
 
+Its compiling and compile-cache groups are Inductor's (inductor.py); the rest are the defaults.
 torch is imported where it is used, as in base.py: naming this target costs no `import torch`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from workbench.targets.base import (
-    Availability,
-    CacheCounters,
-    CompileCounters,
-    CompileEvent,
-    Target,
-)
-from workbench.targets.dynamo_counters import (
-    dynamo_compile_counters,
-    dynamo_compile_events,
-    inductor_cache_counters,
-    use_inductor_cache,
-)
+from workbench.targets.availability import Availability
+from workbench.targets.inductor import InductorCaching, InductorCompiling
 
 if TYPE_CHECKING:
     import torch
 
 
-class CpuTarget(Target):
+class CpuTarget(InductorCompiling, InductorCaching):
     name = "cpu"
     compile_description = "torch.compile(backend='inductor') on CPU"
     # Importing torch claims nothing, so trial processes can fork from a warm server.
@@ -45,23 +34,6 @@ class CpuTarget(Target):
     def synchronize(self) -> None:
         # CPU kernels run synchronously in the calling thread: nothing is queued.
         pass
-
-    def compile(self, fn: Callable) -> Callable:
-        import torch
-
-        return torch.compile(fn, backend="inductor")
-
-    def compile_counters(self) -> CompileCounters:
-        return dynamo_compile_counters()
-
-    def compile_events(self, since: float) -> list[CompileEvent]:
-        return dynamo_compile_events(since)
-
-    def use_compile_cache(self, folder: str | None) -> str:
-        return use_inductor_cache(folder)
-
-    def cache_counters(self) -> CacheCounters | None:
-        return inductor_cache_counters()
 
     @property
     def is_trainium(self) -> bool:

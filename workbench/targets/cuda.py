@@ -1,32 +1,25 @@
-"""NVIDIA GPUs through torch.cuda: the usual starting point of a migration."""
+"""NVIDIA GPUs through torch.cuda: the usual starting point of a migration.
+
+Its compiling and compile-cache groups are Inductor's (inductor.py), with Triton's kernel cache
+beside Inductor's; it has its own memory readings and data-parallel ranks (one GPU each).
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from workbench.targets.base import (
-    Availability,
-    CacheCounters,
-    CompileCounters,
-    CompileEvent,
-    DeviceMemory,
-    MemoryReading,
-    Target,
-    nth_visible,
-)
-from workbench.targets.dynamo_counters import (
-    dynamo_compile_counters,
-    dynamo_compile_events,
-    inductor_cache_counters,
-    use_inductor_cache,
-)
+from workbench.targets.availability import Availability
+from workbench.targets.base import DeviceMemory, MemoryReading
+from workbench.targets.dynamo_counters import use_inductor_cache
+from workbench.targets.inductor import InductorCaching, InductorCompiling
+from workbench.targets.out_of_memory import OutOfMemory
+from workbench.targets.scaling import nth_visible
 
 
-class CudaTarget(Target):
+class CudaTarget(InductorCompiling, InductorCaching):
     name = "cuda"
     compile_description = "torch.compile(backend='inductor') on the GPU (Triton kernels)"
     # CUDA initializes lazily, on first use, so a server that has only imported torch forks
@@ -36,7 +29,7 @@ class CudaTarget(Target):
     # Pinned host pages let the copy engine DMA batches to the GPU asynchronously.
     pin_memory_helps = True
     out_of_memory_patterns = (
-        *Target.out_of_memory_patterns,
+        *OutOfMemory.out_of_memory_patterns,
         r"CUDA out of memory",
         r"CUDA error: out of memory",
         r"\bOutOfMemoryError\b",
@@ -104,21 +97,9 @@ class CudaTarget(Target):
             source="torch.cuda.max_memory_allocated / max_memory_reserved",
         )
 
-    def compile(self, fn: Callable) -> Callable:
-        return torch.compile(fn, backend="inductor")
-
-    def compile_counters(self) -> CompileCounters:
-        return dynamo_compile_counters()
-
-    def compile_events(self, since: float) -> list[CompileEvent]:
-        return dynamo_compile_events(since)
-
     def use_compile_cache(self, folder: str | None) -> str:
         # Triton keeps its compiled GPU kernels apart from Inductor's graphs.
         return use_inductor_cache(folder, {"TRITON_CACHE_DIR": "triton"})
-
-    def cache_counters(self) -> CacheCounters | None:
-        return inductor_cache_counters()
 
     @classmethod
     def compiler_versions(cls) -> dict[str, str]:

@@ -6,6 +6,7 @@ never imports either (../reference: neuron.md section 1.4).
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -34,6 +35,11 @@ def installed_version(distribution: str) -> str | None:
         except PackageNotFoundError:
             continue
     return None
+
+
+def pjrt_device() -> str:
+    """The PJRT device torch_xla runs on; torch_xla itself fills the variable in when unset."""
+    return os.environ.get("PJRT_DEVICE", "").upper()
 
 
 def neuron_flavour(torch_neuronx_version: str | None) -> str | None:

@@ -7,13 +7,13 @@ import sys
 from collections import Counter
 from typing import Any
 
-from workbench.targets.base import (
+from workbench.targets.caching import CacheCounters
+from workbench.targets.compiling import (
     CAUSE_BACKWARD,
     CAUSE_FIRST,
     CAUSE_GRAPH_BREAK,
     CAUSE_GUARD,
     CAUSE_NEW_SHAPE,
-    CacheCounters,
     CompileCounters,
     CompileEvent,
 )

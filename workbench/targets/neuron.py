@@ -1,14 +1,15 @@
 """Native TorchNeuron (torch-neuronx 2.13+/2.14+): device "neuron" on Trn2/Trn3.
 
-Written against the documented API (reference: neuron.md sections 2.6 and 2.7). torch loads
-torch_neuronx through its `torch.backends` entry point and that registers `torch.neuron`, so only
-the op-tracking calls need `import torch_neuronx`, and they import it inside the method.
+Written against the documented API (reference: neuron.md sections 2.6 and 2.7). Every group of
+the interface is implemented here (compiling, caches, op tracking, data-parallel ranks) except
+the out-of-memory forms, shared with the XLA path (out_of_memory.NeuronOutOfMemory). torch
+loads torch_neuronx through its `torch.backends` entry point and that registers `torch.neuron`,
+so only the op-tracking calls need `import torch_neuronx`, and they import it inside the method.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -16,53 +17,15 @@ from typing import Any
 import torch
 
 from workbench.targets import detect
-from workbench.targets.base import (
-    Availability,
-    CacheCounters,
-    CompileCounters,
-    CompileEvent,
-    DeviceMemory,
-    MemoryReading,
-    Target,
-    nth_visible,
-)
+from workbench.targets.availability import Availability
+from workbench.targets.base import DeviceMemory, MemoryReading, Target
+from workbench.targets.caching import CacheCounters
+from workbench.targets.compiling import CompileCounters, CompileEvent
 from workbench.targets.dynamo_counters import dynamo_compile_counters, dynamo_compile_events
+from workbench.targets.out_of_memory import NeuronOutOfMemory
+from workbench.targets.scaling import nth_visible
 
 _US_PER_SECOND = 1e6
-# How the Neuron runtime and compiler report running out of device memory, on both
-# torch-neuronx paths (reference: methods.md e2 and neuron.md section 6, item 13): a batch that
-# raises one of these does not fit the device.
-NEURON_OUT_OF_MEMORY_PATTERNS: tuple[str, ...] = (
-    r"Failed to allocate[^\n]*DEVICE",  # runtime: device memory
-    r"nrt_tensor_allocate[^\n]*Allocation Failure",
-    r"\bNRT_RESOURCE\b",
-    r"\bNERR_RESOURCE\b",
-    r"Allocated memory out of bound",  # compiler: the graph needs more device memory than exists
-)
-# neuronx-cc out of host RAM: its own F137 error, or the kernel's OOM killer (-9 / SIGKILL)
-# (neuron.md section 6, item 7). Not in the list above: the compiler ran out of the host's
-# memory, which says nothing about whether the batch fits the device.
-NEURON_COMPILER_HOST_OOM_PATTERNS: tuple[str, ...] = (
-    r"\[F137\][^\n]*",
-    r"insufficient system memory",
-    r"neuronx-cc[^\n]*(?:-9\b|SIGKILL|[Kk]illed)",
-)
-
-
-def neuron_compiler_host_oom(text: str) -> str | None:
-    """neuronx-cc killed for host RAM, named as such with its remedy; None otherwise."""
-    for pattern in NEURON_COMPILER_HOST_OOM_PATTERNS:
-        match = re.search(pattern, text)
-        if match:
-            return (
-                f"neuronx-cc ran out of host memory ({match.group(0).strip()[:120]}): the "
-                "compiler needs host RAM, not device memory; run fewer compiles at once (fewer "
-                "parallel compile jobs or training processes compiling on this host) or use an "
-                "instance with more host RAM"
-            )
-    return None
-
-
 # TorchNeuron's per-graph compile record splits the time into these three phases.
 _COMPILE_PHASES_US = (
     "torch_neuronx_fx_passes_us",
@@ -88,7 +51,7 @@ def _graph_compile_seconds(record: Any) -> float:
     return sum(getattr(record, phase) for phase in _COMPILE_PHASES_US) / _US_PER_SECOND
 
 
-class NeuronTarget(Target):
+class NeuronTarget(NeuronOutOfMemory, Target):
     name = "neuron"
     neuron_flavour = detect.FLAVOUR_NATIVE
     # `import torch` loads TorchNeuron through its backend entry point, so no trial process may
@@ -98,7 +61,6 @@ class NeuronTarget(Target):
     # Mixed precision keeps the base autocast_device_type, the device's own "neuron": TorchNeuron
     # registers it as an autocast backend, torch.autocast(device_type="neuron", dtype=...),
     # with float16 and bfloat16 supported (neuron.md 2.6).
-    out_of_memory_patterns = (*Target.out_of_memory_patterns, *NEURON_OUT_OF_MEMORY_PATTERNS)
     compile_description = (
         "torch.compile(backend='neuron'): Dynamo -> AOT Autograd -> StableHLO -> neuronx-cc -> "
         "one NEFF per graph and shape signature (no Inductor)"
@@ -201,10 +163,6 @@ class NeuronTarget(Target):
                 ]
             },
         )
-
-    @classmethod
-    def compiler_host_oom(cls, text: str) -> str | None:
-        return neuron_compiler_host_oom(text)
 
     def compile_events(self, since: float) -> list[CompileEvent]:
         # torch.compile(backend="neuron") is Dynamo-based: its recompile reasons and graph

@@ -45,7 +45,7 @@ from workbench.baseline.reference import (
 from workbench.baseline.views import raise_on_step_failure
 from workbench.errors import BadInput, WorkbenchError
 from workbench.results import _jsonable, write_json_atomic
-from workbench.targets.base import (
+from workbench.targets.compiling import (
     CAUSE_FIRST,
     CAUSE_GRAPH_BREAK,
     CAUSE_GUARD,

@@ -34,14 +34,11 @@ from workbench.compile_cache.prewarm import prewarm
 from workbench.errors import BadInput
 from workbench.runner import RunRequest, run
 from workbench.targets import dynamo_counters
-from workbench.targets.base import (
-    CAUSE_BACKWARD,
-    CAUSE_FIRST,
-    CAUSE_NEW_XLA_GRAPH,
-    PrewarmCommand,
-)
+from workbench.targets.caching import PrewarmCommand
+from workbench.targets.compiling import CAUSE_BACKWARD, CAUSE_FIRST, CAUSE_NEW_XLA_GRAPH
 from workbench.targets.cpu import CpuTarget
-from workbench.targets.xla import XlaTarget, neuron_cache_url
+from workbench.targets.xla import XlaTarget
+from workbench.targets.xla_cache import neuron_cache_url
 
 REPO = REPO_ROOT
 

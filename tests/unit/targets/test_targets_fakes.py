@@ -25,7 +25,8 @@ import torch
 from workbench.errors import BadInput
 from workbench.targets import detect, get_target, resolve_target_name
 from workbench.targets import xla as xla_module
-from workbench.targets.neuron import NEURON_COMPILER_HOST_OOM_PATTERNS, NeuronTarget
+from workbench.targets.neuron import NeuronTarget
+from workbench.targets.out_of_memory import NEURON_COMPILER_HOST_OOM_PATTERNS
 from workbench.targets.xla import XlaTarget
 from workbench.targets.xla_analysis import parse as parse_xla_analysis
 

@@ -25,7 +25,8 @@ from workbench.errors import BadInput
 from workbench.scorecard import ATTENTION, BLOCKER
 from workbench.targets.cpu import CpuTarget
 from workbench.targets.cuda import CudaTarget
-from workbench.targets.neuron import NeuronTarget, neuron_compiler_host_oom
+from workbench.targets.neuron import NeuronTarget
+from workbench.targets.out_of_memory import neuron_compiler_host_oom
 from workbench.targets.xla import XlaTarget
 from workbench.timing import Measurement
 from workbench.tuning import views
