@@ -33,8 +33,9 @@ import time
 import torch
 
 from workbench.numerics.capture import FP32, FP64, PRECISIONS, RunSpec
-from workbench.numerics.compare import compare_run, run_references
 from workbench.numerics.records import NumericsSettings
+from workbench.numerics.references import run_references
+from workbench.numerics.run import compare_run
 from workbench.numerics.validation import held_out_batches
 from workbench.targets import get_target
 from workbench.workload import load_workload

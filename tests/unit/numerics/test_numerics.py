@@ -20,12 +20,13 @@ from torch.nn import functional as F
 from tests.fixtures import REPO_ROOT
 from workbench.baseline.reference import make_reference, save_reference
 from workbench.errors import BadInput
-from workbench.numerics import compare as numerics
 from workbench.numerics import records as numerics_records
-from workbench.numerics import verdicts
+from workbench.numerics import references, verdicts
+from workbench.numerics import run as numerics
 from workbench.numerics import views as numerics_views
+from workbench.numerics.batch import baseline_artifact_path, load_batch
 from workbench.numerics.capture import AUTOCAST, FP32, PRECISIONS, Precision, RunSpec
-from workbench.numerics.compare import compare_run, load_batch, numerics_settings, run_references
+from workbench.numerics.matched import matched_check
 from workbench.numerics.metrics import (
     RULE_CLOSE,
     RULE_FP64,
@@ -38,6 +39,7 @@ from workbench.numerics.metrics import (
     judge,
     own_error,
 )
+from workbench.numerics.process_settings import numerics_settings
 from workbench.numerics.records import (
     ATTENTION,
     BLOCKER,
@@ -48,6 +50,8 @@ from workbench.numerics.records import (
     TRIVIAL,
     NumericsSettings,
 )
+from workbench.numerics.references import run_references
+from workbench.numerics.run import compare_run
 from workbench.results import save_result
 from workbench.targets.cpu import CpuTarget
 from workbench.workload import Workload, load_workload
@@ -470,7 +474,7 @@ def test_a_changed_layer_structure_is_listed_not_dropped(deep):
 
 def _reading_of(run):
     """The reading of a NumericsResult holding only `run`, as the notebook shows it."""
-    result = numerics.NumericsResult(
+    result = numerics_records.NumericsResult(
         workload={},
         target=CPU.describe(),
         settings=SETTINGS,
@@ -478,7 +482,7 @@ def _reading_of(run):
         reference_label="cpu fp32 eager",
         yardstick_label="cpu fp64 eager",
         fp64_error=None,
-        batch=numerics.BatchSource("the workload's seeded batch", None, False, "test"),
+        batch=numerics_records.BatchSource("the workload's seeded batch", None, False, "test"),
         reproducibility=numerics_records.Reproducibility(True, 0.0, None, "identical"),
         held_out_source="test",
         held_out_samples=0,
@@ -569,8 +573,8 @@ def test_bad_precision_cost_parameters_are_one_sentence(kwargs, message):
 
 def test_a_named_baseline_artifact_that_is_missing_is_bad_input(tmp_path):
     with pytest.raises(BadInput, match="is not a file"):
-        numerics.baseline_artifact_path(str(tmp_path / "missing.pt"), tmp_path)
-    default = numerics.baseline_artifact_path("", tmp_path)
+        baseline_artifact_path(str(tmp_path / "missing.pt"), tmp_path)
+    default = baseline_artifact_path("", tmp_path)
     assert default == tmp_path / "01_baseline_reference.pt"
 
 
@@ -677,11 +681,11 @@ def test_a_target_on_another_device_gets_cpu_baselines_for_its_16_bit_runs():
     )
     plan = [(spec.label, role) for spec, role in numerics.plan_runs(_OtherDevice(), CPU, settings)]
     assert plan == [
-        ("other fp32 eager", numerics.ROLE_TARGET),
-        ("other bf16-autocast eager", numerics.ROLE_TARGET),
-        ("cpu bf16-autocast eager", numerics.ROLE_PRECISION_BASELINE),
-        ("cpu fp16-cast eager", numerics.ROLE_PRECISION_BASELINE),
-        ("other fp16-cast compiled", numerics.ROLE_TARGET),
+        ("other fp32 eager", numerics_records.ROLE_TARGET),
+        ("other bf16-autocast eager", numerics_records.ROLE_TARGET),
+        ("cpu bf16-autocast eager", numerics_records.ROLE_PRECISION_BASELINE),
+        ("cpu fp16-cast eager", numerics_records.ROLE_PRECISION_BASELINE),
+        ("other fp16-cast compiled", numerics_records.ROLE_TARGET),
     ]
     on_cpu = [spec.label for spec, _ in numerics.plan_runs(CPU, CPU, settings)]
     assert on_cpu == [
@@ -696,9 +700,9 @@ def test_a_16_bit_run_is_also_judged_against_the_cpu_run_of_its_precision(deep):
     spec = RunSpec(CPU, PRECISIONS["bf16-cast"])
     baseline = _compare(deep, spec=spec)
     assert not baseline.tensors.passed  # bf16 weights are not fp32
-    same = numerics.matched_check(_compare(deep, spec=spec), baseline, VerdictRule())
+    same = matched_check(_compare(deep, spec=spec), baseline, VerdictRule())
     assert same.passed and same.baseline == "cpu bf16-cast eager"
-    worse = numerics.matched_check(_compare(deep, _perturbed(deep), spec), baseline, VerdictRule())
+    worse = matched_check(_compare(deep, _perturbed(deep), spec), baseline, VerdictRule())
     assert not worse.passed and "outputs" in worse.failed
 
 
@@ -854,7 +858,7 @@ def test_a_reference_that_is_not_deterministic_is_said_and_judged_against_its_sp
 
 def test_a_deterministic_reference_runs_twice_and_hooks_its_layers_once(monkeypatch):
     recorded, trained = [], []
-    original_recorder, original_train = numerics.LayerRecorder, numerics._train
+    original_recorder, original_train = references.LayerRecorder, references.train_run
 
     def counting_recorder(model, **kwargs):
         recorded.append(kwargs)
@@ -864,8 +868,8 @@ def test_a_deterministic_reference_runs_twice_and_hooks_its_layers_once(monkeypa
         trained.append(spec.label)
         return original_train(model, spec, *args, **kwargs)
 
-    monkeypatch.setattr(numerics, "LayerRecorder", counting_recorder)
-    monkeypatch.setattr(numerics, "_train", counting_train)
+    monkeypatch.setattr(references, "LayerRecorder", counting_recorder)
+    monkeypatch.setattr(references, "train_run", counting_train)
     refs = run_references(DEEP.build_model, DEEP.batch(), DEEP, STEPS, CPU)
     assert refs.reproducibility.deterministic
     reference, yardstick = refs.spec.label, refs.fp64_spec.label

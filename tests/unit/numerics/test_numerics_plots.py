@@ -12,8 +12,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torch import nn
 
-from workbench.numerics import compare as numerics
 from workbench.numerics import plots as numerics_plots
+from workbench.numerics import run as numerics
 from workbench.numerics.metrics import own_error
 from workbench.numerics.records import OWN, Attribution, FirstDivergence
 from workbench.targets.cpu import CpuTarget

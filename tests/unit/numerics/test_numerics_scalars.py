@@ -11,7 +11,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from workbench.numerics import compare, records, verdicts, views
+from workbench.numerics import records, verdicts, views
+from workbench.numerics.capture import PRECISIONS
+from workbench.numerics.matched import matched_check
 from workbench.numerics.metrics import (
     RULE_SCALAR,
     PrecisionCostRule,
@@ -24,6 +26,9 @@ from workbench.numerics.metrics import (
     scalar_tolerance,
 )
 from workbench.numerics.records import JUDGED_FAIL, JUDGED_PASS, NumericsSettings, RunResult
+from workbench.numerics.run import run_numerics
+from workbench.numerics.tensors import compare_tensor, scalar_tolerance_of
+from workbench.numerics.training import _validation
 from workbench.numerics.validation import HeldOutScore
 from workbench.targets.cpu import CpuTarget
 from workbench.workload import Workload
@@ -36,15 +41,15 @@ DECAYED = [2.23 * (0.0003 / 2.23) ** (step / 19) for step in range(20)]
 
 def _loss(value: float, reference: float, precision: str = "bf16-autocast") -> RunResult:
     """A run whose only final tensor is its loss, compared as compare_training compares it."""
-    dtype = compare.PRECISIONS[precision].dtype
-    comparison = compare._compare(
+    dtype = PRECISIONS[precision].dtype
+    comparison = compare_tensor(
         "loss",
         "loss",
         torch.tensor(value),
         torch.tensor(reference),
         torch.tensor(reference, dtype=torch.float64),
         RULE,
-        scalar=compare.scalar_tolerance_of("loss", "loss", dtype, [reference]),
+        scalar=scalar_tolerance_of("loss", "loss", dtype, [reference]),
     )
     run = RunResult(
         run={"label": f"cpu {precision}", "precision": precision, "compiled": False}, role="target"
@@ -64,7 +69,7 @@ def test_a_bf16_loss_within_1e5_passes_even_when_the_eager_bf16_loss_sits_on_fp3
     assert compiled.loss.verdict.rule == RULE_SCALAR and compiled.loss.verdict.passed
     # What the error-ratio rule says with the eager run's (zero) error as the yardstick:
     assert not judge(compiled.loss.metrics, RULE, budget_rmse=0.0).passed
-    matched = compare.matched_check(compiled, baseline, RULE)
+    matched = matched_check(compiled, baseline, RULE)
     assert matched.passed, matched.summary
 
 
@@ -72,7 +77,7 @@ def test_a_bf16_loss_off_by_5_percent_fails_as_a_value():
     baseline = _loss(FP32_LOSS, FP32_LOSS)
     off = _loss(FP32_LOSS * 1.05, FP32_LOSS)
     assert not off.loss.verdict.passed and "allowed" in off.loss.verdict.reason
-    matched = compare.matched_check(off, baseline, RULE)
+    matched = matched_check(off, baseline, RULE)
     assert not matched.passed and matched.failed == ["loss"]
 
 
@@ -156,7 +161,7 @@ def _capture(losses, after):
 def test_a_nan_runs_later_held_out_improvement_is_not_evidence():
     reference = _capture([2.3, 2.2, 2.1], HeldOutScore(2.0, 0.074))
     nan_run = _capture([2.3, math.nan, math.nan], HeldOutScore(math.nan, 0.121))
-    validation = compare._validation(nan_run, reference, torch.float16)
+    validation = _validation(nan_run, reference, torch.float16)
     assert validation.after is None and validation.metric_difference is None
     assert "not evidence" in validation.not_evidence and "step 2" in validation.not_evidence
     run = RunResult(run={"label": "cpu fp16-cast eager", "precision": "fp16-cast"}, role="target")
@@ -164,7 +169,7 @@ def test_a_nan_runs_later_held_out_improvement_is_not_evidence():
     assert views._metric_cell(run) == "not evidence (after NaN/Inf)"
     assert views._final_loss(run) == "not finite"
     assert "0.121" not in views._metric_cell(run)
-    finite = compare._validation(
+    finite = _validation(
         _capture([2.3, 2.2, 2.1], HeldOutScore(2.0, 0.08)), reference, torch.float32
     )
     assert finite.not_evidence is None and finite.metric_difference == pytest.approx(0.006)
@@ -172,9 +177,7 @@ def test_a_nan_runs_later_held_out_improvement_is_not_evidence():
 
 def test_a_held_out_loss_that_is_not_finite_withholds_its_metric():
     reference = _capture([2.3, 2.2], HeldOutScore(2.0, 0.074))
-    run = compare._validation(
-        _capture([2.3, 2.2], HeldOutScore(math.inf, 0.5)), reference, torch.float16
-    )
+    run = _validation(_capture([2.3, 2.2], HeldOutScore(math.inf, 0.5)), reference, torch.float16)
     assert run.after.metric is None and run.metric_difference is None
     assert run.loss_deviation == math.inf and "not finite" in run.not_evidence
 
@@ -208,7 +211,7 @@ def logged():
     settings = NumericsSettings(
         precisions=("fp32", "bf16-autocast"), compiled_precisions=(), steps=3
     )
-    result = compare.run_numerics(MLP, CpuTarget(), settings, log=lines.append)
+    result = run_numerics(MLP, CpuTarget(), settings, log=lines.append)
     return result, lines
 
 

@@ -1,0 +1,175 @@
+"""After training: the final outputs, the loss, every parameter's gradient after one backward,
+the loss trajectory over N optimizer steps, the task metric, and the loss and task metric on
+held-out batches, each against the reference's. Nothing after the first NaN/Inf loss counts as
+evidence."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from workbench.numerics.capture import (
+    PRECISIONS,
+    TrainingCapture,
+)
+from workbench.numerics.metrics import (
+    VerdictRule,
+    loss_floor,
+)
+from workbench.numerics.nonfinite import first_nonfinite_step
+from workbench.numerics.records import (
+    RunResult,
+    TaskComparison,
+    ValidationComparison,
+)
+from workbench.numerics.references import (
+    ReferenceRuns,
+    output_names,
+    relative_gap,
+)
+from workbench.numerics.tensors import (
+    compare_tensor,
+    pair_by_name,
+    scalar_tolerance_of,
+)
+from workbench.numerics.validation import HeldOutScore
+
+
+def _trajectory(losses: list[float], dtype: torch.dtype) -> torch.Tensor:
+    # Each loss was a `dtype` value: rebuilt in that dtype, the rule judges it at its tolerances.
+    return torch.tensor(losses, dtype=torch.float64).to(dtype)
+
+
+def compare_training(
+    result: RunResult,
+    training: TrainingCapture,
+    refs: ReferenceRuns,
+    rule: VerdictRule,
+    task_name: str,
+) -> None:
+    """Outputs, loss, gradients, trajectory, task metric and held-out score, into `result`.
+    Nothing that follows the first NaN/Inf loss is kept as evidence (see _validation)."""
+    ref, fp64 = refs.training, refs.fp64_training
+    spread = refs.spread
+    dtype = PRECISIONS[result.run["precision"]].dtype
+    names, target_names = output_names(ref), output_names(training)
+    target_out = dict(zip(target_names, training.outputs, strict=True))
+    reference_out = dict(zip(names, ref.outputs, strict=True))
+    fp64_out = dict(zip(names, fp64.outputs, strict=True)) if fp64 else {}
+    paired, result.unmatched_outputs = pair_by_name(target_out, reference_out, target_names, names)
+    result.outputs = [
+        compare_tensor(
+            n,
+            "output",
+            target_out[n],
+            reference_out[n],
+            fp64_out.get(n),
+            rule,
+            spread.get(("output", n)),
+            scalar=scalar_tolerance_of(n, "output", dtype, ref.losses),
+        )
+        for n in paired
+    ]
+    result.loss = compare_tensor(
+        "loss",
+        "loss",
+        training.loss,
+        ref.loss,
+        fp64.loss if fp64 else None,
+        rule,
+        spread.get(("loss", "loss")),
+        scalar=scalar_tolerance_of("loss", "loss", dtype, ref.losses),
+    )
+    paired, result.unmatched_gradients = pair_by_name(
+        training.gradients, ref.gradients, list(training.gradients), list(ref.gradients)
+    )
+    result.gradients = [
+        compare_tensor(
+            n,
+            "gradient",
+            training.gradients[n],
+            ref.gradients[n],
+            fp64.gradients.get(n) if fp64 else None,
+            rule,
+            spread.get(("gradient", n)),
+        )
+        for n in paired
+    ]
+    result.losses = training.losses
+    result.trajectory = compare_tensor(
+        "trajectory",
+        "trajectory",
+        _trajectory(training.losses, training.loss.dtype),
+        _trajectory(ref.losses, ref.loss.dtype),
+        _trajectory(fp64.losses, torch.float64) if fp64 else None,
+        rule,
+        spread.get(("trajectory", "losses")),
+    )
+    result.trajectory_deviation, result.trajectory_worst_step = relative_gap(
+        training.losses, ref.losses
+    )
+    result.reference_losses = list(ref.losses)
+    result.loss_floor = loss_floor(
+        dtype, ref.losses, fp64.losses if fp64 else None, rule.multiplier
+    )
+    nan_step = first_nonfinite_step(training.losses)
+    agreement = None
+    if training.predictions is not None and ref.predictions is not None:
+        if training.predictions.shape == ref.predictions.shape:
+            agreement = float((training.predictions == ref.predictions).double().mean())
+    result.task = TaskComparison(
+        name=task_name,
+        reference_initial=ref.task_metric_initial,
+        target_initial=training.task_metric_initial,
+        reference_final=ref.task_metric_final,
+        target_final=None if nan_step is not None else training.task_metric_final,
+        prediction_agreement=agreement,
+        not_evidence=_not_evidence(nan_step),
+    )
+    result.validation = _validation(training, ref, dtype)
+
+
+def _not_evidence(nan_step: int | None) -> str | None:
+    if nan_step is None:
+        return None
+    return (
+        f"not evidence: the loss is NaN/Inf from step {nan_step}, so what the run scores after "
+        "it measures nothing the model computes"
+    )
+
+
+def _validation(
+    training: TrainingCapture, ref: TrainingCapture, dtype: torch.dtype
+) -> ValidationComparison:
+    """The held-out scores after training against the reference's. After a NaN/Inf loss, or a
+    held-out loss that is not finite, the task metric is withheld (a NaN model's arg-max picks
+    a class all the same, so its accuracy can even rise), and after a NaN/Inf training loss
+    the held-out loss too: neither is evidence."""
+    after, reference = training.held_out_after, ref.held_out_after
+    reason = _not_evidence(first_nonfinite_step(training.losses))
+    if reason is None and after is not None and not math.isfinite(after.loss):
+        reason = "not evidence: the held-out loss is not finite, so its task metric is withheld"
+        after = HeldOutScore(after.loss, None)
+    elif reason is not None:
+        after = None
+    loss_deviation = metric_difference = None
+    if after is not None and reference is not None:
+        loss_deviation = abs(after.loss - reference.loss) / abs(reference.loss or 1.0)
+        if not math.isfinite(after.loss):
+            loss_deviation = math.inf
+        if after.metric is not None and reference.metric is not None:
+            metric_difference = after.metric - reference.metric
+    scores = [s.loss for s in (ref.held_out_before, reference) if s is not None]
+    return ValidationComparison(
+        before=training.held_out_before,
+        after=after,
+        reference_before=ref.held_out_before,
+        reference_after=reference,
+        loss_deviation=loss_deviation,
+        metric_difference=metric_difference,
+        metric_allowance=None,
+        loss_allowance=None,
+        loss_floor=loss_floor(dtype, scores, None, 0.0),
+        not_evidence=reason,
+    )
