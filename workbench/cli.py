@@ -13,6 +13,7 @@ import importlib.util
 import re
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -311,18 +312,18 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _configure_run(run_p: argparse.ArgumentParser) -> None:
-    _add_selection(run_p)
-    output = run_p.add_argument_group("where the results go")
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_selection(parser)
+    output = parser.add_argument_group("where the results go")
     output.add_argument(
         "--out", metavar="DIR", help="a new run folder (default reports/<time>-<workload>-<target>)"
     )
     output.add_argument("--show-code", action="store_true", help="show code cells in the HTML")
-    limits = run_p.add_argument_group("limits")
+    limits = parser.add_argument_group("limits")
     limits.add_argument(
         "--cell-timeout", type=int, metavar="S", help="seconds one cell may run, 1 or more (3600)"
     )
-    matrix = run_p.add_argument_group("one item of a matrix (Slurm arrays, Kubernetes jobs)")
+    matrix = parser.add_argument_group("one item of a matrix (Slurm arrays, Kubernetes jobs)")
     matrix.add_argument("--matrix", metavar="FILE", help="matrix file: run one of its items")
     matrix.add_argument(
         "--index",
@@ -332,33 +333,236 @@ def _configure_run(run_p: argparse.ArgumentParser) -> None:
     )
 
 
-def _configure_open(open_p: argparse.ArgumentParser) -> None:
-    _add_selection(open_p)
-    output = open_p.add_argument_group("where the copies go")
+def _prewarm_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workload", default=DEFAULT_WORKLOAD)
+    parser.add_argument("--target", default="auto", help="auto, cpu, cuda, xla or neuron")
+    parser.add_argument("--compile-cache", default="", metavar="DIR")
+    parser.add_argument("--steps", type=int, default=2, help="steps per configuration (2)")
+    parser.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE")
+
+
+def _open_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_selection(parser)
+    output = parser.add_argument_group("where the copies go")
     output.add_argument(
         "--out", metavar="DIR", help="a new folder (default reports/<time>-<workload>-<target>)"
     )
 
 
-def _configure_export(export_p: argparse.ArgumentParser) -> None:
-    export_p.add_argument("folder", help="the folder `workbench open` prepared")
-    export_p.add_argument("--show-code", action="store_true", help="show code cells in the HTML")
+def _export_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("folder", help="the folder `workbench open` prepared")
+    parser.add_argument("--show-code", action="store_true", help="show code cells in the HTML")
 
 
-# Subcommands whose modules import torch: configured only when named, so `workbench --help`
-# and `workbench run --help` answer without loading torch. Name -> module, configure, handler.
-_LAZY: dict[str, tuple[str, str, str]] = {
-    "scan": ("workbench.scan.command", "configure_parser", "cmd_scan"),
-    "compare": ("workbench.compare.command", "configure_parser", "cmd_compare"),
-}
+def _matrix_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file")
+    parser.add_argument("--count", action="store_true", help="print only the number of items")
+    parser.add_argument(
+        "--target",
+        metavar="T",
+        help="only the items on target T, numbered as `run --matrix FILE --target T --index` "
+        "counts them (every item is still checked)",
+    )
 
 
-def _lazy_handler(module: str, name: str) -> Callable[[argparse.Namespace], int]:
-    def handler(args: argparse.Namespace) -> int:
-        func: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(module), name)
-        return func(args)
+def _collect_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("root")
 
-    return handler
+
+def _env_pin_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", default="workbench-env.json", help="manifest path")
+    parser.add_argument(
+        "--force", action="store_true", help="replace an existing manifest and lock at --out"
+    )
+
+
+def _env_diff_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("old")
+    parser.add_argument("new")
+
+
+_TABLES_OUT_HELP = (
+    "folder to write into (default $WORKBENCH_OP_TABLES or ~/.cache/workbench/op-tables)"
+)
+
+
+def _import_native_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", help="the markdown file")
+    parser.add_argument(
+        "--release", help="the Neuron release it is for, where its title does not name one"
+    )
+    parser.add_argument("--out", metavar="DIR", help=_TABLES_OUT_HELP)
+
+
+def _save_measured_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("result", help="<run>/02_op_coverage.json (or the run folder)")
+    parser.add_argument(
+        "--release",
+        help="file it under this release (default: the torch-neuronx version it records)",
+    )
+    parser.add_argument("--out", metavar="DIR", help=_TABLES_OUT_HELP)
+
+
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    """A subcommand that takes no arguments of its own."""
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A function of a module that imports torch, imported only when called: `workbench --help`
+    and `workbench run --help` answer without loading torch."""
+
+    module: str
+    name: str
+
+    def __call__(self, *args: Any) -> Any:
+        return getattr(importlib.import_module(self.module), self.name)(*args)
+
+
+ArgumentAdder = Callable[[argparse.ArgumentParser], None]
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its name and one-line help, what adds its arguments, what runs it; or,
+    for a group such as `env`, the subcommands under it."""
+
+    name: str
+    help: str
+    add_arguments: ArgumentAdder | Deferred = _no_arguments
+    handler: Callable[[argparse.Namespace], int] | Deferred | None = None
+    epilog: str | None = None
+    examples: bool = False  # the epilog is laid out by hand (examples): keep its line breaks
+    subcommands: tuple[Command, ...] = ()
+
+    @property
+    def dest(self) -> str:
+        """Where argparse records which of this group's subcommands was named."""
+        return f"{self.name}_command"
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        "run",
+        "execute the notebooks and write HTML reports",
+        _run_arguments,
+        cmd_run,
+        epilog=_RUN_EXAMPLES,
+        examples=True,
+    ),
+    Command(
+        "prewarm",
+        "fill the compile cache before a scheduled run (neuron_parallel_compile on Trn1)",
+        _prewarm_arguments,
+        cmd_prewarm,
+    ),
+    Command(
+        "open",
+        "prepare parameterized copies of the notebooks to step through in JupyterLab",
+        _open_arguments,
+        cmd_open,
+        epilog=_OPEN_EXAMPLES,
+        examples=True,
+    ),
+    Command(
+        "export",
+        "write the reports, index and summary of a folder `open` prepared",
+        _export_arguments,
+        cmd_export,
+    ),
+    Command(
+        "matrix",
+        "list a matrix file's items with their index, and check every one",
+        _matrix_arguments,
+        Deferred("workbench.fleet.command", "cmd_matrix"),
+    ),
+    Command(
+        "collect",
+        "one dashboard over a matrix ROOT: each item's latest verdict and its change",
+        _collect_arguments,
+        Deferred("workbench.fleet.command", "cmd_collect"),
+        epilog="exit codes: 0 no item regressed, 2 bad input, 5 an item regressed",
+    ),
+    Command(
+        "scan",
+        "find CUDA-specific code in your sources, with the Neuron replacement",
+        Deferred("workbench.scan.command", "configure_parser"),
+        Deferred("workbench.scan.command", "cmd_scan"),
+        epilog="exit codes: 0 no blocking finding, 2 bad input, 4 blocking findings",
+    ),
+    Command(
+        "compare",
+        "judge the newest run against a baseline run or the history of runs",
+        Deferred("workbench.compare.command", "configure_parser"),
+        Deferred("workbench.compare.command", "cmd_compare"),
+        epilog="exit codes: 0 no regression, 2 bad input, 5 a regression (listed on stderr)",
+    ),
+    Command(
+        "env",
+        "pin the environment or diff two manifests",
+        subcommands=(
+            Command(
+                "pin",
+                "write a manifest and a requirements-style lock",
+                _env_pin_arguments,
+                cmd_env_pin,
+            ),
+            Command(
+                "diff",
+                "list changes between two manifests, by severity",
+                _env_diff_arguments,
+                cmd_env_diff,
+            ),
+        ),
+    ),
+    Command(
+        "tables",
+        "TorchNeuron op tables for notebook 02: import the official one, or save a run's",
+        subcommands=(
+            Command(
+                "import-native",
+                "read a downloaded torch_api_compatibility.md (torch-neuronx repository) into a "
+                "table",
+                _import_native_arguments,
+                cmd_tables_import_native,
+            ),
+            Command(
+                "save-measured",
+                "turn a notebook 02 result measured with target=neuron into a table",
+                _save_measured_arguments,
+                cmd_tables_save_measured,
+            ),
+        ),
+    ),
+    Command("list", "workloads, targets and notebook parameters", handler=cmd_list),
+)
+
+
+def _add_commands(
+    parent: argparse.ArgumentParser,
+    commands: tuple[Command, ...],
+    dest: str,
+    named: str | None,
+) -> None:
+    """`commands` as subcommands of `parent`. A Deferred argument adder runs only for the
+    command named on the command line (`named`; None: every one), so that only its module is
+    imported."""
+    sub = parent.add_subparsers(dest=dest, required=True)
+    for command in commands:
+        parser = sub.add_parser(
+            command.name,
+            help=command.help,
+            epilog=command.epilog,
+            formatter_class=(
+                argparse.RawDescriptionHelpFormatter if command.examples else argparse.HelpFormatter
+            ),
+        )
+        if command.subcommands:
+            _add_commands(parser, command.subcommands, command.dest, None)
+            continue
+        if not isinstance(command.add_arguments, Deferred) or named in (None, command.name):
+            command.add_arguments(parser)
+        parser.set_defaults(func=command.handler)
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -371,134 +575,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         epilog="exit codes: 0 ok, 1 a notebook failed, 2 bad input, 3 critical drift, "
         "4 blocking scan findings, 5 regression (compare), 130 interrupted",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-    raw = argparse.RawDescriptionHelpFormatter
-
-    run_p = sub.add_parser(
-        "run",
-        help="execute the notebooks and write HTML reports",
-        epilog=_RUN_EXAMPLES,
-        formatter_class=raw,
-    )
-    _configure_run(run_p)
-    run_p.set_defaults(func=cmd_run)
-
-    prewarm_p = sub.add_parser(
-        "prewarm",
-        help="fill the compile cache before a scheduled run (neuron_parallel_compile on Trn1)",
-    )
-    prewarm_p.add_argument("--workload", default=DEFAULT_WORKLOAD)
-    prewarm_p.add_argument("--target", default="auto", help="auto, cpu, cuda, xla or neuron")
-    prewarm_p.add_argument("--compile-cache", default="", metavar="DIR")
-    prewarm_p.add_argument("--steps", type=int, default=2, help="steps per configuration (2)")
-    prewarm_p.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE")
-    prewarm_p.set_defaults(func=cmd_prewarm)
-    open_p = sub.add_parser(
-        "open",
-        help="prepare parameterized copies of the notebooks to step through in JupyterLab",
-        epilog=_OPEN_EXAMPLES,
-        formatter_class=raw,
-    )
-    _configure_open(open_p)
-    open_p.set_defaults(func=cmd_open)
-
-    export_p = sub.add_parser(
-        "export", help="write the reports, index and summary of a folder `open` prepared"
-    )
-    _configure_export(export_p)
-    export_p.set_defaults(func=cmd_export)
-
-    matrix_p = sub.add_parser(
-        "matrix", help="list a matrix file's items with their index, and check every one"
-    )
-    matrix_p.add_argument("file")
-    matrix_p.add_argument("--count", action="store_true", help="print only the number of items")
-    matrix_p.add_argument(
-        "--target",
-        metavar="T",
-        help="only the items on target T, numbered as `run --matrix FILE --target T --index` "
-        "counts them (every item is still checked)",
-    )
-    matrix_p.set_defaults(func=_lazy_handler("workbench.fleet.command", "cmd_matrix"))
-
-    collect_p = sub.add_parser(
-        "collect",
-        help="one dashboard over a matrix ROOT: each item's latest verdict and its change",
-        epilog="exit codes: 0 no item regressed, 2 bad input, 5 an item regressed",
-    )
-    collect_p.add_argument("root")
-    collect_p.set_defaults(func=_lazy_handler("workbench.fleet.command", "cmd_collect"))
-
-    lazy_help = {
-        "scan": (
-            "find CUDA-specific code in your sources, with the Neuron replacement",
-            "exit codes: 0 no blocking finding, 2 bad input, 4 blocking findings",
-        ),
-        "compare": (
-            "judge the newest run against a baseline run or the history of runs",
-            "exit codes: 0 no regression, 2 bad input, 5 a regression (listed on stderr)",
-        ),
-    }
-    lazy_parsers = {}
-    for name, (help_text, epilog) in lazy_help.items():
-        lazy_parsers[name] = sub.add_parser(name, help=help_text, epilog=epilog)
-
-    env_p = sub.add_parser("env", help="pin the environment or diff two manifests")
-    env_sub = env_p.add_subparsers(dest="env_command", required=True)
-    pin_p = env_sub.add_parser("pin", help="write a manifest and a requirements-style lock")
-    pin_p.add_argument("--out", default="workbench-env.json", help="manifest path")
-    pin_p.add_argument(
-        "--force", action="store_true", help="replace an existing manifest and lock at --out"
-    )
-    pin_p.set_defaults(func=cmd_env_pin)
-    diff_p = env_sub.add_parser("diff", help="list changes between two manifests, by severity")
-    diff_p.add_argument("old")
-    diff_p.add_argument("new")
-    diff_p.set_defaults(func=cmd_env_diff)
-
-    tables_p = sub.add_parser(
-        "tables",
-        help="TorchNeuron op tables for notebook 02: import the official one, or save a run's",
-    )
-    tables_sub = tables_p.add_subparsers(dest="tables_command", required=True)
-    out_help = "folder to write into (default $WORKBENCH_OP_TABLES or ~/.cache/workbench/op-tables)"
-    import_p = tables_sub.add_parser(
-        "import-native",
-        help="read a downloaded torch_api_compatibility.md (torch-neuronx repository) into a table",
-    )
-    import_p.add_argument("file", help="the markdown file")
-    import_p.add_argument(
-        "--release", help="the Neuron release it is for, where its title does not name one"
-    )
-    import_p.add_argument("--out", metavar="DIR", help=out_help)
-    import_p.set_defaults(func=cmd_tables_import_native)
-    save_p = tables_sub.add_parser(
-        "save-measured",
-        help="turn a notebook 02 result measured with target=neuron into a table",
-    )
-    save_p.add_argument("result", help="<run>/02_op_coverage.json (or the run folder)")
-    save_p.add_argument(
-        "--release",
-        help="file it under this release (default: the torch-neuronx version it records)",
-    )
-    save_p.add_argument("--out", metavar="DIR", help=out_help)
-    save_p.set_defaults(func=cmd_tables_save_measured)
-
-    list_p = sub.add_parser("list", help="workloads, targets and notebook parameters")
-    list_p.set_defaults(func=cmd_list)
-
-    for name, lazy_p in lazy_parsers.items():
-        module, configure, handler = _LAZY[name]
-        if command is None or command == name:
-            getattr(importlib.import_module(module), configure)(lazy_p)
-        lazy_p.set_defaults(func=_lazy_handler(module, handler))
+    _add_commands(parser, COMMANDS, "command", command)
     return parser
 
 
 def _subparser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> _Parser:
     """The (sub)command parser that `args` went through, for its own usage in errors."""
     chosen = parser
-    for dest in ("command", "env_command", "tables_command"):
+    groups = [c.dest for c in COMMANDS if c.subcommands]
+    for dest in ("command", *groups):
         name = getattr(args, dest, None)
         actions = [a for a in chosen._actions if isinstance(a, argparse._SubParsersAction)]
         if name is None:

@@ -1,13 +1,14 @@
 """The command line on its own: argument errors, config precedence and `list`, without kernels
 (`workbench run` itself is covered by test_runner.py and test_run_e2e.py)."""
 
+import argparse
 import subprocess
 import sys
 
 import pytest
 
 import workbench.runner
-from workbench.cli import main
+from workbench.cli import COMMANDS, Command, build_parser, main
 from workbench.errors import EXIT_BAD_INPUT, EXIT_OK
 from workbench.runner import DEFAULT_CELL_TIMEOUT_S, RunRequest
 from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
@@ -177,6 +178,25 @@ def test_help_answers_without_importing_torch(argv):
     if argv == ["run", "--help"]:
         for heading in ("what to run:", "where the results go:", "examples:", "workbench list"):
             assert heading in done.stdout
+
+
+def _leaves(commands: tuple[Command, ...]) -> list[Command]:
+    return [leaf for c in commands for leaf in (_leaves(c.subcommands) if c.subcommands else [c])]
+
+
+def test_every_subcommand_comes_from_the_one_table_and_has_a_handler():
+    parser = build_parser()
+    (subcommands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert list(subcommands.choices) == [c.name for c in COMMANDS]
+    for leaf in _leaves(COMMANDS):
+        assert leaf.handler is not None, leaf.name
+    # Group commands record their subcommand where the usage errors look for it.
+    env = next(c for c in COMMANDS if c.name == "env")
+    assert (
+        parser.parse_args(["env", "diff", "a", "b"]).env_command
+        == "diff"
+        == env.subcommands[1].name
+    )
 
 
 def test_the_cli_process_skips_the_iri_parsers_and_still_validates_notebooks():
