@@ -1,8 +1,6 @@
 """`workbench` command line: run the workbook, pin and diff environments, list what exists.
 
-Exit codes: 0 success; 1 a notebook failed (its report is still written); 2 bad input, rejected
-before anything ran; 3 critical environment drift (`env diff`); 4 blocking findings (`scan`);
-5 a regression (`compare`); 130 interrupted.
+Exit codes: the table EXIT_CODES in workbench.errors, which `workbench --help` lists.
 """
 
 from __future__ import annotations
@@ -21,11 +19,14 @@ import yaml
 
 from workbench.errors import (
     EXIT_BAD_INPUT,
+    EXIT_BLOCKING_FINDINGS,
     EXIT_DRIFT,
     EXIT_OK,
+    EXIT_REGRESSION,
     BadInput,
     WorkbenchError,
     did_you_mean,
+    exit_codes_line,
 )
 from workbench.redact import REDACTED, console_line, is_secret_key
 from workbench.safe_load import CONFIG_MAX_BYTES, load_yaml, read_bounded
@@ -481,21 +482,30 @@ COMMANDS: tuple[Command, ...] = (
         "one dashboard over a matrix ROOT: each item's latest verdict and its change",
         _collect_arguments,
         Deferred("workbench.fleet.command", "cmd_collect"),
-        epilog="exit codes: 0 no item regressed, 2 bad input, 5 an item regressed",
+        epilog=exit_codes_line(
+            (EXIT_OK, EXIT_BAD_INPUT, EXIT_REGRESSION),
+            {EXIT_OK: "no item regressed", EXIT_REGRESSION: "an item regressed"},
+        ),
     ),
     Command(
         "scan",
         "find CUDA-specific code in your sources, with the Neuron replacement",
         Deferred("workbench.scan.command", "configure_parser"),
         Deferred("workbench.scan.command", "cmd_scan"),
-        epilog="exit codes: 0 no blocking finding, 2 bad input, 4 blocking findings",
+        epilog=exit_codes_line(
+            (EXIT_OK, EXIT_BAD_INPUT, EXIT_BLOCKING_FINDINGS),
+            {EXIT_OK: "no blocking finding", EXIT_BLOCKING_FINDINGS: "blocking findings"},
+        ),
     ),
     Command(
         "compare",
         "judge the newest run against a baseline run or the history of runs",
         Deferred("workbench.compare.command", "configure_parser"),
         Deferred("workbench.compare.command", "cmd_compare"),
-        epilog="exit codes: 0 no regression, 2 bad input, 5 a regression (listed on stderr)",
+        epilog=exit_codes_line(
+            (EXIT_OK, EXIT_BAD_INPUT, EXIT_REGRESSION),
+            {EXIT_OK: "no regression", EXIT_REGRESSION: "a regression (listed on stderr)"},
+        ),
     ),
     Command(
         "env",
@@ -572,8 +582,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="workbench",
         description="Trainium migration workbook: run the notebooks headless, step through "
         "them in JupyterLab, pin environments, compare runs.",
-        epilog="exit codes: 0 ok, 1 a notebook failed, 2 bad input, 3 critical drift, "
-        "4 blocking scan findings, 5 regression (compare), 130 interrupted",
+        epilog=exit_codes_line(),
     )
     _add_commands(parser, COMMANDS, "command", command)
     return parser

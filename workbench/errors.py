@@ -9,17 +9,62 @@ import importlib.util
 import os
 import sysconfig
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-# Exit codes of `workbench` commands (README "Exit codes" lists the same table).
+# Exit codes of `workbench` commands. EXIT_CODES below is the one table of them: the command
+# line's help is written from it, and a unit test holds README's table to it.
 EXIT_OK = 0
-EXIT_NOTEBOOK_FAILED = 1  # a notebook failed; its report and the others were still written
-EXIT_BAD_INPUT = 2  # rejected before anything ran; nothing was written
-EXIT_DRIFT = 3  # `workbench env diff`: critical drift between two manifests
-EXIT_BLOCKING_FINDINGS = 4  # `workbench scan`: code that will not run on the chosen Neuron path
-EXIT_REGRESSION = 5  # `workbench compare`: the newest run regressed against its baseline
-EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM: the partial run is kept, `latest` untouched
+EXIT_NOTEBOOK_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_DRIFT = 3
+EXIT_BLOCKING_FINDINGS = 4
+EXIT_REGRESSION = 5
+EXIT_INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class ExitCode:
+    """One exit code: its number, its constant's name, what it means, and the subcommands that
+    exit with it (none named where any command may)."""
+
+    code: int
+    name: str
+    meaning: str
+    commands: tuple[str, ...] = ()
+
+    def summary(self) -> str:
+        """The meaning as the command line's help shows it, with the commands that exit so."""
+        return f"{self.meaning} ({' or '.join(self.commands)})" if self.commands else self.meaning
+
+
+EXIT_CODES: tuple[ExitCode, ...] = (
+    ExitCode(EXIT_OK, "EXIT_OK", "every notebook succeeded"),
+    # Its report and the other notebooks' are still written.
+    ExitCode(EXIT_NOTEBOOK_FAILED, "EXIT_NOTEBOOK_FAILED", "a notebook failed"),
+    # Rejected before anything ran; nothing was written.
+    ExitCode(EXIT_BAD_INPUT, "EXIT_BAD_INPUT", "bad input"),
+    ExitCode(EXIT_DRIFT, "EXIT_DRIFT", "critical drift between the two manifests", ("env diff",)),
+    # Code that will not run on the chosen Neuron path.
+    ExitCode(EXIT_BLOCKING_FINDINGS, "EXIT_BLOCKING_FINDINGS", "a blocking finding", ("scan",)),
+    # The newest run regressed against its baseline or history; an item of a matrix did.
+    ExitCode(EXIT_REGRESSION, "EXIT_REGRESSION", "a regression", ("compare", "collect")),
+    # Ctrl-C or SIGTERM: the partial run is kept, `latest` untouched.
+    ExitCode(EXIT_INTERRUPTED, "EXIT_INTERRUPTED", "interrupted"),
+)
+
+
+def exit_codes_line(
+    codes: Iterable[int] | None = None, wording: Mapping[int, str] | None = None
+) -> str:
+    """The help line that lists `codes` (every one by default) in EXIT_CODES' words, or in a
+    command's own `wording` of what a code means for it: "exit codes: 0 ..., 2 ..."."""
+    by_code = {entry.code: entry for entry in EXIT_CODES}
+    wording = wording or {}
+    listed = [by_code[code] for code in codes] if codes is not None else list(EXIT_CODES)
+    return "exit codes: " + ", ".join(
+        f"{entry.code} {wording.get(entry.code, entry.summary())}" for entry in listed
+    )
 
 
 class WorkbenchError(Exception):

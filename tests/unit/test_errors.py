@@ -9,10 +9,15 @@ import torch
 from torch import nn
 
 import workbench
+from tests.fixtures import REPO_ROOT
 from workbench.errors import (
     ERROR_MESSAGE_CHARS,
+    EXIT_BAD_INPUT,
+    EXIT_CODES,
+    EXIT_OK,
     BadInput,
     describe_error,
+    exit_codes_line,
     is_user_code,
     one_line,
     pick_user_frame,
@@ -116,3 +121,46 @@ def test_an_exception_never_raised_has_no_location_and_an_empty_message_keeps_it
     assert error.frame is None and error.location == ""
     assert str(error) == "KeyError"
     assert str(describe_error(ValueError("bad value"))) == "ValueError: bad value"
+
+
+def _readme_exit_codes() -> dict[int, str]:
+    """README's exit-code table (the first table after a heading that names exit codes): each
+    code and its meaning, markdown backticks and line layout taken out."""
+    lines = (REPO_ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    heading = next(
+        i for i, line in enumerate(lines) if line.startswith("#") and "exit code" in line.lower()
+    )
+    rows = []
+    for line in lines[heading + 1 :]:
+        if line.startswith("|"):
+            rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+        elif rows or line.startswith("#"):
+            break
+    header = [cell.lower() for cell in rows[0]]
+    code_at, meaning_at = header.index("code"), header.index("meaning")
+    return {
+        int(row[code_at]): " ".join(row[meaning_at].replace("`", "").split())
+        for row in rows[2:]  # after the header and its |---| line
+    }
+
+
+def test_the_readme_lists_exactly_the_exit_codes_of_the_table_with_their_meanings():
+    readme = _readme_exit_codes()
+    assert sorted(readme) == sorted(entry.code for entry in EXIT_CODES)
+    for entry in EXIT_CODES:
+        # README may say more after it; it starts with the table's meaning, under the commands
+        # that exit with it.
+        commands = " or ".join(f"workbench {command}" for command in entry.commands)
+        said = f"{commands}: {entry.meaning}" if commands else entry.meaning
+        assert readme[entry.code].lower().startswith(said.lower()), (entry.code, readme[entry.code])
+
+
+def test_the_help_lists_every_exit_code_from_the_table():
+    line = exit_codes_line()
+    assert line.startswith("exit codes: ")
+    assert [int(part.split()[0]) for part in line.removeprefix("exit codes: ").split(", ")] == [
+        entry.code for entry in EXIT_CODES
+    ]
+    assert exit_codes_line([EXIT_OK, EXIT_BAD_INPUT], {EXIT_OK: "fine"}) == (
+        "exit codes: 0 fine, 2 bad input"
+    )
