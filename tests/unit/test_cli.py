@@ -219,3 +219,23 @@ print("rfc3987_syntax loaded:", sys.modules.get("rfc3987_syntax") is not None)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["invalid notebook rejected", "rfc3987_syntax loaded: False"]
+
+
+def test_compare_gate_defaults_are_those_of_compares_gates():
+    """The gate options' defaults and the numbers their help shows are compare's Gates."""
+    from workbench.compare import Gates
+
+    gates = Gates()
+    parser = build_parser("compare")
+    args = parser.parse_args(["compare", "reports"])
+    options = {
+        "step_gate": gates.step_time,
+        "compile_gate": gates.compile_time,
+        "memory_gate": gates.memory,
+        "p_value": gates.p_value,
+    }
+    assert {name: getattr(args, name) for name in options} == options
+    (subcommands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    shown = {a.dest: a.help for a in subcommands.choices["compare"]._actions}
+    for name, value in options.items():
+        assert f"({value:.2f})" in shown[name], (name, shown[name])
