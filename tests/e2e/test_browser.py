@@ -190,7 +190,7 @@ def test_a_workload_displaying_payloads_gets_its_report_and_nothing_runs(browser
 def test_fleet_dashboard_links_named_like_scripts_stay_inert(browser, tmp_path):
     """Folders under a fleet root named like script links become links to themselves: clicking
     runs nothing, and every link resolves inside the root."""
-    from tests.unit.compare.test_compare import write_run
+    from tests.fixtures.run_folders import write_run
     from workbench.fleet.collect import collect
     from workbench.fleet.dashboard import write_dashboard
 

@@ -4,24 +4,11 @@ distribution must not, and every bad input is one sentence with exit 2."""
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import pytest
 
-from tests.fixtures.baseline_records import baseline_result
-from workbench.baseline.records import (
-    EAGER,
-    PHASE_FIRST_CALL,
-    PHASE_STEADY,
-    TRAIN,
-    BaselineSettings,
-    ConfigResult,
-    CounterDelta,
-    MemoryUse,
-    PhaseResult,
-    result_data,
-)
+from tests.fixtures.run_folders import loaded_host, quiet_host, samples, write_run
 from workbench.cli import main
 from workbench.compare import Gates, compare_runs
 from workbench.compare.plots import timing_series
@@ -39,10 +26,7 @@ from workbench.compare.stats import mann_whitney_u
 from workbench.compare.timing import pair_allowance
 from workbench.errors import BadInput
 from workbench.report import network_references
-from workbench.results import SCHEMA_VERSION, save_result
-from workbench.runner import NotebookOutcome, report_notebook, write_run_files
-from workbench.scorecard import Verdict
-from workbench.timing import HostLoad, Measurement
+from workbench.results import SCHEMA_VERSION
 
 
 def test_mann_whitney_matches_the_textbook_normal_approximation() -> None:
@@ -51,110 +35,6 @@ def test_mann_whitney_matches_the_textbook_normal_approximation() -> None:
     assert mann_whitney_u([2.0] * 5, [2.0] * 7)[1] == 1.0
     low = [1.0 + 0.01 * i for i in range(30)]
     assert mann_whitney_u(low, [x + 1 for x in low])[1] < 1e-6
-
-
-def _samples(seed: int, median: float, n: int = 30, spread: float = 0.02) -> list[float]:
-    rng = random.Random(seed)
-    return [median * (1 + rng.gauss(0, spread)) for _ in range(n)]
-
-
-def quiet_host(threads: int = 2) -> HostLoad:
-    return HostLoad(threads, 2, 1.0, 0.02, 0.0, 0.4, False)
-
-
-def loaded_host(threads: int = 2) -> HostLoad:
-    return HostLoad(threads, 2, 1.0, 0.6, 0.01, 2.5, True)
-
-
-def baseline_config(step: float, steady: list[float], host: HostLoad | None) -> ConfigResult:
-    """Notebook 01's record of one eager training step, built from its own dataclasses."""
-
-    def phase(name: str, first_step: int, times: list[float]) -> PhaseResult:
-        return PhaseResult(
-            name,
-            first_step,
-            Measurement(times, host=host),
-            MemoryUse(500 * 2**20, None, None),
-            CounterDelta(0, 0.0),
-        )
-
-    config = ConfigResult(TRAIN, EAGER, batch_size=64, items_per_step=64)
-    config.phases = [phase(PHASE_FIRST_CALL, 1, [step * 5]), phase(PHASE_STEADY, 2, steady)]
-    return config
-
-
-def baseline_data(config: ConfigResult) -> dict:
-    result = baseline_result(
-        [config],
-        workload={"name": "seed-mlp"},
-        compiled_means="torch.compile",
-        settings=BaselineSettings(kinds=(TRAIN,), modes=(EAGER,)),
-        host_memory_source="VmHWM",
-        device_memory_source="none",
-        compile_counter_source="dynamo",
-    )
-    return result_data(result)
-
-
-def write_run(
-    folder: Path,
-    *,
-    started: str,
-    step: float = 0.010,
-    seed: int = 0,
-    workload: str = "seed-mlp",
-    op_status: str = "supported",
-    numerics_pass: bool = True,
-    verdict: str = "pass",
-    schema: int = SCHEMA_VERSION,
-    steady: list[float] | None = None,
-    host: HostLoad | None = None,
-    notebooks: tuple[str, ...] = ("01_baseline", "02_op_coverage", "03_numerics"),
-) -> Path:
-    """A run folder written by the workbench's own writers: save_result for each result file,
-    the runner's report_notebook and write_run_files for summary.json and the index."""
-    folder.mkdir(parents=True)
-    config = baseline_config(step, steady or _samples(seed, step), host or quiet_host())
-    data = {
-        "01_baseline": baseline_data(config),
-        "02_op_coverage": {
-            "ops": [
-                {"op": "aten::addmm", "verdicts": {"xla": {"status": op_status}}},
-                {"op": "aten::relu", "verdicts": {"xla": {"status": "supported"}}},
-            ]
-        },
-        "03_numerics": {
-            "runs": [
-                {
-                    "run": {"label": "cpu bf16-autocast eager"},
-                    "verdict": {"passed": numerics_pass},
-                    "outputs": [{"metrics": {"relative_l2": 0.004}}],
-                }
-            ]
-        },
-    }
-    outcomes = []
-    for name in notebooks:
-        stored = dict(data[name])
-        status = verdict if name == "01_baseline" else "pass"
-        stored["verdict"] = Verdict(status, f"{name} judged {status}", "test rule")
-        save_result(folder, name, stored, target={})
-        outcome = NotebookOutcome(name, "ok", 1.0)
-        report_notebook(folder / f"{name}.ipynb", outcome, show_code=False)
-        outcomes.append(outcome)
-    summary = {
-        "schema_version": SCHEMA_VERSION,
-        "workload": workload,
-        "target": "cpu",
-        "validation": "measured on cpu",
-        "started_at": started,
-    }
-    write_run_files(folder, summary, outcomes, {})
-    if schema != SCHEMA_VERSION:  # a run from another workbench version: only its header differs
-        for path in folder.glob("*.json"):
-            record = json.loads(path.read_text())
-            path.write_text(json.dumps({**record, "schema_version": schema}))
-    return folder
 
 
 def _status(comparison, name: str) -> str:
@@ -185,16 +65,16 @@ def test_a_pair_flags_a_2x_slowdown_and_allows_run_to_run_variation(tmp_path: Pa
 def test_identical_code_pair_with_tiny_noisy_steps_does_not_exit_5(tmp_path: Path) -> None:
     """Two identical runs one after the other on a quiet machine: tiny steps (0.3 ms), each run
     with its own IQR of about 10%, medians 24% apart. The same pair at 2x exits 5."""
-    base = write_run(tmp_path / "base", started="2026-11-01", steady=_samples(1, 3e-4, 30, 0.08))
+    base = write_run(tmp_path / "base", started="2026-11-01", steady=samples(1, 3e-4, 30, 0.08))
     again = write_run(
-        tmp_path / "again", started="2026-11-02", steady=_samples(2, 3.72e-4, 30, 0.08)
+        tmp_path / "again", started="2026-11-02", steady=samples(2, 3.72e-4, 30, 0.08)
     )
     comparison = compare_runs([base, again])
     median = next(c for c in comparison.changes if c.name == "train/eager steady median")
     # What the old pair rule called a regression: beyond the gate, significant, IQRs apart.
     assert 1.15 < median.ratio < 1.35 and median.p_value < 0.01 and median.status == RUN_TO_RUN
     assert main(["compare", str(base), str(again), "--out", str(tmp_path / "c1")]) == 0
-    slow = write_run(tmp_path / "slow", started="2026-11-03", steady=_samples(3, 6e-4, 30, 0.08))
+    slow = write_run(tmp_path / "slow", started="2026-11-03", steady=samples(3, 6e-4, 30, 0.08))
     assert main(["compare", str(base), str(slow), "--out", str(tmp_path / "c2")]) == 5
 
 
@@ -216,7 +96,7 @@ def test_a_burst_of_load_over_most_of_a_run_is_noise_and_a_shift_is_not(tmp_path
     """Measured on this kind of machine: a burst slowed 18 of a run's 30 steps by 60%. The rank
     test calls that significant and the median moves 60%; the quartiles still overlap."""
     base = write_run(tmp_path / "base", started="2026-11-01", seed=1, step=0.005)
-    burst = _samples(2, 0.005, 12) + _samples(3, 0.008, 18)
+    burst = samples(2, 0.005, 12) + samples(3, 0.008, 18)
     loaded = write_run(tmp_path / "loaded", started="2026-11-02", steady=burst)
     change = next(
         c for c in compare_runs([base, loaded]).changes if c.name == "train/eager steady median"
@@ -332,9 +212,7 @@ def test_the_tail_is_a_p99_only_with_the_samples_to_support_it(tmp_path: Path) -
     assert "train/eager steady max" in names and "train/eager steady p99" not in names
     long = compare_runs(
         [
-            write_run(
-                tmp_path / f"l{i}", started=f"2026-11-0{i + 1}", steady=_samples(i, 0.01, 459)
-            )
+            write_run(tmp_path / f"l{i}", started=f"2026-11-0{i + 1}", steady=samples(i, 0.01, 459))
             for i in range(2)
         ]
     )

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.compare.test_compare import write_run
+from tests.fixtures.run_folders import write_run
 from workbench.cli import main
 from workbench.compare import compare_runs
 from workbench.compare.runs import UnreadableRun, load_run

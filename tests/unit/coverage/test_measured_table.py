@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.unit.targets.test_targets_fakes import FakeTorchNeuron, install_fake_neuron
+from tests.fixtures.neuron_fakes import FakeTorchNeuron, install_fake_neuron
 from workbench.cli import main
 from workbench.coverage.analyze import analyze_coverage
 from workbench.coverage.records import result_data

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures import REPO_ROOT
-from tests.unit.compare.test_compare import write_run
+from tests.fixtures.run_folders import write_run
 from workbench.cli import main
 from workbench.errors import BadInput
 from workbench.fleet.collect import COMPLETE, INCOMPLETE, MISSING, ItemRow, collect

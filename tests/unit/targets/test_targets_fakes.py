@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -22,6 +21,12 @@ from typing import Any
 import pytest
 import torch
 
+from tests.fixtures import neuron_fakes
+from tests.fixtures.neuron_fakes import (
+    FakeTorchNeuron,
+    fake_installed_versions,
+    install_fake_neuron,
+)
 from workbench.errors import BadInput
 from workbench.targets import detect, get_target, resolve_target_name
 from workbench.targets import xla as xla_module
@@ -32,120 +37,6 @@ from workbench.targets.xla_analysis import parse as parse_xla_analysis
 
 TORCH_MAJOR_MINOR = ".".join(torch.__version__.split("+")[0].split(".")[:2])
 MiB = 1 << 20
-
-
-def fake_installed_versions(versions: dict[str, str]) -> Callable[[str], str | None]:
-    """Stands in for detect.installed_version: the given distributions, nothing else."""
-    return versions.get
-
-
-# --------------------------------------------------------------------------------------------
-# Native TorchNeuron: torch.neuron (neuron.md 2.6) and torch_neuronx op tracking (neuron.md 2.7)
-
-
-class FakeTorchNeuron:
-    """torch.neuron and torch_neuronx as neuron.md sections 2.6 and 2.7 document them.
-
-    Work is queued asynchronously, as on the device: what queued work allocates, which ops it
-    executes and which it sends to the CPU fallback become visible only once `synchronize()` has
-    run it.
-    """
-
-    def __init__(self, *, with_dynamo_metrics: bool = True) -> None:
-        self.available = True
-        self.with_dynamo_metrics = with_dynamo_metrics
-        self.calls: list[str] = []
-        self.compile_records: list[SimpleNamespace] = []
-        self._queued: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = []
-        self._peak_allocated = 0
-        self._peak_reserved = 0
-        self._fallbacks: list[str] = []
-        self._executed: list[str] = []
-
-    def run(
-        self,
-        *,
-        allocates: int = 0,
-        fallback_ops: tuple[str, ...] = (),
-        executed_ops: tuple[str, ...] = (),
-    ) -> None:
-        """Queue one piece of work, as an eager op or compiled graph would. A fallen-back op
-        also executes (on the CPU), so get_executed_ops names it too."""
-        self._queued.append((allocates, fallback_ops, executed_ops + fallback_ops))
-
-    # torch.neuron
-    def is_available(self) -> bool:
-        return self.available
-
-    def device_count(self) -> int:
-        return 4 if self.available else 0
-
-    def get_device_name(self, device: Any = None) -> str:
-        return "trn2.3xlarge"
-
-    def get_device_properties(self, device: Any = None) -> SimpleNamespace:
-        return SimpleNamespace(name="trn2.3xlarge", total_memory=24 * 1024 * MiB)
-
-    def synchronize(self, device: Any = None) -> None:
-        self.calls.append("synchronize")
-        for allocates, fallback_ops, executed_ops in self._queued:
-            self._peak_allocated = max(self._peak_allocated, allocates)
-            # The caching allocator reserves in 2 MiB segments.
-            self._peak_reserved = max(self._peak_reserved, -(-allocates // (2 * MiB)) * 2 * MiB)
-            self._fallbacks.extend(fallback_ops)
-            self._executed.extend(executed_ops)
-        self._queued.clear()
-
-    def reset_peak_memory_stats(self, device: Any = None) -> None:
-        self.calls.append("reset_peak_memory_stats")
-        self._peak_allocated = self._peak_reserved = 0
-
-    def max_memory_allocated(self, device: Any = None) -> int:
-        self.calls.append("max_memory_allocated")
-        return self._peak_allocated
-
-    def max_memory_reserved(self, device: Any = None) -> int:
-        self.calls.append("max_memory_reserved")
-        return self._peak_reserved
-
-    def get_dynamo_metrics(self) -> list[SimpleNamespace]:
-        return list(self.compile_records)
-
-    # torch_neuronx
-    def clear_op_tracking(self) -> None:
-        self.calls.append("clear_op_tracking")
-        self._fallbacks.clear()
-        self._executed.clear()
-
-    def get_fallback_ops(self) -> list[str]:
-        self.calls.append("get_fallback_ops")
-        return list(self._fallbacks)
-
-    def get_executed_ops(self) -> list[str]:
-        self.calls.append("get_executed_ops")
-        return list(self._executed)
-
-    def torch_neuron_namespace(self) -> SimpleNamespace:
-        names = [
-            "is_available",
-            "device_count",
-            "get_device_name",
-            "get_device_properties",
-            "synchronize",
-            "reset_peak_memory_stats",
-            "max_memory_allocated",
-            "max_memory_reserved",
-        ]
-        if self.with_dynamo_metrics:
-            names.append("get_dynamo_metrics")
-        return SimpleNamespace(**{name: getattr(self, name) for name in names})
-
-    def torch_neuronx_module(self) -> ModuleType:
-        module = ModuleType("torch_neuronx")
-        module.clear_op_tracking = self.clear_op_tracking
-        module.get_fallback_ops = self.get_fallback_ops
-        module.get_executed_ops = self.get_executed_ops
-        return module
 
 
 def compile_record(nth: int, fx_us: int, lower_us: int, compile_us: int) -> SimpleNamespace:
@@ -160,14 +51,6 @@ def compile_record(nth: int, fx_us: int, lower_us: int, compile_us: int) -> Simp
         torch_neuronx_fx_passes_us=fx_us,
         torch_neuronx_lower_us=lower_us,
         torch_neuronx_compile_us=compile_us,
-    )
-
-
-def install_fake_neuron(runtime: FakeTorchNeuron, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(torch, "neuron", runtime.torch_neuron_namespace(), raising=False)
-    monkeypatch.setitem(sys.modules, "torch_neuronx", runtime.torch_neuronx_module())
-    monkeypatch.setattr(
-        detect, "installed_version", fake_installed_versions({"torch-neuronx": "2.14.3.0"})
     )
 
 
@@ -318,7 +201,7 @@ def test_neuron_device_and_describe_in_a_fresh_process() -> None:
     torch.neuron; the fake does the same, in a child process because the rename is permanent."""
     script = f"""
 import importlib.util, json, sys, torch
-spec = importlib.util.spec_from_file_location("fakes", {str(Path(__file__))!r})
+spec = importlib.util.spec_from_file_location("fakes", {neuron_fakes.__file__!r})
 fakes = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(fakes)
 runtime = fakes.FakeTorchNeuron()

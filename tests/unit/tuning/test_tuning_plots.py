@@ -11,108 +11,13 @@ import matplotlib
 import pytest
 from matplotlib.figure import Figure
 
-from workbench.environment.instance import InstanceType
+from tests.fixtures.retune_results import make_result
 from workbench.results import write_json_atomic
-from workbench.timing import Measurement
 from workbench.tuning import plots as tuning_plots
 from workbench.tuning import records as tuning_records
 from workbench.tuning import views as tuning_views
-from workbench.tuning.buckets import plan_buckets
-from workbench.tuning.cost import cost_study, load_prices
-from workbench.tuning.dataloader import (
-    LoaderResult,
-    LoaderSetting,
-    LoaderStudy,
-    SampleWork,
-    choose_setting,
-)
-from workbench.tuning.parallel import OK as RUN_OK
-from workbench.tuning.parallel import SKIPPED, ScalingRun, ScalingStudy
-from workbench.tuning.plan import check_accumulation, plan_global_batch
-from workbench.tuning.recommend import recommend
-from workbench.tuning.records import RetuneResult, RetuneSettings
-from workbench.tuning.trials import OK, OOM, MemoryBudget, SearchResult, Trial, choose_batch
-from workbench.workload import load_workload
-
-MiB = 2**20
-
-
-def trial(stage: str, batch: int, status: str, step: float = 0.01) -> Trial:
-    fits = status == OK
-    return Trial(
-        stage,
-        batch,
-        status,
-        0.5,
-        Measurement([step, step * 1.1, step * 0.9]) if fits else None,
-        batch,
-        peak_memory_bytes=(200 + batch) * MiB if fits else None,
-        memory_source="host: test",
-        error=None if fits else "MemoryError: test",
-        oom_evidence=None if fits else "MemoryError",
-    )
-
-
-def make_result(*, scaling_skipped: bool = False, with_buckets: bool = True) -> RetuneResult:
-    workload = load_workload("seed-mlp")
-    budget = MemoryBudget(1024 * MiB, "test budget", 0.1)
-    search = SearchResult(1, 1024, 12)
-    search.trials = [trial("search", 1, OK), trial("search", 1024, OOM), trial("search", 512, OK)]
-    search.largest_fit, search.smallest_failure, search.stopped = 700, 701, "700 fits"
-    sweep = [trial("sweep", b, OK, 0.001 * (1 + b / 64)) for b in (64, 128, 256, 512)]
-    choice = choose_batch(sweep)
-    runs = [
-        ScalingRun(1, RUN_OK, step=Measurement([0.01] * 3), items_per_step=256, efficiency=1.0),
-        ScalingRun(2, RUN_OK, step=Measurement([0.0125] * 3), items_per_step=512, efficiency=0.8),
-    ]
-    scaling = ScalingStudy("gloo", 256, 1, 2, 5, 20, runs)
-    if scaling_skipped:
-        scaling.runs = [ScalingRun(1, SKIPPED, "collectives unavailable")]
-        scaling.skipped_reason = "collectives unavailable"
-    optimizer = workload.make_optimizer(workload.build_model())
-    plans = [plan_global_batch("the target global batch", 64, choice.batch_size, 2, 64, optimizer)]
-    settings = [LoaderSetting(0, False, None), LoaderSetting(1, False, 2)]
-    loader = LoaderStudy(64, SampleWork(0.02, 10, "test"), 4, 20)
-    loader.results = [
-        LoaderResult(settings[0], "ok", Measurement([0.3] * 3), Measurement([1.0] * 3), 64),
-        LoaderResult(settings[1], "ok", Measurement([0.01] * 3), Measurement([0.7] * 3), 64),
-    ]
-    loader.recommended, loader.fastest = choose_setting(loader.results) or (None, None)
-    assert loader.recommended is loader.results[1]
-    buckets = plan_buckets([5, 9, 30, 31, 32] * 10, 4, 0.1, "test") if with_buckets else None
-    cost = cost_study(
-        load_prices(),
-        per_worker_rate=choice.throughput,
-        per_worker_basis="test",
-        world=None if scaling_skipped else runs[1],
-        instance=InstanceType(None, "not an EC2 instance (no EC2 DMI data)"),
-        target_name="cpu",
-        unit="samples",
-        items=10**6,
-    )
-    result = RetuneResult(
-        workload=workload.describe(),
-        target={"name": "cpu", "is_trainium": False},
-        measured_label="measured on this machine (cpu)",
-        settings=RetuneSettings(),
-        throughput_unit="samples/s",
-        budget=budget,
-        search=search,
-        sweep=sweep,
-        choice=choice,
-        scaling=scaling,
-        world=None if scaling_skipped else runs[1],
-        plans=plans,
-        accumulation=check_accumulation(workload, 8, 2),
-        loader=loader,
-        buckets=buckets,
-        cost=cost,
-        recommendation=None,  # type: ignore[arg-type]
-        skipped={"scaling": "collectives unavailable"} if scaling_skipped else {},
-        wall_seconds=1.0,
-    )
-    result.recommendation = recommend(result)
-    return result
+from workbench.tuning.records import RetuneSettings
+from workbench.tuning.trials import OOM
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from tests.unit.tuning.test_tuning_plots import make_result
+from tests.fixtures.retune_results import make_result
 from workbench.scorecard import ATTENTION, PASS
 from workbench.targets.cpu import CpuTarget
 from workbench.timing import HostLoad, Measurement
