@@ -1,7 +1,7 @@
 """Hugging Face models as they come: tiny GPT-2, BERT, Llama and ViT built here from configs,
 saved with save_pretrained to a temporary folder and loaded back through `hf:FOLDER`, with no
-wrapper code. The e2e tests run them through notebooks 01, 02 and 03 with the real command line,
-papermill and kernels; the rest load them in-process.
+wrapper code. They load here in-process; tests/e2e/test_huggingface_e2e.py runs them through
+notebooks 01, 02 and 03 with the real command line, papermill and kernels.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,12 +17,11 @@ import pytest
 import torch
 
 from tests.fixtures import REPO_ROOT
+from tests.fixtures.hf_checkpoints import VOCAB, save_tiny_checkpoints
 from workbench.cli import main
 from workbench.coverage.capture import capture_training_step
-from workbench.coverage.records import SEEN_REFERENCE
 from workbench.coverage.risks import INT64, INT64_RANGE, capture_flags
 from workbench.errors import BadInput
-from workbench.report import network_references
 from workbench.workload import (
     TASK_CLASSIFICATION,
     TASK_LANGUAGE_MODEL,
@@ -35,70 +33,11 @@ from workbench.workloads.huggingface import HfOptions, load_hf_workload, task_of
 transformers = pytest.importorskip("transformers", reason="transformers is the hf extra")
 
 REPO = REPO_ROOT
-WORKBENCH = str(Path(sys.executable).parent / "workbench")
-VOCAB = 128
-POSITIONS = 64
-
-
-def _save(model: torch.nn.Module, folder: Path) -> Path:
-    model.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Tiny checkpoints as save_pretrained writes them (config.json + model.safetensors)."""
-    root = tmp_path_factory.mktemp("hf")
-    torch.manual_seed(0)
-    bert = transformers.BertConfig(
-        num_hidden_layers=2,
-        hidden_size=32,
-        num_attention_heads=2,
-        intermediate_size=64,
-        vocab_size=VOCAB,
-        max_position_embeddings=POSITIONS,
-        num_labels=3,
-    )
-    return {
-        "gpt2": _save(
-            transformers.GPT2LMHeadModel(
-                transformers.GPT2Config(
-                    n_layer=2, n_embd=32, n_head=2, vocab_size=VOCAB, n_positions=POSITIONS
-                )
-            ),
-            root / "gpt2",
-        ),
-        "bert": _save(transformers.BertForSequenceClassification(bert), root / "bert"),
-        "bert-base": _save(transformers.BertModel(bert), root / "bert-base"),
-        "llama": _save(
-            transformers.LlamaForCausalLM(
-                transformers.LlamaConfig(
-                    num_hidden_layers=2,
-                    hidden_size=32,
-                    num_attention_heads=2,
-                    num_key_value_heads=1,
-                    intermediate_size=64,
-                    vocab_size=VOCAB,
-                    max_position_embeddings=POSITIONS,
-                )
-            ),
-            root / "llama",
-        ),
-        "vit": _save(
-            transformers.ViTForImageClassification(
-                transformers.ViTConfig(
-                    num_hidden_layers=1,
-                    hidden_size=32,
-                    num_attention_heads=2,
-                    intermediate_size=64,
-                    image_size=32,
-                    patch_size=8,
-                    num_labels=5,
-                )
-            ),
-            root / "vit",
-        ),
-    }
+    return save_tiny_checkpoints(tmp_path_factory.mktemp("hf"))
 
 
 def _load(folder: Path, **options: object):
@@ -308,93 +247,3 @@ def test_transformers_missing_is_one_sentence_with_the_install_line(
     err = _run_refused(capsys, "--workload", f"hf:{checkpoints['gpt2']}")
     assert "need Hugging Face transformers, which is not installed" in err
     assert "pip install 'workbench[hf]'" in err
-
-
-# ---------------------------------------------------------------------------------------------
-# End to end: the command line through 01, 02 and 03
-
-E2E_SETTINGS = [
-    "-p", "batch_size=2",
-    "-p", "sequence_length=16",
-    "-p", "steady_steps=5",
-    "-p", "warmup_window=4",
-    "-p", "warmup_max_steps=15",
-    "-p", "steps=5",
-    "-p", "validation_batches=2",
-    "-p", 'precisions=["fp32", "bf16-autocast"]',
-]  # fmt: skip
-# GPT-2 goes through torch.compile in 01 and 03; BERT and Llama run eager to keep CI short.
-E2E_MODELS = {
-    "gpt2": ["-p", 'kinds=["train"]', "-p", 'compiled_precisions=["fp32"]'],
-    "bert": ["-p", 'modes=["eager"]', "-p", "compiled_precisions=[]"],
-    "llama": ["-p", 'modes=["eager"]', "-p", "compiled_precisions=[]"],
-}
-
-
-@pytest.mark.e2e
-@pytest.mark.parametrize("name", list(E2E_MODELS))
-def test_an_hf_checkpoint_runs_through_01_02_03(name, checkpoints, tmp_path) -> None:
-    result = subprocess.run(
-        [
-            WORKBENCH,
-            "run",
-            "--only",
-            "01,02,03",
-            "--workload",
-            f"hf:{checkpoints[name]}",
-            "--out",
-            "run",
-            *E2E_SETTINGS,
-            *E2E_MODELS[name],
-        ],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    run = tmp_path / "run"
-    summary = json.loads((run / "summary.json").read_text())
-    assert [n["status"] for n in summary["notebooks"]] == ["ok"] * 3
-
-    baseline = json.loads((run / "01_baseline.json").read_text())["data"]
-    train = [c for c in baseline["configs"] if c["kind"] == "train"]
-    assert train and all(c["status"] == "ok" and c["nonfinite_step"] is None for c in train)
-    assert all(c["loss_last"] < c["loss_first"] for c in train), "the model learns"
-
-    coverage = json.loads((run / "02_op_coverage.json").read_text())["data"]
-    ops = {row["op"]: row for row in coverage["ops"]}
-    # Forward, backward and optimizer ops of the model as it comes.
-    assert "forward" in ops["aten::embedding"]["calls"]
-    assert "backward" in ops["aten::embedding_dense_backward"]["calls"]
-    assert any("optimizer" in row["calls"] for row in ops.values())
-    assert ops["aten::embedding"]["first_site"]["text"].startswith("transformers/models/")
-    assert not [f for f in coverage["flags"] if f["kind"] in (INT64, INT64_RANGE)]
-    # Shifted labels (sequence - 1) follow the sequence: no data-dependent shapes; the library
-    # is not the user's code, so its CUDA branches are no blocking scan finding.
-    assert coverage["shape_stability"]["stable"], coverage["shape_stability"]["sentence"]
-    assert coverage["scan"]["blocking"] == 0
-
-    numerics = json.loads((run / "03_numerics.json").read_text())["data"]
-    runs = {r["run"]["label"]: r for r in numerics["runs"]}
-    fp32 = runs["cpu fp32 eager"]
-    # The fp32 eager run is the reference's own computation: it must match it exactly.
-    assert fp32["verdict"]["status"] == "pass", fp32["verdict"]
-    assert fp32["trajectory_deviation"] == 0.0
-    assert {o["metrics"]["name"] for o in fp32["outputs"]} == {"loss", "logits"}
-    assert all(o["verdict"]["passed"] for o in fp32["outputs"])
-    # GPT-2's and BERT's configs carry dropout, which 03 turns off so the runs compute the
-    # same thing; Llama's attention dropout is 0 and it has no Dropout module.
-    assert bool(numerics["dropout_disabled"]) == (name != "llama"), numerics["dropout_disabled"]
-
-    # 02's report: counts say what they count, ops are grouped by verdict with the evidence
-    # once, and the op-by-op table stays folded.
-    page = (run / "02_op_coverage.html").read_text()
-    total = len([row for row in coverage["ops"] if SEEN_REFERENCE in row["seen_in"]])
-    assert re.search(rf"\b{total} ops \([\d,]+ calls\)", page), total
-    assert "Ops grouped by verdict, evidence once per group" in page
-    assert "<details><summary>Every op, phase by phase" in page
-    for page in ("01_baseline.html", "02_op_coverage.html", "03_numerics.html", "index.html"):
-        html = (run / page).read_text()
-        assert not network_references(html), page
