@@ -148,7 +148,6 @@ def test_the_factory_example_loads_as_a_workload(
     assert loss.ndim == 0 and bool(loss.isfinite())
 
 
-@pytest.mark.e2e
 def test_the_config_example_prepares_a_run(tmp_path: Path) -> None:
     (config,) = _blocks(_section(DOCS / "running.md", "## Parameters and config files"), "yaml")
     path = tmp_path / "run.yaml"
