@@ -464,3 +464,15 @@ def test_a_hanging_companion_import_is_cut_off_and_reported(
     assert check.status == "the import did not finish within 2 s"
     # Packages that are not companions, or not installed, are not imported at all.
     assert check_imports({"numpy": "2.0"}) == []
+
+
+def test_pin_scrubs_secrets_by_content_from_manifest_and_lock(tmp_path, monkeypatch):
+    from workbench.environment.manifest import pin
+
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--auto-cast=none --password hunter2pin")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "https://pypi.example/simple?token=tokpin123")
+    manifest, lock = pin(tmp_path / "env.json")
+    written = manifest.read_text() + lock.read_text()
+    assert "hunter2pin" not in written and "tokpin123" not in written
+    flags = json.loads(manifest.read_text())["environment"]["NEURON_CC_FLAGS"]
+    assert flags == "--auto-cast=none --password [redacted]"
