@@ -1,10 +1,12 @@
 """Hugging Face checkpoints as they come (tiny GPT-2, BERT and Llama saved with save_pretrained)
-through notebooks 01, 02 and 03 with the real command line, papermill and kernels."""
+through notebooks 01, 02 and 03 with the real command line, papermill and kernels, and rebuilt
+from its spec in a child process as 04's trials and ranks rebuild it."""
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -17,6 +19,7 @@ from tests.fixtures.hf_checkpoints import save_tiny_checkpoints
 from workbench.coverage.records import SEEN_REFERENCE
 from workbench.coverage.risks import INT64, INT64_RANGE
 from workbench.report import network_references
+from workbench.workload import WorkloadSpec
 
 pytest.importorskip("transformers", reason="transformers is the hf extra")
 
@@ -113,3 +116,22 @@ def test_an_hf_checkpoint_runs_through_01_02_03(name, checkpoints, tmp_path) -> 
     for page in ("01_baseline.html", "02_op_coverage.html", "03_numerics.html", "index.html"):
         html = (run / page).read_text()
         assert not network_references(html), page
+
+
+def test_the_spec_recreates_the_same_workload_in_a_child_process(checkpoints) -> None:
+    """04's trials and data-parallel ranks rebuild the workload from its spec in a child."""
+    spec = WorkloadSpec(f"hf:{checkpoints['llama']}", batch_size=2, sequence_length=8)
+    here = spec.load().describe()["initial_state_sha256"]
+    code = (
+        "import pickle, sys; spec = pickle.loads(bytes.fromhex(sys.argv[1])); "
+        "print(spec.load().describe()['initial_state_sha256'])"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", code, pickle.dumps(spec).hex()],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=300,
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == here

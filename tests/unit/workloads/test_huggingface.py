@@ -7,16 +7,12 @@ notebooks 01, 02 and 03 with the real command line, papermill and kernels.
 from __future__ import annotations
 
 import json
-import os
-import pickle
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.fixtures import REPO_ROOT
 from tests.fixtures.hf_checkpoints import VOCAB, save_tiny_checkpoints
 from workbench.cli import main
 from workbench.coverage.capture import capture_training_step
@@ -25,14 +21,11 @@ from workbench.errors import BadInput
 from workbench.workload import (
     TASK_CLASSIFICATION,
     TASK_LANGUAGE_MODEL,
-    WorkloadSpec,
     named_float_tensors,
 )
 from workbench.workloads.huggingface import HfOptions, load_hf_workload, task_of_architecture
 
 transformers = pytest.importorskip("transformers", reason="transformers is the hf extra")
-
-REPO = REPO_ROOT
 
 
 @pytest.fixture(scope="module")
@@ -155,25 +148,6 @@ def test_a_model_type_builds_offline_with_config_overrides() -> None:
     # Every sample has the same count of masked positions, the rest carry no loss.
     assert masked.sum(dim=1).tolist() == [masked[0].sum().item()] * 2 and masked.any()
     assert torch.isfinite(bert.compute_loss(bert.forward(bert.build_model("cpu"), inputs), targets))
-
-
-def test_the_spec_recreates_the_same_workload_in_a_child_process(checkpoints) -> None:
-    """04's trials and data-parallel ranks rebuild the workload from its spec in a child."""
-    spec = WorkloadSpec(f"hf:{checkpoints['llama']}", batch_size=2, sequence_length=8)
-    here = spec.load().describe()["initial_state_sha256"]
-    code = (
-        "import pickle, sys; spec = pickle.loads(bytes.fromhex(sys.argv[1])); "
-        "print(spec.load().describe()['initial_state_sha256'])"
-    )
-    child = subprocess.run(
-        [sys.executable, "-c", code, pickle.dumps(spec).hex()],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        timeout=300,
-    )
-    assert child.returncode == 0, child.stderr
-    assert child.stdout.strip() == here
 
 
 # ---------------------------------------------------------------------------------------------
