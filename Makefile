@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup run prewarm test test-main test-xla test-slurm test-airflow lint xla-venv docs
+.PHONY: setup run prewarm test test-main test-fast test-xla test-slurm test-airflow lint xla-venv docs
 
 setup: $(STAMP)
 
@@ -30,11 +30,25 @@ prewarm: $(STAMP)
 # Both lanes: the CPU environment (torch 2.13: format, lint, type check, tests), then Trn1's software path (torch-xla 2.9 on CPU).
 test: test-main test-xla
 
+# pytest-xdist workers; --dist loadscope keeps each test module on one worker, so a module's
+# shared fixture (one notebook run, one pinned manifest) is built once. Tests marked `serial`
+# time themselves or start their own process trees: they run afterwards, alone, without xdist.
+# Each pytest call fails on "no tests collected" (exit 5), as any other failure.
+WORKERS ?= auto
+XDIST := -n $(WORKERS) --dist loadscope
+UNIT_TESTS := tests/unit $(wildcard tests/contract)
+
 test-main: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) -m "not serial" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m serial $(PYTEST_ARGS)
+
+# The unit and contract tests only (no notebook, kernel, browser or CLI run): a few minutes.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest $(XDIST) -m "not serial" $(UNIT_TESTS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m serial $(UNIT_TESTS) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff format .

@@ -61,6 +61,10 @@ from workbench.tuning.trials import (
 )
 from workbench.workload import WorkloadSpec, load_workload
 
+# Trials, DataLoader workers and torchrun ranks are process trees of their own whose timings the
+# tests compare: they run alone, not beside other tests on other xdist workers.
+pytestmark = pytest.mark.serial
+
 MiB = 2**20
 
 

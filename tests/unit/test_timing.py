@@ -18,6 +18,10 @@ from workbench.timing import (
     samples_for_percentile,
 )
 
+# These read the whole machine's load and start busy processes of their own: beside other tests
+# on other xdist workers they would measure those tests.
+pytestmark = pytest.mark.serial
+
 
 def test_percentile_sample_counts_are_mlperfs_early_stopping_counts() -> None:
     assert samples_for_percentile(0.99) == 459
