@@ -19,7 +19,6 @@ Cost: `compare_runs` plus writing compare.html/compare.json, on two runs and on 
 
 from __future__ import annotations
 
-import json
 import shutil
 import statistics
 import tempfile
@@ -30,6 +29,7 @@ import torch
 from torch import nn
 
 from workbench.baseline.measure import run_baseline
+from workbench.baseline.question import RESULT_FILE
 from workbench.baseline.records import EAGER, TRAIN, BaselineSettings, result_data
 from workbench.compare import compare_runs
 from workbench.compare.records import LOADED
@@ -98,8 +98,8 @@ def measured_run(folder: Path, extra_s: float, index: int) -> Path:
 
 
 def _steady_median(run: Path) -> float:
-    data = json.loads((run / "01_baseline.json").read_text())["data"]
-    return statistics.median(steady_samples(data["configs"][0]))
+    data = RESULT_FILE.load(run / "01_baseline.json")
+    return statistics.median(steady_samples(data.configs[0]))
 
 
 def flagged(*runs: Path) -> bool:

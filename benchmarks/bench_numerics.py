@@ -8,13 +8,19 @@ keeps every leaf's output and input, with the held-out forward before and after 
 then an unhooked step scored only after its update, whose numbers must equal the first's), the
 fp64 yardstick (a hooked training step), the target run (a hooked training step, its update and
 its held-out forwards), the reproducibility check, every per-tensor metric and verdict, and the
-re-runs that measure each flagged layer's own error against its precision band. The plain
-passes are what it compares, on already built models, nothing else: of the reference and the
-target, the held-out forward, one forward + loss + backward, the optimizer update and the
-held-out forward again (the score after is taken at the updated weights); of the fp64 run, one
-forward + loss + backward. The reference's second run is not among the plain passes: its cost
-shows in the ratio. Both are measured in alternating pairs (as the Dynamo harness interleaves
-runs against load changes); the ratio is median comparison time / median plain time.
+re-runs that measure each flagged layer's own error against its precision band, and AWS's
+acceptance gates: the acceptance set (held-out sequences) fed to the reference, the fp64 run and
+the target, per-position KL, cosine and arg-max, the R-ratio of every layer, and convergence
+parity over 3 seeds of a one-step trajectory each (the target's own; an fp32 eager run on the CPU
+reuses the reference's). The plain passes are what it compares, on already built models,
+nothing else: of the reference and the target, the held-out forward, one forward + loss +
+backward, the optimizer update and the held-out forward again (the score after is taken at the
+updated weights); of the fp64 run, one forward + loss + backward; the forward over the
+acceptance set of the reference, the fp64 run and the target; and per seed one training step of
+the reference and of the target. The reference's second run is not among the plain passes: its
+cost shows in the ratio. Both are measured in alternating pairs (as the Dynamo harness
+interleaves runs against load changes); the ratio is median comparison time / median plain
+time.
 
 Two targets bracket the cost: fp32 eager on the CPU, where no layer is flagged (no re-runs), and
 bf16 autocast, where nearly every layer is flagged and re-run alone on the reference's inputs
@@ -32,13 +38,14 @@ import time
 
 import torch
 
+from workbench.numerics import acceptance
 from workbench.numerics.capture import FP32, FP64, PRECISIONS, RunSpec
 from workbench.numerics.records import NumericsSettings
 from workbench.numerics.references import run_references
 from workbench.numerics.run import compare_run
 from workbench.numerics.validation import held_out_batches
 from workbench.targets import get_target
-from workbench.workload import load_workload
+from workbench.workload import load_workload, seeded
 
 PAIRS = 15
 WORKLOAD = "tiny-transformer"
@@ -57,15 +64,32 @@ def ratios_for(batch_size: int | None) -> dict[str, float]:
     batch = workload.batch("cpu")
     inputs, targets = batch
     held_out = held_out_batches(workload, 1)
+    # The acceptance set of a language model without generate(): the first held-out sequences.
+    prompts = NumericsSettings().prompts
+    acceptance_inputs = tuple(t[:prompts] for t in held_out.batches[0][0])
+    seeds = [workload.seed + i for i in range(NumericsSettings().convergence_seeds)]
     ratios = {}
     for precision in PRECISIONS_TIMED:
         spec = RunSpec(cpu, PRECISIONS[precision])
-        settings = NumericsSettings(precisions=(precision,), compiled_precisions=(), steps=1)
+        settings = NumericsSettings(
+            precisions=(precision,),
+            compiled_precisions=(),
+            steps=1,
+            validation_batches=1,
+            convergence_steps=1,
+        )
 
         def comparison(spec: RunSpec = spec, settings: NumericsSettings = settings) -> float:
             start = time.perf_counter()
             refs = run_references(build, batch, workload, 1, cpu, held_out=held_out)
-            compare_run(spec, build, batch, refs, workload, settings)
+            prepared = acceptance.prepare(workload, build, refs, held_out, settings)
+            calls: dict = {}
+            result = compare_run(spec, build, batch, refs, workload, settings, calls_out=calls)
+            side = acceptance.measure_run(result, spec, build, prepared, workload, settings, refs)
+            side.calls = calls
+            acceptance.judge_runs(
+                [result], {result.label: side}, prepared, refs, build, cpu, settings
+            )
             return time.perf_counter() - start
 
         def plain(spec: RunSpec = spec) -> float:
@@ -86,6 +110,26 @@ def ratios_for(batch_size: int | None) -> dict[str, float]:
                     optimizer.step()
                     held_out_forward(model, run)
                 total += time.perf_counter() - start
+            for run in (RunSpec(cpu, FP32), RunSpec(cpu, FP64), spec):
+                model = run.place_model(build()).eval()
+                start = time.perf_counter()
+                with torch.no_grad(), run.autocast():
+                    model(*run.place(acceptance_inputs))
+                total += time.perf_counter() - start
+            trained = (RunSpec(cpu, FP32), spec) if spec.precision is not FP32 else (spec,)
+            for run in trained:
+                for seed in seeds:
+                    with seeded(seed):
+                        model = run.place_model(workload.model_factory())
+                    generator = torch.Generator().manual_seed(seed)
+                    seed_inputs, seed_targets = workload.batch_maker(workload.batch_size, generator)
+                    start = time.perf_counter()
+                    optimizer = workload.make_optimizer(model)
+                    with run.autocast():
+                        loss = workload.loss_fn(model(*run.place(seed_inputs)), seed_targets)
+                    loss.backward()
+                    optimizer.step()
+                    total += time.perf_counter() - start
             return total
 
         def held_out_forward(model: torch.nn.Module, run: RunSpec) -> None:
@@ -95,7 +139,8 @@ def ratios_for(batch_size: int | None) -> dict[str, float]:
                     model(*run.place(held_inputs))
 
         comparison(), plain()  # first calls pay lazy initialisation, in neither sample
-        compared, plains = [], []
+        compared: list[float] = []
+        plains: list[float] = []
         for pair in range(PAIRS):
             order = (comparison, plain) if pair % 2 == 0 else (plain, comparison)
             for measure in order:

@@ -38,7 +38,7 @@ _WALL_TIMES = (
     "import sys; sys.path.insert(0, 'benchmarks'); "
     "from notebook_wall_time import notebook_wall_seconds; "
     "[print(f'workbench run --only {n}: {notebook_wall_seconds(n):.1f} s') "
-    "for n in ('00', '01', '02', '03', '04')]"
+    "for n in ('00', '01', '02', '03', '04', '05')]"
 )
 
 
@@ -80,6 +80,21 @@ BENCHMARKS = (
         "How many trials notebook 04's largest-batch search needs against a known limit, "
         "beside PyTorch Lightning's batch-size finder, and the wall time of the default "
         "retuning notebook.",
+    ),
+    Benchmark(
+        "bench_serving.py",
+        ("benchmarks/bench_serving.py",),
+        "How far notebook 05's inference timer agrees with `torch.utils.benchmark` on the same "
+        "batch-1 call (aim 0.95-1.05 on a quiet machine), and what the whole serving part costs "
+        "over the calls it times, on seed-mlp and tiny-transformer (aim at most 1.5x).",
+    ),
+    Benchmark(
+        "bench_planning.py",
+        ("benchmarks/bench_planning.py",),
+        "How far the memory-fit planner's per-rank peak agrees with FSDP2, tensor-parallel and "
+        "ZeRO-1 runs on gloo at 2 and 4 ranks (aim 0.80-1.20), whether the rank-by-rank "
+        "numerics check fails a planted wrong sharding, and what `workbench plan` costs on the "
+        "Llama-3-8B config (aim under 5 s, beside the imports any plan of an hf: config pays).",
     ),
     Benchmark(
         "bench_compare.py",

@@ -111,6 +111,7 @@ def _request(args: argparse.Namespace) -> Any:
         show_code=getattr(args, "show_code", False) or config.get("show_code", False),
         cell_timeout=DEFAULT_CELL_TIMEOUT_S if cell_timeout is None else cell_timeout,
         compile_cache=args.compile_cache or config.get("compile_cache") or "",
+        export=list(getattr(args, "export", None) or []),
     )
 
 
@@ -265,7 +266,7 @@ class _Parser(argparse.ArgumentParser):
 
 _RUN_EXAMPLES = """\
 examples:
-  workbench run                                     all five notebooks on seed-mlp, target auto
+  workbench run                                     every notebook on seed-mlp, target auto
   workbench run --workload tiny-cnn --only 00,01    two notebooks on another built-in
   workbench run --target xla -p batch_size=32 -p steady_steps=50
   workbench run --workload my_models.classifier:make_workload --out reports/classifier
@@ -320,6 +321,14 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", metavar="DIR", help="a new run folder (default reports/<time>-<workload>-<target>)"
     )
     output.add_argument("--show-code", action="store_true", help="show code cells in the HTML")
+    output.add_argument(
+        "--export",
+        action="extend",
+        type=_export_destinations,
+        metavar="DEST",
+        help="when the run finishes, export it to mlflow, tensorboard or junit "
+        "(MLflow: $MLFLOW_TRACKING_URI, else reports/mlflow.db; see `workbench export-metrics`)",
+    )
     limits = parser.add_argument_group("limits")
     limits.add_argument(
         "--cell-timeout", type=int, metavar="S", help="seconds one cell may run, 1 or more (3600)"
@@ -368,6 +377,20 @@ def _matrix_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _collect_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("root")
+    parser.add_argument(
+        "--export",
+        action="extend",
+        type=_export_destinations,
+        metavar="DEST",
+        help="also export each item's newest run to mlflow, tensorboard or junit "
+        "(a run exported before is not added again)",
+    )
+
+
+def _export_destinations(value: str) -> list[str]:
+    from workbench.export.command import destinations
+
+    return destinations(value)
 
 
 def _env_pin_arguments(parser: argparse.ArgumentParser) -> None:
@@ -402,6 +425,12 @@ def _save_measured_arguments(parser: argparse.ArgumentParser) -> None:
         help="file it under this release (default: the torch-neuronx version it records)",
     )
     parser.add_argument("--out", metavar="DIR", help=_TABLES_OUT_HELP)
+
+
+def _rehearse_arguments(parser: argparse.ArgumentParser) -> None:
+    """The same options as `run` for what runs in both environments, then rehearse's own."""
+    _add_selection(parser)
+    Deferred("workbench.rehearse.command", "configure_parser")(parser)
 
 
 def _no_arguments(parser: argparse.ArgumentParser) -> None:
@@ -506,6 +535,28 @@ COMMANDS: tuple[Command, ...] = (
             (EXIT_OK, EXIT_BAD_INPUT, EXIT_REGRESSION),
             {EXIT_OK: "no regression", EXIT_REGRESSION: "a regression (listed on stderr)"},
         ),
+    ),
+    Command(
+        "export-metrics",
+        "export runs to MLflow, TensorBoard or a JUnit report for CI",
+        Deferred("workbench.export.command", "configure_parser"),
+        Deferred("workbench.export.command", "cmd_export_metrics"),
+    ),
+    Command(
+        "rehearse",
+        "run the workbook in a pinned and a candidate environment and say whether to move the pin",
+        _rehearse_arguments,
+        Deferred("workbench.rehearse.command", "cmd_rehearse"),
+        epilog=exit_codes_line(
+            (EXIT_OK, EXIT_BAD_INPUT, EXIT_REGRESSION),
+            {EXIT_OK: "move the pin, or not judged", EXIT_REGRESSION: "hold the pin"},
+        ),
+    ),
+    Command(
+        "plan",
+        "will the model fit on a Trainium instance, and which TP/PP/DP layout to use",
+        Deferred("workbench.planning.command", "configure_parser"),
+        Deferred("workbench.planning.command", "cmd_plan"),
     ),
     Command(
         "env",

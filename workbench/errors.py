@@ -47,8 +47,11 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode(EXIT_DRIFT, "EXIT_DRIFT", "critical drift between the two manifests", ("env diff",)),
     # Code that will not run on the chosen Neuron path.
     ExitCode(EXIT_BLOCKING_FINDINGS, "EXIT_BLOCKING_FINDINGS", "a blocking finding", ("scan",)),
-    # The newest run regressed against its baseline or history; an item of a matrix did.
-    ExitCode(EXIT_REGRESSION, "EXIT_REGRESSION", "a regression", ("compare", "collect")),
+    # The newest run regressed against its baseline or history; an item of a matrix did; the
+    # candidate environment of a rehearsal regressed (hold the pin).
+    ExitCode(
+        EXIT_REGRESSION, "EXIT_REGRESSION", "a regression", ("compare", "collect", "rehearse")
+    ),
     # Ctrl-C or SIGTERM: the partial run is kept, `latest` untouched.
     ExitCode(EXIT_INTERRUPTED, "EXIT_INTERRUPTED", "interrupted"),
 )

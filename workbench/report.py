@@ -25,8 +25,8 @@ from nbconvert import HTMLExporter
 
 from workbench.markup import cut_at_word
 from workbench.redact import scrub_text
-from workbench.results import load_result, write_text_atomic
-from workbench.scorecard import verdict_from_data
+from workbench.results import LEAD, ResultLead, load_result, write_text_atomic
+from workbench.scorecard import Verdict
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 # Output types a report renders. Everything else (widget views, JavaScript, SVG, mermaid...) is
@@ -431,8 +431,15 @@ def _shown(value: Any) -> str:
     return cut_at_word(text, 120)
 
 
-def _verdict(data: Mapping[str, Any]) -> str:
-    verdict = verdict_from_data(data)
+def _lead(record: Mapping[str, Any]) -> ResultLead:
+    """The headline and verdict of a result file, read by the reader every result shares."""
+    try:
+        return LEAD.read(record, str(record.get("notebook", "result")))
+    except ValueError:  # an unreadable lead reads as no verdict, which the banner says
+        return ResultLead()
+
+
+def _verdict(verdict: Verdict | None) -> str:
     if verdict is None:
         return '<div class="wb-banner wb-warn">Not judged: this result has no verdict.</div>'
     return (
@@ -491,10 +498,10 @@ def lead_html(title_source: str, result: Mapping[str, Any] | None) -> str:
             "its result file; the cell that failed is shown below.</div>"
         )
     else:
-        data = result.get("data") or {}
-        parts.append(_verdict(data))
-        if data.get("headline"):
-            parts.append(f'<p class="wb-headline">{_esc(data["headline"])}</p>')
+        lead = _lead(result)
+        parts.append(_verdict(lead.verdict))
+        if lead.headline:
+            parts.append(f'<p class="wb-headline">{_esc(lead.headline)}</p>')
         parts.append(_what_ran(result))
         parts.append(_provenance(result))
     parts.append("<h2>The evidence</h2></header>")

@@ -1,6 +1,8 @@
 """Result records: one schema-versioned JSON file per notebook, written atomically.
 
-The runner reads each headline for the index page from these files, never from the HTML.
+Each question package owns its file's shape in both directions: `result_data` writes it from
+the package's dataclasses, and its ResultFile reads it back into a typed record (decode), so the
+runner's index, compare and the fleet's collect read attributes, never string keys.
 """
 
 from __future__ import annotations
@@ -9,11 +11,13 @@ import json
 import math
 import os
 import tempfile
-from dataclasses import asdict, is_dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Literal, TypeVar
 
+from workbench.decode import decode
 from workbench.errors import BadInput
 from workbench.redact import scrub_data
 from workbench.safe_load import (
@@ -25,7 +29,11 @@ from workbench.safe_load import (
     read_bounded,
     shown,
 )
+from workbench.scorecard import Status, Verdict
 
+# One version for every result file and summary.json. Bump it when a field a reader needs is
+# renamed or removed (tests/contract reads files written by the current version and fails
+# until the bump); adding a field with a default needs no bump.
 SCHEMA_VERSION = 1
 
 
@@ -137,3 +145,105 @@ def load_result(path: str | Path) -> dict[str, Any]:
     except BadInput as exc:
         raise UnreadableResult(str(exc)) from None
     return record
+
+
+@dataclass(kw_only=True)
+class ResultLead:
+    """What every result file's data leads with, whatever the notebook: the index, summary.json
+    and compare's scorecard read these. Each notebook's data record extends it."""
+
+    headline: str | None = None
+    verdict: Verdict | None = None  # None: a result that judged nothing
+
+
+D = TypeVar("D", bound=ResultLead)
+
+
+@dataclass(frozen=True)
+class ResultFile(Generic[D]):
+    """One notebook's result file as its readers see it: `read` returns the typed record of its
+    data, or says in one sentence (UnreadableResult) why it cannot."""
+
+    notebook: str
+    data_type: type[D]
+
+    def read(self, record: Mapping[str, Any], where: str) -> D:
+        """The data of an already loaded result file (`where` names it in errors)."""
+        version = record.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise UnreadableResult(
+                f"{where} has result schema {shown(version)}; this workbench reads schema "
+                f"{SCHEMA_VERSION} (rerun the notebook with this version)."
+            )
+        try:
+            return decode(self.data_type, record.get("data"), where, root="data")
+        except BadInput as exc:
+            raise UnreadableResult(str(exc)) from None
+
+    def load(self, path: str | Path) -> D:
+        return self.read(load_result(path), str(path))
+
+
+LEAD = ResultFile("any notebook", ResultLead)
+
+
+# summary.json, the run's own record: how each notebook's execution ended, one definition
+# (report-failed: it ran, but its page could not be written; not-run: left out of the run).
+OutcomeStatus = Literal[
+    "ok", "failed", "timeout", "kernel-died", "report-failed", "interrupted", "not-run"
+]
+
+
+@dataclass
+class EntryVerdict:
+    """A notebook's verdict as summary.json and the index carry it: status and reason only."""
+
+    status: Status
+    reason: str = ""
+
+
+@dataclass
+class NotebookEntry:
+    """One notebook of a run as summary.json records it."""
+
+    notebook: str
+    status: OutcomeStatus
+    seconds: float | None = None  # its execution's wall time; None where it was not timed
+    result: str | None = None  # its result file's name, when it saved one
+    headline: str | None = None
+    verdict: EntryVerdict | None = None
+
+
+@dataclass
+class RunVerdictEntry:
+    """The run's verdict: the worst notebook verdict, or "not run" when notebooks were left out."""
+
+    status: Status | Literal["not run"]
+    reasons: list[str]
+
+
+@dataclass
+class RunSummary:
+    """What summary.json's readers read (compare, collect, export); the runner writes it."""
+
+    # "" where a hand-made or older summary lacks them: the run is then named by its folder.
+    workload: str = ""
+    target: str = ""
+    started_at: str = ""
+    notebooks: list[NotebookEntry] = field(default_factory=list)
+    exit_code: int | None = None
+    verdict: RunVerdictEntry | None = None
+
+
+def read_summary(record: Mapping[str, Any], where: str) -> RunSummary:
+    """summary.json's record, typed; UnreadableResult says what is wrong in one sentence."""
+    version = record.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise UnreadableResult(
+            f"{where} has schema {shown(version)}; this workbench reads schema {SCHEMA_VERSION} "
+            "(rerun the workbook with this version)."
+        )
+    try:
+        return decode(RunSummary, record, where)
+    except BadInput as exc:
+        raise UnreadableResult(str(exc)) from None

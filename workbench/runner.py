@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import nbformat
 import papermill
@@ -40,11 +40,12 @@ from workbench.execution.engine import ENGINE_NAME
 from workbench.execution.kernel import kernel_manager_writing_stderr_to, private_kernelspec
 from workbench.markup import cut_at_word, named_list
 from workbench.params import NOTEBOOKS_DIR, RUNNER_PARAMETERS, notebook_parameters, validate
+from workbench.questions import question
 from workbench.redact import console_line, scrub_data, scrub_text, strip_control
 from workbench.report import UnsafeReport, export_html, write_index
-from workbench.scorecard import run_verdict, verdict_from_data
+from workbench.results import OutcomeStatus
+from workbench.scorecard import run_verdict
 from workbench.targets import TARGET_NAMES, get_target, resolve_target_name
-from workbench.targets.detect import FLAVOURS, check_flavours
 from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
 
 DEFAULT_CELL_TIMEOUT_S = 3600  # a cold Neuron compile can take most of an hour
@@ -55,7 +56,7 @@ RUN_FILES_RESERVE = ".space-for-summary"
 RUN_FILES_RESERVE_BYTES = 128 * 1024
 # A notebook the run did not execute (left out by --only, or a working copy not stepped through
 # to its end): it has no verdict, and the run as a whole has none either.
-NOT_RUN = "not-run"
+NOT_RUN: Final = "not-run"
 NO_RUN_VERDICT = "not run"
 # Longest headline or error kept in summary.json and the index (cut at a word, with an ellipsis).
 LINE_LIMIT = 500
@@ -76,14 +77,14 @@ class RunRequest:
     # The notebooks a run stands for as a whole: a matrix item's own selection is its workbook,
     # so its runs are judged, and move its `latest`, as full runs. Empty: every notebook.
     workbook: list[str] = field(default_factory=list)
+    # Trackers the finished run is exported to (workbench.export: mlflow, tensorboard, junit).
+    export: list[str] = field(default_factory=list)
 
 
 @dataclass
 class NotebookOutcome:
     notebook: str
-    # ok | failed | timeout | kernel-died | report-failed (ran, but its page could not be
-    # written) | interrupted
-    status: str
+    status: OutcomeStatus
     seconds: float | None  # None: not timed (a copy run in JupyterLab without cell timings)
     error: str | None = None
     failed_cell: int | None = None
@@ -308,7 +309,7 @@ def _save_executed(partial: Path, executed: Path, outcome: NotebookOutcome) -> N
         results.write_text_atomic(executed, text)
 
 
-def _add_error(outcome: NotebookOutcome, status: str, message: str) -> None:
+def _add_error(outcome: NotebookOutcome, status: OutcomeStatus, message: str) -> None:
     """Note a problem after the kernel finished; an earlier failure keeps its status."""
     if outcome.status == "ok":
         outcome.status = status
@@ -352,12 +353,11 @@ def report_notebook(executed: Path, outcome: NotebookOutcome, show_code: bool) -
     if result_path.exists():
         outcome.result = result_path.name
         try:
-            data = results.load_result(result_path)["data"]
-        except (ValueError, KeyError, OSError):
-            data = {}
-        headline = data.get("headline")
-        outcome.headline = _error_line(headline) if headline else None
-        verdict = verdict_from_data(data)
+            lead = results.LEAD.load(result_path)
+        except (ValueError, OSError):  # unreadable: the index shows no headline and no verdict
+            lead = results.ResultLead()
+        outcome.headline = _error_line(lead.headline) if lead.headline else None
+        verdict = lead.verdict
         outcome.verdict = (
             None
             if verdict is None
@@ -383,30 +383,9 @@ def check_settings(per_notebook: dict[str, dict[str, Any]]) -> None:
         for name in _WORKLOAD_SIZES:
             if params.get(name, 0) < 0:
                 raise BadInput(f"{name} {params[name]} must be 0 (the workload's own) or more.")
-        check = _settings_check(stem)
-        if check is not None:
-            check(params)
-
-
-def _settings_check(stem: str) -> Callable[[dict[str, Any]], object] | None:
-    """The function that builds (and so checks) one notebook's settings. Imported per notebook:
-    the settings of 01, 03 and 04 live beside code that imports torch, which a run of 02 alone
-    does not need before its kernel starts."""
-    if stem == "01_baseline":
-        from workbench.baseline.records import BaselineSettings
-
-        return BaselineSettings.from_params
-    if stem == "02_op_coverage":
-        return lambda params: check_flavours(params.get("neuron_flavours", FLAVOURS))
-    if stem == "03_numerics":
-        from workbench.numerics.records import NumericsSettings
-
-        return NumericsSettings.from_params
-    if stem == "04_retuning":
-        from workbench.tuning.records import RetuneSettings
-
-        return RetuneSettings.from_params
-    return None
+        found = question(stem)
+        if found is not None:
+            found.check_settings(params)
 
 
 # Shared by the notebooks that build a workload; 0 keeps the workload's own value.
@@ -542,6 +521,12 @@ def prepare_run(request: RunRequest) -> PreparedRun:
 def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
     """Run the selected notebooks; returns the exit code (see workbench.errors)."""
     prepared = prepare_run(request)
+    exports = None
+    if request.export:  # the tracker must answer before any notebook runs, not after
+        from workbench.export.command import ExportOptions, check_destinations
+
+        exports = ExportOptions(request.export)
+        check_destinations(exports, request.out or request.reports_root / "run")
     notebooks, target = prepared.notebooks, prepared.target
     out = prepare_out_dir(request, prepared.workload_name, target)
 
@@ -593,6 +578,11 @@ def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
             update_latest(request.reports_root.resolve(), out)
         except OSError as exc:
             unwritten["reports/latest"] = _reason(exc)
+            exit_code = EXIT_NOTEBOOK_FAILED
+    if exports is not None and not unwritten:
+        from workbench.export.command import export_finished
+
+        if not export_finished(out, exports, progress) and exit_code == EXIT_OK:
             exit_code = EXIT_NOTEBOOK_FAILED
     if unwritten:
         names = ", ".join(unwritten)

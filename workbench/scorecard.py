@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Literal, get_args
 
-PASS = "pass"
-ATTENTION = "attention"
-BLOCKER = "blocker"
-STATUSES = (PASS, ATTENTION, BLOCKER)  # best first
+# A verdict's status, one definition: mypy (strict_equality) rejects a comparison with any other
+# string, so a misspelt status is a type error rather than a branch that never runs.
+Status = Literal["pass", "attention", "blocker"]
+PASS: Final = "pass"
+ATTENTION: Final = "attention"
+BLOCKER: Final = "blocker"
+STATUSES: tuple[Status, ...] = get_args(Status)  # best first
 _RANK = {status: rank for rank, status in enumerate(STATUSES)}
 TOP_REASONS = 3
 
@@ -24,13 +27,13 @@ TOP_REASONS = 3
 class Finding:
     """One thing a rule found: how bad it is and the sentence that says it."""
 
-    status: str
+    status: Status
     reason: str
 
 
 @dataclass(frozen=True)
 class Verdict:
-    status: str  # pass | attention | blocker
+    status: Status
     reason: str  # one line: the worst finding, or why the notebook passes
     rule: str  # the stated rule the findings were judged by
     findings: list[Finding] = field(default_factory=list)
@@ -40,7 +43,7 @@ class Verdict:
             raise ValueError(f"verdict status {self.status!r}: choose from {', '.join(STATUSES)}")
 
 
-def worst(statuses: Iterable[str]) -> str:
+def worst(statuses: Iterable[Status]) -> Status:
     return max(statuses, key=_RANK.__getitem__, default=PASS)
 
 
@@ -55,24 +58,9 @@ def judge(findings: Iterable[Finding], rule: str, pass_reason: str) -> Verdict:
     return Verdict(lead.status, reason, rule, ranked)
 
 
-def verdict_from_data(data: Mapping[str, Any] | None) -> Verdict | None:
-    """The verdict a result file stores, or None for a file that predates the scorecard."""
-    stored = (data or {}).get("verdict")
-    if not isinstance(stored, Mapping) or stored.get("status") not in STATUSES:
-        return None
-    findings = [
-        Finding(f["status"], f["reason"])
-        for f in stored.get("findings", [])
-        if isinstance(f, Mapping) and f.get("status") in STATUSES
-    ]
-    return Verdict(
-        stored["status"], str(stored.get("reason", "")), str(stored.get("rule", "")), findings
-    )
-
-
 @dataclass(frozen=True)
 class RunVerdict:
-    status: str
+    status: Status
     reasons: list[str]  # the top reasons, blockers first, each prefixed with its notebook
 
 
@@ -82,7 +70,7 @@ def run_verdict(notebooks: Iterable[Mapping[str, Any]]) -> RunVerdict:
     `notebooks` are summary.json's entries: `notebook`, `status` and `verdict` (or None). A
     notebook that ran but judged nothing (a result file without a verdict) is left out.
     """
-    scored: list[tuple[str, str]] = []
+    scored: list[tuple[Status, str]] = []
     for entry in notebooks:
         verdict = entry.get("verdict")
         if isinstance(verdict, Mapping) and verdict.get("status") in STATUSES:

@@ -234,6 +234,10 @@ class Workload:
     loss_from_output: bool = False
     # The model's own sequence-length limit (max positions), where it has one.
     max_sequence_length: int | None = None
+    # Notebook 03's downstream evaluation (workbench/numerics/evaluation.py): called with a
+    # `predict(inputs) -> outputs` of the run being judged, returns a score in [0, 1] (higher is
+    # better) or {task: score}; None: no downstream gate.
+    downstream_eval: Callable[[Callable[[Inputs], Any]], float | Mapping[str, float]] | None = None
     # Sentences saying how this workload is not the model as named (weights missing from its
     # checkpoint, a task that keeps only part of the model): shown on the console at load time
     # and added to every notebook's verdict and headline.

@@ -544,7 +544,7 @@ BAD_INPUTS = [
         ["compare", "a", "b"],
         {
             "a/summary.json": '{"schema_version": 1, "notebooks": '
-            '[{"notebook": "01_baseline", "result": "/etc/passwd"}]}',
+            '[{"notebook": "01_baseline", "status": "ok", "result": "/etc/passwd"}]}',
             "b/summary.json": "{}",
         },
         "names result '/etc/passwd', which is not a file name inside the run folder",
@@ -553,7 +553,7 @@ BAD_INPUTS = [
         "compare summary field of the wrong type",
         ["compare", "a", "b"],
         {"a/summary.json": '{"schema_version": 1, "workload": 7}', "b/summary.json": "{}"},
-        "a/summary.json: workload must be a string",
+        "a/summary.json: workload is 7; expected a string",
     ),
     (
         "env diff manifest nested 100,000 deep",

@@ -3,6 +3,7 @@ the run's files carry no secret planted in its environment."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ def test_notebook_03_runs_end_to_end_and_keeps_secrets_out(tmp_path):
     completed = subprocess.run(
         [WORKBENCH, "run", "--only", "03", "--out", str(out)]
         + ["-p", "precisions=[fp32, bf16-autocast]", "-p", "compiled_precisions=[]"]
-        + ["-p", "steps=2"],
+        + ["-p", "steps=2", "-p", "convergence_steps=4"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -38,11 +39,25 @@ def test_notebook_03_runs_end_to_end_and_keeps_secrets_out(tmp_path):
     assert completed.returncode == 0, completed.stderr[-3000:]
     record = json.loads((out / "03_numerics.json").read_text())
     data = record["data"]
-    assert data["headline"].startswith("device fidelity on cpu: trivially true for 2 eager")
+    assert data["headline"].startswith("Acceptance: all 2 runs pass every gate judged")
+    assert "device fidelity on cpu: trivially true for 2 eager" in data["headline"]
+    gates = data["acceptance"]["gates"]
+    assert [g["gate"] for g in gates][:2] == ["liveness", "R-ratio"]
+    assert all(g["source"] for g in gates) and data["acceptance"]["first_failure"] is None
+    for run in data["runs"]:
+        outcomes = {g["gate"]: g["status"] for g in run["acceptance"]["gates"]}
+        assert outcomes["R-ratio"] == outcomes["top-1 agreement"] == "pass", outcomes
+        assert outcomes["convergence parity"] == "pass"
     assert [r["run"]["label"] for r in data["runs"]][0] == "cpu fp32 eager"
     assert data["numerics_settings"]["neuronx_cc"]["auto_cast"] == "none"
     html = (out / "03_numerics.html").read_text()
     assert "What to do" in html and "first divergence" in html
+    text = re.sub(r"<[^>]+>", " ", html)
+    # The report's acceptance section says the same as the result file: gates, R, convergence.
+    assert "Acceptance: all 2 runs pass every gate judged" in text
+    assert "AWS neuron-framework-equivalence skill" in text and "MLPerf training rules" in text
+    assert "R-ratio per layer (execution order) and output" in text
+    assert "one-sided Welch t" in text
     assert "Device fidelity rule: A tensor passes" in html and "Precision cost: a layer" in html
     assert data["verdict"]["status"] == "pass", data["verdict"]
     assert data["validation"]["runs"]

@@ -31,7 +31,19 @@ def xla_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("xla") / "run"
     env = {**os.environ, "PJRT_DEVICE": "CPU", "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [WORKBENCH, "run", "--target", "xla", "--out", str(out)],
+        # Notebook 05's budgets (its own parameters) bound its sweep and load levels here.
+        [
+            WORKBENCH,
+            "run",
+            "--target",
+            "xla",
+            "--out",
+            str(out),
+            "-p",
+            "window_budget_s=2",
+            "-p",
+            "load_budget_s=1",
+        ],  # fmt: skip
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -50,7 +62,7 @@ def data(run: Path, notebook: str) -> dict:
 
 def test_every_notebook_completes_and_says_what_xla_cpu_validates(xla_run: Path) -> None:
     summary = json.loads((xla_run / "summary.json").read_text())
-    assert [n["status"] for n in summary["notebooks"]] == ["ok"] * 5
+    assert [n["status"] for n in summary["notebooks"]] == ["ok"] * 6
     assert summary["target"] == "xla"
     for page in ["index.html", *(f"{n['notebook']}.html" for n in summary["notebooks"])]:
         text = (xla_run / page).read_text()
@@ -106,3 +118,15 @@ def test_retuning_sweeps_batches_and_skips_collectives_with_the_reason(xla_run: 
         t["status"] == "ok" for t in retuning["sweep"]["trials"]
     )
     assert "XLA:CPU cannot run multi-process collectives" in retuning["skipped"]["scaling"]
+
+
+def test_serving_measures_each_shape_and_the_runtimes_execution_time(xla_run: Path) -> None:
+    serving = data(xla_run, "05_serving")
+    points = [p for p in serving["points"] if p["status"] == "ok"]
+    assert points and all(p["compiles"] >= 1 for p in points), "one XLA graph per batch shape"
+    assert all(p["window_compiles"] == 0 for p in points)
+    gaps = serving["gaps"]
+    # torch_xla's ExecuteTime gives each call's device time: the host's share is apart.
+    assert gaps["device_seconds"] and len(gaps["device_seconds"]) == len(gaps["calls"])
+    assert all(0 < d <= c for d, c in zip(gaps["device_seconds"], gaps["calls"], strict=True))
+    assert serving["closed_loop"] and serving["open_loop"]

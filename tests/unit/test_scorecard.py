@@ -28,14 +28,15 @@ from workbench.coverage.records import coverage_verdict
 from workbench.environment.drift import CRITICAL, WARNING, Drift
 from workbench.environment.records import environment_verdict
 from workbench.environment.releases import ReleaseMatch
+from workbench.results import LEAD, SCHEMA_VERSION, UnreadableResult
 from workbench.scorecard import (
     ATTENTION,
     BLOCKER,
     PASS,
     Finding,
+    Verdict,
     judge,
     run_verdict,
-    verdict_from_data,
 )
 from workbench.targets.cpu import CpuTarget
 from workbench.timing import Measurement
@@ -63,11 +64,18 @@ def test_run_verdict_is_the_worst_and_an_unfinished_notebook_blocks() -> None:
     assert run_verdict([ok, unjudged]).status == PASS
 
 
-def test_a_stored_verdict_reads_back_and_a_malformed_one_is_none() -> None:
-    stored = {"verdict": {"status": BLOCKER, "reason": "r", "rule": "x", "findings": []}}
-    assert verdict_from_data(stored).status == BLOCKER
-    assert verdict_from_data({"verdict": {"status": "great"}}) is None
-    assert verdict_from_data({}) is None
+def test_a_stored_verdict_reads_back_typed_and_a_malformed_one_is_one_sentence() -> None:
+    def record(data: dict) -> dict:
+        return {"schema_version": SCHEMA_VERSION, "notebook": "01_baseline", "data": data}
+
+    finding = {"status": ATTENTION, "reason": "noisy"}
+    stored = {"status": BLOCKER, "reason": "r", "rule": "x", "findings": [finding]}
+    lead = LEAD.read(record({"verdict": stored, "headline": "h"}), "01_baseline.json")
+    assert lead.verdict == Verdict(BLOCKER, "r", "x", [Finding(ATTENTION, "noisy")])
+    assert lead.headline == "h"
+    assert LEAD.read(record({}), "01_baseline.json").verdict is None  # judged nothing
+    with pytest.raises(UnreadableResult, match=r"data\.verdict\.status is 'great'; expected one"):
+        LEAD.read(record({"verdict": {**stored, "status": "great"}}), "01_baseline.json")
 
 
 # --- 01 -------------------------------------------------------------------------------------
@@ -215,6 +223,7 @@ def _retune(largest_fit, statuses=(), launches=(), accumulation_passed=True) -> 
         accumulation=SimpleNamespace(passed=accumulation_passed),
         noisy=list,  # no measurement a choice is read from stayed noisy or ran loaded
         loaded=list,
+        plan=None,  # no memory-fit plan: nothing fitting stays a blocker
     )
 
 

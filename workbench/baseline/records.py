@@ -6,14 +6,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from workbench.baseline.checklist import Checklist
 from workbench.baseline.reference import ReferenceSummary
 from workbench.errors import BadInput
 from workbench.markup import cut_at_word
 from workbench.scorecard import ATTENTION, BLOCKER, Finding, Verdict, judge
-from workbench.targets.base import CompileCounters, CompileEvent
+from workbench.targets.compiling import CompileCounters, CompileEvent
 from workbench.timing import (
     FLUCTUATION_SEVERE,
     HOST_LOAD_RULE,
@@ -617,7 +617,11 @@ def baseline_verdict(result: BaselineResult) -> Verdict:
     )
 
 
-def config_status(config: ConfigResult) -> str:
+# How one configuration ended, one definition.
+ConfigStatus = Literal["ok", "compile failed", "step failed"]
+
+
+def config_status(config: ConfigResult) -> ConfigStatus:
     if config.failure is None:
         return "ok"
     return "compile failed" if config.failure.compile_failure else "step failed"

@@ -6,8 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from workbench.compare.records import Gates
 from workbench.errors import EXIT_OK, EXIT_REGRESSION, BadInput
 from workbench.redact import console_line
+
+GATES = Gates()  # the defaults every gate option shows and uses
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -31,28 +34,32 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--step-gate",
         type=float,
-        default=0.05,
-        help="relative change in steady-state time or throughput that counts (0.05)",
+        default=GATES.step_time,
+        help="relative change in steady-state time or throughput that counts "
+        f"({GATES.step_time:.2f})",
     )
     parser.add_argument(
         "--compile-gate",
         type=float,
-        default=0.15,
-        help="relative change in first-call (compile) time that counts (0.15)",
+        default=GATES.compile_time,
+        help=f"relative change in first-call (compile) time that counts ({GATES.compile_time:.2f})",
     )
     parser.add_argument(
         "--memory-gate",
         type=float,
-        default=0.10,
-        help="relative change in peak memory that counts (0.10)",
+        default=GATES.memory,
+        help=f"relative change in peak memory that counts ({GATES.memory:.2f})",
     )
     parser.add_argument(
-        "--p-value", type=float, default=0.01, help="significance the rank test must reach (0.01)"
+        "--p-value",
+        type=float,
+        default=GATES.p_value,
+        help=f"significance the rank test must reach ({GATES.p_value:.2f})",
     )
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from workbench.compare import Gates, compare_runs
+    from workbench.compare import compare_runs
     from workbench.compare.records import CHANGED, IMPROVEMENT, REGRESSION
     from workbench.compare.report import write_comparison
 

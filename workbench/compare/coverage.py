@@ -7,23 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.compare.records import CHANGED, IMPROVEMENT, REGRESSION, Change
+from workbench.compare.records import CHANGED, IMPROVEMENT, REGRESSION, Change, ChangeStatus
 from workbench.compare.runs import Run
-from workbench.coverage.support import FALLS_BACK, SUPPORTED
-from workbench.safe_load import EachValue, Required, Shape
-
-COVERAGE_NOTEBOOK = "02_op_coverage"
-DATA_SHAPE: Shape = {"ops": [{"op": Required(str), "verdicts": EachValue({"status": str})}]}
+from workbench.coverage.question import RESULT_FILE as COVERAGE_FILE
+from workbench.coverage.support import FALLS_BACK, SUPPORTED, OpStatus
 
 
-def _verdicts(run: Run) -> dict[str, dict[str, str]] | None:
-    data = run.data(COVERAGE_NOTEBOOK)
+def _verdicts(run: Run) -> dict[str, dict[str, OpStatus]] | None:
+    data = run.result(COVERAGE_FILE)
     if data is None:
         return None
-    return {
-        row["op"]: {flavour: v.get("status", "") for flavour, v in row.get("verdicts", {}).items()}
-        for row in data.get("ops", [])
-    }
+    return {row.op: {flavour: v.status for flavour, v in row.verdicts.items()} for row in data.ops}
 
 
 def coverage_changes(base_run: Run, new_run: Run) -> list[Change]:
@@ -60,6 +54,7 @@ def coverage_changes(base_run: Run, new_run: Run) -> list[Change]:
             before = base[op].get(flavour)
             if before is None or before == status:
                 continue
+            verdict: ChangeStatus
             if status == FALLS_BACK:
                 verdict = REGRESSION
             elif before == FALLS_BACK or status == SUPPORTED:

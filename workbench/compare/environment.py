@@ -7,21 +7,17 @@ from typing import Any
 
 from workbench.compare.runs import Run
 from workbench.environment.drift import CRITICAL, WARNING, diff_manifests
-from workbench.safe_load import EachValue, Shape
+from workbench.environment.question import RESULT_FILE as ENVIRONMENT_FILE
 
-ENVIRONMENT_NOTEBOOK = "00_environment"
+
 # The manifest is diffed whole (any value flattens to text); its package versions are shown.
-DATA_SHAPE: Shape = {"manifest": ({"packages": (EachValue((str, None)), None)}, None)}
-
-
 def environment_changes(base_run: Run, new_run: Run) -> list[dict[str, Any]]:
-    base = (base_run.data(ENVIRONMENT_NOTEBOOK) or {}).get("manifest")
-    new = (new_run.data(ENVIRONMENT_NOTEBOOK) or {}).get("manifest")
-    if not base or not new:
+    base, new = base_run.result(ENVIRONMENT_FILE), new_run.result(ENVIRONMENT_FILE)
+    if base is None or new is None:
         return []
     return [
         {"key": d.key, "old": d.old, "new": d.new, "severity": d.severity, "reason": d.reason}
-        for d in diff_manifests(base, new)
+        for d in diff_manifests(base.manifest, new.manifest)
         if d.severity in (CRITICAL, WARNING)
     ]
 

@@ -3,49 +3,77 @@ reference. A run that passed and now fails (or now computes NaN/Inf) is a regres
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
-from workbench.compare.records import CHANGED, IMPROVEMENT, REGRESSION, UNCHANGED, Change
+from workbench.compare.records import (
+    CHANGED,
+    IMPROVEMENT,
+    REGRESSION,
+    UNCHANGED,
+    Change,
+    ChangeStatus,
+)
 from workbench.compare.runs import Run
-from workbench.safe_load import NonFinite, Shape
-
-NUMERICS_NOTEBOOK = "03_numerics"
-DATA_SHAPE: Shape = {
-    "runs": [
-        {
-            "run": ({"label": (str, None)}, None),
-            "verdict": ({"status": (str, None), "passed": (bool, None)}, None),
-            "outputs": ([{"metrics": ({"relative_l2": (float, NonFinite, None)}, None)}], None),
-        }
-    ]
-}
+from workbench.numerics.acceptance_records import GATE_FAIL, GATE_PASS, GateResult
+from workbench.numerics.question import RESULT_FILE as NUMERICS_FILE
+from workbench.numerics.records import RunResult
 
 
-def _passed(run: dict[str, Any]) -> bool | None:
-    verdict = run.get("verdict") or {}
-    if "status" in verdict:
-        return verdict["status"] == "pass"
-    return verdict.get("passed")
+@dataclass
+class NumericsSide:
+    """One precision run of one workbook run, as compare judges it."""
+
+    passed: bool | None  # its verdict passes; None where it has none
+    output_error: float | None  # relative L2 of its first output against the reference
+    gates: dict[str, GateResult]  # AWS's acceptance gates, by name (empty before they existed)
 
 
-def _output_error(run: dict[str, Any]) -> float | None:
-    """Relative L2 error of the run's first output against the reference."""
-    outputs = run.get("outputs") or []
-    if not outputs:
-        return None
-    metrics = outputs[0].get("metrics") or {}
-    error = metrics.get("relative_l2")
-    return None if error is None else float(error)  # 'nan' and 'inf' as written for them
+def _side(run: RunResult) -> NumericsSide:
+    gates = {g.gate: g for g in run.acceptance.gates} if run.acceptance else {}
+    return NumericsSide(
+        run.verdict.passed if run.verdict else None,
+        run.outputs[0].metrics.relative_l2 if run.outputs else None,
+        gates,
+    )
 
 
-def numerics_runs(run: Run) -> dict[str, dict[str, Any]]:
-    data = run.data(NUMERICS_NOTEBOOK) or {}
-    found = {}
-    for entry in data.get("runs", []):
-        label = (entry.get("run") or {}).get("label")
-        if label:
-            found[label] = {"passed": _passed(entry), "output_error": _output_error(entry)}
-    return found
+def numerics_runs(run: Run) -> dict[str, NumericsSide]:
+    """Each precision run's verdict, output error and gates, by its label."""
+    data = run.result(NUMERICS_FILE)
+    return {r.label: _side(r) for r in (data.runs if data else [])}
+
+
+_WORD = {True: "pass", False: "fail", None: "unknown"}
+
+
+def _verdict_status(before: bool | None, now: bool | None) -> ChangeStatus:
+    if before == now:
+        return UNCHANGED
+    if before and now is False:
+        return REGRESSION
+    if before is False and now:
+        return IMPROVEMENT
+    return CHANGED
+
+
+def _gate_changes(label: str, before: NumericsSide, now: NumericsSide) -> list[Change]:
+    """A gate judged on both sides whose outcome moved: newly failing is a regression, newly
+    passing an improvement; a gate judged on one side only is a change."""
+    changes = []
+    for name, gate in now.gates.items():
+        old = before.gates.get(name)
+        if old is None or old.status == gate.status:
+            continue
+        moved = (old.status, gate.status)
+        status: ChangeStatus = (
+            REGRESSION if moved == (GATE_PASS, GATE_FAIL)
+            else IMPROVEMENT if moved == (GATE_FAIL, GATE_PASS)
+            else CHANGED
+        )  # fmt: skip
+        note = f"{old.measured} -> {gate.measured} (gate: {gate.threshold}; {gate.source})"
+        changes.append(Change("numerics", f"{label} {name}", old.status, gate.status, status,
+                              note=note))  # fmt: skip
+    return changes
 
 
 def numerics_changes(runs: list[Run]) -> list[Change]:
@@ -54,34 +82,20 @@ def numerics_changes(runs: list[Run]) -> list[Change]:
     changes = []
     for label, now in new.items():
         before = base.get(label)
-        errors = [s.get(label, {}).get("output_error") for s in series_of]
-        word = {True: "pass", False: "fail", None: "unknown"}
         if before is None:
             continue
-        if before["passed"] == now["passed"]:
-            status = UNCHANGED
-        elif before["passed"] and now["passed"] is False:
-            status = REGRESSION
-        elif before["passed"] is False and now["passed"]:
-            status = IMPROVEMENT
-        else:
-            status = CHANGED
+        errors = [s[label].output_error if label in s else None for s in series_of]
+        status = _verdict_status(before.passed, now.passed)
         changes.append(
-            Change(
-                "numerics",
-                f"{label} verdict",
-                word[before["passed"]],
-                word[now["passed"]],
-                status,
-                note=_error_note(before, now),
-                series=errors,
-            )
-        )
+            Change("numerics", f"{label} verdict", _WORD[before.passed], _WORD[now.passed],
+                   status, note=_error_note(before, now), series=errors)
+        )  # fmt: skip
+        changes += _gate_changes(label, before, now)
     return changes
 
 
-def _error_note(before: dict[str, Any], now: dict[str, Any]) -> str:
-    a, b = before.get("output_error"), now.get("output_error")
+def _error_note(before: NumericsSide, now: NumericsSide) -> str:
+    a, b = before.output_error, now.output_error
     if a is None or b is None:
         return ""
     return f"output error vs reference (relative L2) {a:.3g} -> {b:.3g}"

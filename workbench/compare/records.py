@@ -3,18 +3,32 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Final, Literal
 
-REGRESSION = "regression"
-IMPROVEMENT = "improvement"
-WITHIN_GATE = "within gate"  # moved less than the magnitude gate
-NOISE = "not significant"  # beyond the gate, but the rank test cannot tell it from noise
-CHANGED = "changed"  # a setting or a set that differs, neither better nor worse
-UNCHANGED = "unchanged"
-NOT_COMPARABLE = "not comparable"  # missing on one side, or measured with other threads
-RUN_TO_RUN = "within run-to-run variation"  # beyond gate and test, not beyond runs' own spread
-LOADED = "loaded; not judged"  # measured while other work competed for the machine
-ONE_SIDE = "on one side only"  # a notebook that ran in the newest run or the baseline, not both
+REGRESSION: Final = "regression"
+IMPROVEMENT: Final = "improvement"
+WITHIN_GATE: Final = "within gate"  # moved less than the magnitude gate
+NOISE: Final = "not significant"  # beyond the gate, but the rank test cannot tell it from noise
+CHANGED: Final = "changed"  # a setting or a set that differs, neither better nor worse
+UNCHANGED: Final = "unchanged"
+NOT_COMPARABLE: Final = "not comparable"  # missing on one side, or measured with other threads
+# Beyond gate and test, not beyond the runs' own spread.
+RUN_TO_RUN: Final = "within run-to-run variation"
+LOADED: Final = "loaded; not judged"  # measured while other work competed for the machine
+ONE_SIDE: Final = "on one side only"  # a notebook that ran in one of the two runs, not both
+# What a comparison says of one metric, one definition.
+ChangeStatus = Literal[
+    "regression",
+    "improvement",
+    "within gate",
+    "not significant",
+    "changed",
+    "unchanged",
+    "not comparable",
+    "within run-to-run variation",
+    "loaded; not judged",
+    "on one side only",
+]
 
 
 @dataclass(frozen=True)
@@ -34,7 +48,7 @@ class Change:
     name: str
     base: Any
     new: Any
-    status: str
+    status: ChangeStatus
     unit: str = ""
     ratio: float | None = None  # new / base
     p_value: float | None = None
@@ -90,7 +104,7 @@ class Comparison:
     def improvements(self) -> list[Change]:
         return [c for c in self.changes if c.status == IMPROVEMENT]
 
-    def with_status(self, status: str) -> list[Change]:
+    def with_status(self, status: ChangeStatus) -> list[Change]:
         return [c for c in self.changes if c.status == status]
 
     def headline(self) -> str:

@@ -69,7 +69,7 @@ def _change_rows(changes: list[Change]) -> str:
     return f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def _figure_html(comparison: Comparison) -> str:
+def timing_figure_html(comparison: Comparison) -> str:
     figure = timing_series(comparison)
     if figure is None:
         return "<p>Fewer than two runs measured timings: nothing to plot.</p>"
@@ -147,7 +147,7 @@ def render(comparison: Comparison) -> str:
 <h2>What changed beyond noise</h2>
 {flagged_table}
 <h2>Timings over the runs</h2>
-{_figure_html(comparison)}
+{timing_figure_html(comparison)}
 <h2>Runs (oldest first; the last is judged)</h2>
 <table><thead><tr><th>#</th><th>run</th><th>started</th><th>workload</th><th>target</th>
 <th>verdict</th><th>versions</th></tr></thead><tbody>{runs}</tbody></table>

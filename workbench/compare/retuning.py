@@ -3,44 +3,37 @@ on the hardware each run measured (never a price for hardware a run did not run 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from workbench.compare.records import CHANGED, UNCHANGED, Change
 from workbench.compare.runs import Run
 from workbench.compare.timing import configs_of, steady_samples
-from workbench.safe_load import Shape
 from workbench.timing import quantile, samples_for_percentile
+from workbench.tuning.cost import MEASURED
+from workbench.tuning.question import RESULT_FILE as RETUNING_FILE
+from workbench.tuning.records import Recommendation
 
-RETUNING_NOTEBOOK = "04_retuning"
-KNOBS = ("per_core_batch", "accumulation_steps", "world_size", "dataloader_workers")
-_COST_ROW = {
-    "basis": (str, None),
-    "instance": (str, None),
-    **dict.fromkeys(
-        ("usd_per_hour", "items_per_second", "items_per_dollar", "hours_for_items"), (float, None)
-    ),
-}
-DATA_SHAPE: Shape = {
-    "recommendation": (dict.fromkeys(KNOBS, (int, None)), None),
-    "cost": ({"items": (float, None), "unit": (str, None), "rows": [_COST_ROW]}, None),
-}
+# The recommended settings compared side by side, each with how to read it off a recommendation.
+KNOBS: tuple[tuple[str, Callable[[Recommendation], int | None]], ...] = (
+    ("per core batch", lambda r: r.per_core_batch),
+    ("accumulation steps", lambda r: r.accumulation_steps),
+    ("world size", lambda r: r.world_size),
+    ("dataloader workers", lambda r: r.dataloader_workers),
+)
 
 
 def retuning_changes(base_run: Run, new_run: Run) -> list[Change]:
-    base = (base_run.data(RETUNING_NOTEBOOK) or {}).get("recommendation")
-    new = (new_run.data(RETUNING_NOTEBOOK) or {}).get("recommendation")
-    if not base or not new:
+    base, new = base_run.result(RETUNING_FILE), new_run.result(RETUNING_FILE)
+    if base is None or new is None:
         return []
-    return [
-        Change(
-            "retuning",
-            knob.replace("_", " "),
-            base.get(knob),
-            new.get(knob),
-            UNCHANGED if base.get(knob) == new.get(knob) else CHANGED,
+    changes = []
+    for name, read in KNOBS:
+        before, now = read(base.recommendation), read(new.recommendation)
+        changes.append(
+            Change("retuning", name, before, now, UNCHANGED if before == now else CHANGED)
         )
-        for knob in KNOBS
-    ]
+    return changes
 
 
 def _infer_p99(run: Run) -> float | None:
@@ -57,9 +50,9 @@ def _infer_p99(run: Run) -> float | None:
 
 def cost_row(run: Run) -> dict[str, Any]:
     """What one run measured about cost: rate, price if its instance is known, tail latency."""
-    data = run.data(RETUNING_NOTEBOOK) or {}
-    cost = data.get("cost") or {}
-    measured = next((r for r in cost.get("rows", []) if r.get("basis") == "measured"), None)
+    data = run.result(RETUNING_FILE)
+    cost = data.cost if data else None
+    measured = next((r for r in cost.rows if r.basis == MEASURED), None) if cost else None
     row: dict[str, Any] = {
         "run": run.label,
         "target": run.target,
@@ -68,26 +61,24 @@ def cost_row(run: Run) -> dict[str, Any]:
         "items_per_second": None,
         "items_per_dollar": None,
         "hours_for_items": None,
-        "items": cost.get("items"),
-        "unit": cost.get("unit"),
+        "items": cost.items if cost else None,
+        "unit": cost.unit if cost else None,
         "infer_p99_s": _infer_p99(run),
     }
     if measured:
         row.update(
-            instance=measured.get("instance"),
-            usd_per_hour=measured.get("usd_per_hour"),
-            items_per_second=measured.get("items_per_second"),
-            items_per_dollar=measured.get("items_per_dollar"),
-            hours_for_items=measured.get("hours_for_items"),
+            instance=measured.instance,
+            usd_per_hour=measured.usd_per_hour,
+            items_per_second=measured.items_per_second,
+            items_per_dollar=measured.items_per_dollar,
+            hours_for_items=measured.hours_for_items,
         )
     return row
 
 
 def ran_on_trainium(run: Run) -> bool:
     """What the run's own result files say about its device (a CPU run of the XLA path is not)."""
-    return any(
-        bool((record.get("target") or {}).get("is_trainium")) for record in run.results.values()
-    )
+    return bool(run.on_trainium)
 
 
 def cost_note(rows: list[dict[str, Any]], on_trainium: list[bool]) -> str:

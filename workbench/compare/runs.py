@@ -3,22 +3,25 @@
 A comparison never reads HTML. A folder is a run when it holds summary.json; a folder that holds
 runs (such as reports/) contributes each of them, oldest first, and lists the ones it cannot read.
 
-Every file is read within bounds and checked against the shape of the fields a comparison reads
-(SUMMARY_SHAPE here, each notebook's data shape beside the code that reads it), so the code that
-judges runs only ever sees well-typed data; a hand-edited field is one sentence naming it.
+Every file is read within bounds; summary.json is read into results.RunSummary and each result
+file by its notebook's own ResultFile (workbench.questions), into the typed record the
+notebook's package writes it from. The code that judges runs reads attributes of those records,
+never string keys, so a renamed field is a type error there; a hand-edited field is one sentence
+naming it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from workbench.errors import BadInput
-from workbench.results import SCHEMA_VERSION
+from workbench.questions import result_file
+from workbench.results import LEAD, SCHEMA_VERSION, ResultFile, ResultLead, RunSummary, read_summary
 from workbench.safe_load import (
     RESULT_MAX_BYTES,
-    Required,
     Shape,
     check_fields,
     load_json,
@@ -26,32 +29,18 @@ from workbench.safe_load import (
     shown,
 )
 
-_VERDICT = ({"status": (str, None), "reason": (str, None)}, None)
-# What compare reads of summary.json, and what collect's dashboard shows of it.
-SUMMARY_SHAPE: Shape = {
-    "workload": str,
-    "target": str,
-    "started_at": str,
-    "exit_code": (int, None),
-    "verdict": ({"status": (str, None), "reasons": [str]}, None),
-    "notebooks": [
-        {
-            "notebook": Required(str),
-            "result": (str, None),
-            "headline": (str, None),
-            "verdict": _VERDICT,
-        }
-    ],
-}
-# What compare reads of every result file's header; `data` is checked by its notebook's shape.
+# What compare reads of every result file's header; `data` is read by its notebook's ResultFile.
 RECORD_SHAPE: Shape = {"target": ({"is_trainium": (bool, None)}, None)}
+D = TypeVar("D", bound=ResultLead)
 
 
 @dataclass
 class Run:
     path: Path
-    summary: dict[str, Any]
-    results: dict[str, dict[str, Any]] = field(default_factory=dict)  # notebook -> whole record
+    summary: RunSummary
+    results: dict[str, ResultLead] = field(default_factory=dict)  # notebook -> typed data
+    # Notebooks whose result file says it ran on Trainium (its header's target.is_trainium).
+    on_trainium: set[str] = field(default_factory=set)
 
     @property
     def label(self) -> str:
@@ -59,19 +48,20 @@ class Run:
 
     @property
     def workload(self) -> str:
-        return str(self.summary.get("workload", ""))
+        return self.summary.workload
 
     @property
     def target(self) -> str:
-        return str(self.summary.get("target", ""))
+        return self.summary.target
 
     @property
     def started_at(self) -> str:
-        return str(self.summary.get("started_at", ""))
+        return self.summary.started_at
 
-    def data(self, notebook: str) -> dict[str, Any] | None:
-        record = self.results.get(notebook)
-        return None if record is None else record.get("data")
+    def result(self, file: ResultFile[D]) -> D | None:
+        """The typed data of one notebook's result file; None where the run has none."""
+        found = self.results.get(file.notebook)
+        return found if isinstance(found, file.data_type) else None
 
 
 class UnreadableRun(BadInput):
@@ -90,20 +80,6 @@ def _read_json(path: Path, shape: Shape) -> dict[str, Any]:
     except BadInput as exc:
         raise UnreadableRun(str(exc).rstrip(".")) from None
     return value
-
-
-def data_shapes() -> dict[str, Shape]:
-    """Each notebook's `data` fields a comparison reads, declared in the module that reads
-    them (imported here, not at the top: those modules import Run from this one)."""
-    from workbench.compare import coverage, environment, numerics, retuning, timing
-
-    return {
-        environment.ENVIRONMENT_NOTEBOOK: environment.DATA_SHAPE,
-        timing.BASELINE_NOTEBOOK: timing.DATA_SHAPE,
-        coverage.COVERAGE_NOTEBOOK: coverage.DATA_SHAPE,
-        numerics.NUMERICS_NOTEBOOK: numerics.DATA_SHAPE,
-        retuning.RETUNING_NOTEBOOK: retuning.DATA_SHAPE,
-    }
 
 
 def result_path(folder: Path, name: str) -> Path:
@@ -149,23 +125,32 @@ def load_run(folder: Path) -> Run:
         raise UnreadableRun(
             f"{folder} has no summary.json: the run was interrupted or this is not a run folder"
         )
-    summary = _read_json(summary_path, SUMMARY_SHAPE)
-    _check_schema(summary_path, summary)
+    record = _read_json(summary_path, {})
+    _check_schema(summary_path, record)
+    try:
+        summary = read_summary(record, str(summary_path))
+    except BadInput as exc:
+        raise UnreadableRun(str(exc).rstrip(".")) from None
     run = Run(folder, summary)
-    shapes = data_shapes()
-    for entry in summary.get("notebooks", []):
-        name = entry.get("result")
+    for entry in summary.notebooks:
+        name = entry.result
         if not name:
             continue
         path = result_path(folder, name)
-        notebook = entry["notebook"]
-        record = _read_json(path, {**RECORD_SHAPE, "data": (shapes.get(notebook, dict), None)})
+        notebook = entry.notebook
+        record = _read_json(path, RECORD_SHAPE)
         _check_schema(path, record)
-        run.results[notebook] = record
+        reader = result_file(notebook) or LEAD  # a notebook outside the workbook: its lead
+        try:
+            run.results[notebook] = reader.read(record, str(path))
+        except BadInput as exc:
+            raise UnreadableRun(str(exc).rstrip(".")) from None
+        if (record.get("target") or {}).get("is_trainium"):
+            run.on_trainium.add(notebook)
     return run
 
 
-def collect_runs(paths: list[str | Path]) -> tuple[list[Run], list[str]]:
+def collect_runs(paths: Sequence[str | Path]) -> tuple[list[Run], list[str]]:
     """The runs named, in the order given (the baseline first), and the ones skipped.
 
     A run folder named directly must be readable (BadInput otherwise). A folder of runs, such as

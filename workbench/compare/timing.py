@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from workbench.baseline.question import RESULT_FILE as BASELINE_FILE
+from workbench.baseline.records import ConfigResult, MemoryUse
 from workbench.compare.records import (
     IMPROVEMENT,
     LOADED,
@@ -36,36 +37,13 @@ from workbench.compare.records import (
     RUN_TO_RUN,
     WITHIN_GATE,
     Change,
+    ChangeStatus,
     Gates,
 )
 from workbench.compare.runs import Run
 from workbench.compare.stats import mann_whitney_u, median
-from workbench.safe_load import Required, Shape
-from workbench.timing import quantile, samples_for_percentile
+from workbench.timing import HostLoad, Measurement, quantile, samples_for_percentile
 
-BASELINE_NOTEBOOK = "01_baseline"
-_HOST = {
-    "loaded": (bool, None),
-    "threads": (int, None),
-    "other_share": (float, None),
-    "steal_share": (float, None),
-}
-_PHASE = {
-    "phase": str,
-    "measurement": ({"times": [float], "median": (float, None), "host": (_HOST, None)}, None),
-    "memory": ({"host_peak_rss": (float, None), "device_peak_allocated": (float, None)}, None),
-}
-DATA_SHAPE: Shape = {
-    "configs": [
-        {
-            "kind": Required(str),
-            "mode": Required(str),
-            "status": str,
-            "items_per_step": (float, None),
-            "phases": [_PHASE],
-        }
-    ]
-}
 STEADY, FIRST_CALL = "steady", "first_call"
 # From this many earlier runs on, a change must also leave the band their values spread over.
 HISTORY_SPREAD_RUNS = 3
@@ -90,66 +68,59 @@ class Metric:
     unit: str
     lower_is_better: bool
     gate: Callable[[Gates], float]
-    value: Callable[[dict[str, Any]], float | None]  # from one configuration's record
+    value: Callable[[ConfigResult], float | None]  # from one configuration's record
     sampled: bool  # raw samples exist for a rank test
     phase: str | None  # the phase whose timing it reads (None: memory, not a timing)
 
 
-def _phase(config: dict[str, Any], name: str) -> dict[str, Any] | None:
-    return next((p for p in config.get("phases", []) if p.get("phase") == name), None)
+def _measurement(config: ConfigResult, phase: str) -> Measurement | None:
+    found = config.phase(phase)
+    return found.measurement if found else None
 
 
-def _measurement(config: dict[str, Any], phase: str) -> dict[str, Any]:
-    return (_phase(config, phase) or {}).get("measurement") or {}
+def steady_samples(config: ConfigResult) -> list[float]:
+    measurement = _measurement(config, STEADY)
+    return list(measurement.times) if measurement else []
 
 
-def steady_samples(config: dict[str, Any]) -> list[float]:
-    times = _measurement(config, STEADY).get("times", [])
-    return [t for t in times if isinstance(t, (int, float))]
+def host_load(config: ConfigResult, phase: str) -> HostLoad | None:
+    """The HostLoad a phase's measurement recorded (None for a run that predates it)."""
+    measurement = _measurement(config, phase)
+    return measurement.host if measurement else None
 
 
-def host_load(config: dict[str, Any], phase: str) -> dict[str, Any]:
-    """The HostLoad a phase's measurement recorded ({} for a run that predates it)."""
-    host = _measurement(config, phase).get("host")
-    return host if isinstance(host, dict) else {}
-
-
-def _steady_median(config: dict[str, Any]) -> float | None:
+def _steady_median(config: ConfigResult) -> float | None:
     samples = steady_samples(config)
     return median(samples) if samples else None
 
 
-def _steady_p99(config: dict[str, Any]) -> float | None:
+def _steady_p99(config: ConfigResult) -> float | None:
     samples = sorted(steady_samples(config))
     return quantile(samples, TAIL_QUANTILE) if samples else None
 
 
-def _steady_max(config: dict[str, Any]) -> float | None:
+def _steady_max(config: ConfigResult) -> float | None:
     samples = steady_samples(config)
     return max(samples) if samples else None
 
 
-def _throughput(config: dict[str, Any]) -> float | None:
+def _throughput(config: ConfigResult) -> float | None:
     step = _steady_median(config)
-    items = config.get("items_per_step")
+    items = config.items_per_step
     return items / step if step and items else None
 
 
-def _first_call(config: dict[str, Any]) -> float | None:
-    value = _measurement(config, FIRST_CALL).get("median")
-    return float(value) if isinstance(value, (int, float)) else None
+def _first_call(config: ConfigResult) -> float | None:
+    measurement = _measurement(config, FIRST_CALL)
+    return measurement.median if measurement else None
 
 
-def _peak(field: str) -> Callable[[dict[str, Any]], float | None]:
-    def read(config: dict[str, Any]) -> float | None:
-        peaks = [
-            float(value)
-            for p in config.get("phases", [])
-            if (value := (p.get("memory") or {}).get(field)) is not None
-        ]
+def _peak(read: Callable[[MemoryUse], int | None]) -> Callable[[ConfigResult], float | None]:
+    def peak(config: ConfigResult) -> float | None:
+        peaks = [float(value) for p in config.phases if (value := read(p.memory)) is not None]
         return max(peaks) / 2**20 if peaks else None
 
-    return read
+    return peak
 
 
 def _step_gate(gates: Gates) -> float:
@@ -167,27 +138,31 @@ METRICS = (
     Metric("throughput", "items/s", False, _step_gate, _throughput, True, STEADY),
     Metric("first call", "s", True, lambda g: g.compile_time, _first_call, False, FIRST_CALL),
     Metric(
-        "peak host memory", "MiB", True, lambda g: g.memory, _peak("host_peak_rss"), False, None
+        "peak host memory",
+        "MiB",
+        True,
+        lambda g: g.memory,
+        _peak(lambda memory: memory.host_peak_rss),
+        False,
+        None,
     ),
     Metric(
         "peak device memory",
         "MiB",
         True,
         lambda g: g.memory,
-        _peak("device_peak_allocated"),
+        _peak(lambda memory: memory.device_peak_allocated),
         False,
         None,
     ),
 )
 
 
-def configs_of(run: Run) -> dict[tuple[str, str], dict[str, Any]]:
-    data = run.data(BASELINE_NOTEBOOK) or {}
-    return {
-        (c["kind"], c["mode"]): c
-        for c in data.get("configs", [])
-        if c.get("status", "ok") == "ok" and c.get("failure") is None
-    }
+def configs_of(run: Run) -> dict[tuple[str, str], ConfigResult]:
+    """The newest run's configurations that ran to the end, by (kind, mode)."""
+    data = run.result(BASELINE_FILE)
+    configs = data.configs if data else []
+    return {(c.kind, c.mode): c for c in configs if c.failure is None}
 
 
 def quartiles_apart(new: list[float], base: list[float]) -> bool:
@@ -233,26 +208,27 @@ class _Side:
     """One run's configuration as a comparison sees it."""
 
     label: str
-    config: dict[str, Any]
+    config: ConfigResult
 
-    def host(self, phase: str | None) -> dict[str, Any]:
-        return host_load(self.config, phase) if phase else {}
+    def host(self, phase: str | None) -> HostLoad | None:
+        return host_load(self.config, phase) if phase else None
 
     def loaded(self, phase: str | None) -> bool:
-        return bool(self.host(phase).get("loaded"))
+        host = self.host(phase)
+        return host is not None and host.loaded
 
     def threads(self, phase: str | None) -> int | None:
-        value = self.host(phase).get("threads")
-        return value if isinstance(value, int) else None
+        host = self.host(phase)
+        return host.threads if host else None
 
 
 def _load_words(side: _Side, phase: str | None) -> str:
     host = side.host(phase)
     shares = []
-    if isinstance(host.get("other_share"), (int, float)):
-        shares.append(f"other processes {host['other_share']:.0%} of the CPU")
-    if isinstance(host.get("steal_share"), (int, float)):
-        shares.append(f"steal {host['steal_share']:.0%}")
+    if host is not None and host.other_share is not None:
+        shares.append(f"other processes {host.other_share:.0%} of the CPU")
+    if host is not None and host.steal_share is not None:
+        shares.append(f"steal {host.steal_share:.0%}")
     return f"{side.label} ({', '.join(shares)})" if shares else side.label
 
 
@@ -288,7 +264,7 @@ def _usable_earlier(
     if kept or not left_out:
         return _Judged(kept, left_out, None)
     loaded = all("loaded" in reason for reason in left_out)
-    status = LOADED if loaded else NOT_COMPARABLE
+    status: ChangeStatus = LOADED if loaded else NOT_COMPARABLE
     note = "; ".join(left_out)
     blocked = Change("timing", name, base_value, series[-1], status, metric.unit, note=note,
                      series=series)  # fmt: skip
@@ -367,7 +343,7 @@ def _judge_metric(
 
 def _status(
     metric: Metric, ratio: float, gate: float, p_value: float | None, significance: float
-) -> str:
+) -> ChangeStatus:
     """The magnitude gate, then (for sampled metrics) the rank test."""
     worse = ratio > 1 if metric.lower_is_better else ratio < 1
     if abs(ratio - 1) < gate:

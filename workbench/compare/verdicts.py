@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from workbench.compare.records import CHANGED, IMPROVEMENT, REGRESSION, Change
+from workbench.compare.records import CHANGED, IMPROVEMENT, REGRESSION, Change, ChangeStatus
 from workbench.compare.runs import Run
-from workbench.scorecard import BLOCKER, STATUSES
+from workbench.scorecard import BLOCKER, STATUSES, Status
 
 
-def _notebook_verdicts(run: Run) -> dict[str, str]:
-    found = {}
-    for entry in run.summary.get("notebooks", []):
-        verdict = entry.get("verdict") or {}
-        if verdict.get("status") in STATUSES:
-            found[entry["notebook"]] = verdict["status"]
-    return found
+def _notebook_verdicts(run: Run) -> dict[str, Status]:
+    return {e.notebook: e.verdict.status for e in run.summary.notebooks if e.verdict}
 
 
 def verdict_changes(base_run: Run, new_run: Run) -> list[Change]:
@@ -23,14 +18,15 @@ def verdict_changes(base_run: Run, new_run: Run) -> list[Change]:
         before = base.get(notebook)
         if before is None or before == status:
             continue
+        verdict: ChangeStatus
         if status == BLOCKER:
             verdict = REGRESSION
         elif STATUSES.index(status) < STATUSES.index(before):
             verdict = IMPROVEMENT
         else:
             verdict = CHANGED
-        entry = next(e for e in new_run.summary["notebooks"] if e["notebook"] == notebook)
-        note = (entry.get("verdict") or {}).get("reason", "")
+        entry = next(e for e in new_run.summary.notebooks if e.notebook == notebook)
+        note = entry.verdict.reason if entry.verdict else ""
         changes.append(
             Change("scorecard", f"{notebook} verdict", before, status, verdict, note=note)
         )

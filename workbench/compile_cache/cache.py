@@ -14,6 +14,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final, Literal
 
 from workbench.compile_cache.cache_dir import user_cache_dir
 from workbench.targets.base import Target
@@ -21,10 +22,11 @@ from workbench.targets.caching import CacheCounters
 
 OFF = "off"  # the `compile_cache` value that turns the caches off
 STAMP_FILE = "workbench-cache-stamp.json"
-STATUS_IN_USE = "in use"
-STATUS_UNWRITABLE = "unwritable"
-STATUS_OFF = "off"
-STATUS_STAMP_MISMATCH = "stamp mismatch"
+STATUS_IN_USE: Final = "in use"
+STATUS_UNWRITABLE: Final = "unwritable"
+STATUS_OFF: Final = "off"
+STATUS_STAMP_MISMATCH: Final = "stamp mismatch"
+CacheStatus = Literal["in use", "unwritable", "off", "stamp mismatch"]
 
 
 def default_cache_root() -> Path:
@@ -58,7 +60,7 @@ class CompileCache:
 
     requested: str  # as given: a folder, "" for the default, or "off"
     folder: str | None  # the version-stamped folder in use; None: the run is uncached
-    status: str  # in use | unwritable | off | stamp mismatch
+    status: CacheStatus
     sentence: str  # what the report says about it
     versions: dict[str, str]
     other_versions: list[str] = field(default_factory=list)  # stamped folders left unread

@@ -78,7 +78,7 @@ _DTYPE_RULES = (
         re.compile(r"float64$"),
         FLOAT64,
         MEDIUM,
-        "NeuronCores have no FP64: computed as float32 (neuron.md section 3)",
+        "NeuronCores have no FP64: computed as float32 (AWS Neuron data types documentation)",
     ),
     (
         re.compile(r"complex"),

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, Final, Literal
 
 from workbench.coverage.native_table import (
     STATUS_CPU_FALLBACK,
@@ -35,10 +35,13 @@ from workbench.targets.compiling import CompileEvent
 from workbench.targets.detect import FLAVOUR_NATIVE, FLAVOUR_XLA, FLAVOURS
 from workbench.targets.op_coverage import InferenceAnalysis
 
-SUPPORTED = "supported"
-FALLS_BACK = "falls back or fails"
-UNKNOWN = "unknown"
-VERDICTS = (FALLS_BACK, UNKNOWN, SUPPORTED)  # worst first: the order blockers rank in
+# One op's support on one flavour, one definition.
+OpStatus = Literal["supported", "falls back or fails", "unknown"]
+SUPPORTED: Final = "supported"
+FALLS_BACK: Final = "falls back or fails"
+UNKNOWN: Final = "unknown"
+# Worst first: the order blockers rank in.
+VERDICTS: tuple[OpStatus, ...] = (FALLS_BACK, UNKNOWN, SUPPORTED)
 
 FLAVOUR_LABELS = {
     FLAVOUR_NATIVE: "native TorchNeuron (Trn2/Trn3)",
@@ -69,7 +72,7 @@ HOW_TO_IMPORT_NATIVE = (
 
 # Table statuses -> verdicts. A torch-xla kernel is a static fact; "decomposes" re-dispatches
 # the op as other ops, each of which gets its own entry on the device.
-_TABLE_VERDICTS = {
+_TABLE_VERDICTS: dict[str, OpStatus] = {
     "lowered": SUPPORTED,
     "decomposes": SUPPORTED,
     "supported": SUPPORTED,
@@ -263,7 +266,7 @@ class TargetReading:
 class OpVerdict:
     """One op's support on one Neuron flavour, with the evidence for it."""
 
-    status: str
+    status: OpStatus
     evidence: list[str]  # strongest first
     measured: bool
 
@@ -273,7 +276,7 @@ class OpVerdict:
 
 def _table_verdict(
     op: str, tags: list[str], forward_ops: list[str], tables: list[SupportTable]
-) -> tuple[str, list[str]] | None:
+) -> tuple[OpStatus, list[str]] | None:
     for table in tables:
         replaced_by = [f for f in forward_ops if f in table.autograd_overrides]
         if replaced_by:
@@ -308,7 +311,7 @@ def _table_verdict(
     return verdict, evidence
 
 
-def _inference_verdict(op: str, analysis: InferenceAnalysis) -> tuple[str, str] | None:
+def _inference_verdict(op: str, analysis: InferenceAnalysis) -> tuple[OpStatus, str] | None:
     packet = packet_name(op)
     for item in analysis.unsupported:
         if item.op in (op, packet):
@@ -319,7 +322,7 @@ def _inference_verdict(op: str, analysis: InferenceAnalysis) -> tuple[str, str] 
     return None
 
 
-def _measured_verdict(op: str, measurement: TargetReading) -> tuple[str, str] | None:
+def _measured_verdict(op: str, measurement: TargetReading) -> tuple[OpStatus, str] | None:
     fell_back = measurement.fallback_calls(op)
     if fell_back:
         return FALLS_BACK, (

@@ -466,7 +466,7 @@ def scan_findings(scan: ScanReport) -> None:
                     }
                     for f in scan.findings
                 ],
-                caption="CUDA-specific code and its Neuron replacement (neuron.md section 5)",
+                caption="CUDA-specific code and its Neuron replacement (AWS Neuron guides)",
             )
         )
     for problem in scan.unreadable:

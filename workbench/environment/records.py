@@ -7,7 +7,7 @@ from typing import Any
 
 from workbench.environment.drift import CRITICAL, Drift, worst_severity
 from workbench.environment.releases import ReleaseMatch
-from workbench.scorecard import ATTENTION, BLOCKER, Finding, Verdict, judge
+from workbench.scorecard import ATTENTION, BLOCKER, Finding, Status, Verdict, judge
 
 ENVIRONMENT_RULE = (
     "blocker: critical drift from the pinned manifest; attention: other drift from it, or Neuron "
@@ -19,7 +19,7 @@ def environment_verdict(release: ReleaseMatch, drifts: Sequence[Drift] | None) -
     """Notebook 00's verdict, by ENVIRONMENT_RULE."""
     findings = []
     for drift in drifts or []:
-        status = BLOCKER if drift.severity == CRITICAL else ATTENTION
+        status: Status = BLOCKER if drift.severity == CRITICAL else ATTENTION
         findings.append(
             Finding(status, f"{drift.severity} drift: {drift.key} {drift.old} -> {drift.new}")
         )

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 from workbench.environment.manifest import normalize_name
 from workbench.targets.detect import FLAVOUR_XLA
+
+# How the installed Neuron stack matches a published release, one definition.
+ReleaseStatus = Literal["match", "partial", "no-neuron-stack", "unknown-combination"]
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,7 @@ class PackageCheck:
 class ReleaseMatch:
     """How an environment's Neuron packages relate to the published releases."""
 
-    status: str  # "match" | "partial" | "no-neuron-stack" | "unknown-combination"
+    status: ReleaseStatus
     releases: list[NeuronRelease]
     checks: list[PackageCheck]
     explanation: str

@@ -60,19 +60,19 @@ def _item_row(root: Path, folder: Path, name: str, workload: str, target: str) -
         return row
     runs.sort(key=lambda r: (r.started_at, r.label))
     newest = runs[-1]
-    verdict = newest.summary.get("verdict") or {}
+    verdict = newest.summary.verdict
     row.state = COMPLETE
     row.workload = newest.workload or workload
     row.target = newest.target or target
     row.run = os.path.relpath(newest.path, root)
     row.started_at = newest.started_at
-    row.exit_code = newest.summary.get("exit_code")
-    row.verdict = verdict.get("status")
-    row.reasons = list(verdict.get("reasons", []))
+    row.exit_code = newest.summary.exit_code
+    row.verdict = verdict.status if verdict else None
+    row.reasons = list(verdict.reasons) if verdict else []
     row.headlines = [
-        f"{notebook['notebook']}: {notebook['headline']}"
-        for notebook in newest.summary.get("notebooks", [])
-        if isinstance(notebook, dict) and notebook.get("headline")
+        f"{entry.notebook}: {entry.headline}"
+        for entry in newest.summary.notebooks
+        if entry.headline
     ]
     row.runs = len(runs)
     if len(runs) < 2:

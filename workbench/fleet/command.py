@@ -96,6 +96,12 @@ def cmd_collect(args: argparse.Namespace) -> int:
     for row in rows:
         state = row.verdict if row.verdict else row.state
         print(console_line(f"{row.name}: {state}; {row.change or row.state}"))
+    if args.export:
+        from workbench.export.command import ExportOptions, export
+
+        finished = [root / row.run for row in rows if row.run]
+        for line in export(finished, ExportOptions(list(dict.fromkeys(args.export)))):
+            print(console_line(line))
     data = dashboard_data(rows)
     print(console_line(f"fleet verdict: {data['verdict']}; {data['headline']}"))
     print(console_line(f"dashboard: {page}"))

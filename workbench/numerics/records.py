@@ -9,10 +9,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Final, Literal
 
 from workbench import scorecard
 from workbench.errors import BadInput
+from workbench.numerics.acceptance_records import (
+    GATE_ORDER,
+    AcceptanceRule,
+    ConvergenceStudy,
+    GateResult,
+    RunAcceptance,
+)
 from workbench.numerics.capture import CAST, FP64, PRECISIONS
 from workbench.numerics.metrics import (
     DTYPE_TOLERANCES,
@@ -32,6 +39,12 @@ from workbench.scorecard import ATTENTION, BLOCKER, PASS, Finding, judge
 DEFAULT_PRECISIONS = ("fp32", "bf16-autocast", "bf16-cast", "fp16-autocast", "fp16-cast")
 DEFAULT_COMPILED_PRECISIONS = ("fp32", "bf16-autocast")
 DEFAULT_STEPS = 20
+# The acceptance set and the convergence study (AWS's equivalence skill uses 5 fixed prompts).
+DEFAULT_PROMPTS = 5
+DEFAULT_PROMPT_TOKENS = 8
+DEFAULT_GENERATED_TOKENS = 32
+DEFAULT_CONVERGENCE_SEEDS = 3
+DEFAULT_CONVERGENCE_STEPS = 20
 TARGET_PRECISIONS = tuple(name for name in PRECISIONS if name != FP64.name)
 
 ROLE_TARGET = "target"
@@ -44,12 +57,15 @@ INHERITED = "inherited"
 UNKNOWN = "unknown"
 
 # A run's verdict uses the scorecard's words, and "could not run" besides.
-COULD_NOT_RUN = "could not run"
+COULD_NOT_RUN: Final = "could not run"
+# A run's verdict: the scorecard's statuses, or could not run.
+RunVerdictStatus = Literal["pass", "attention", "blocker", "could not run"]
 # A judgement of one question (device fidelity or precision cost).
-JUDGED_PASS = "pass"
-JUDGED_FAIL = "fail"
-TRIVIAL = "trivially true"  # fidelity of an eager run on the reference's own device
-NOT_JUDGED = "not judged"
+JUDGED_PASS: Final = "pass"
+JUDGED_FAIL: Final = "fail"
+TRIVIAL: Final = "trivially true"  # fidelity of an eager run on the reference's own device
+NOT_JUDGED: Final = "not judged"
+JudgementStatus = Literal["pass", "fail", "trivially true", "not judged"]
 
 
 @dataclass(frozen=True)
@@ -62,12 +78,18 @@ class NumericsSettings:
     validation_batches: int = (
         DEFAULT_VALIDATION_BATCHES  # held-out batches when the workload has none
     )
+    acceptance: AcceptanceRule = field(default_factory=AcceptanceRule)
+    prompts: int = DEFAULT_PROMPTS  # held-out prompts for token match
+    prompt_tokens: int = DEFAULT_PROMPT_TOKENS  # tokens of each prompt
+    generated_tokens: int = DEFAULT_GENERATED_TOKENS  # tokens the reference generates
+    convergence_seeds: int = DEFAULT_CONVERGENCE_SEEDS  # seeds of the convergence study
+    convergence_steps: int = DEFAULT_CONVERGENCE_STEPS  # optimizer steps per seed
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> NumericsSettings:
         """The settings from notebook 03's parameters; rtol and atol of 0 mean per-dtype values."""
         default = cls()
-        rule, cost = default.rule, default.cost
+        rule, cost, gates = default.rule, default.cost, default.acceptance
         return cls(
             precisions=tuple(params.get("precisions", default.precisions)),
             compiled_precisions=tuple(
@@ -87,6 +109,21 @@ class NumericsSettings:
                 params.get("metric_tolerance", cost.metric_tolerance),
             ),
             validation_batches=params.get("validation_batches", default.validation_batches),
+            acceptance=AcceptanceRule(
+                params.get("r_threshold", gates.r_threshold),
+                params.get("token_match_gate", gates.token_match),
+                params.get("liveness_gate", gates.liveness),
+                params.get("cosine_p5_gate", gates.cosine_p5),
+                params.get("kl_p95_gate", gates.kl_p95),
+                params.get("kl_max_gate", gates.kl_max),
+                params.get("downstream_tolerance", gates.downstream_tolerance),
+                params.get("convergence_alpha", gates.alpha),
+            ),
+            prompts=params.get("prompts", default.prompts),
+            prompt_tokens=params.get("prompt_tokens", default.prompt_tokens),
+            generated_tokens=params.get("generated_tokens", default.generated_tokens),
+            convergence_seeds=params.get("convergence_seeds", default.convergence_seeds),
+            convergence_steps=params.get("convergence_steps", default.convergence_steps),
         )
 
     def __post_init__(self) -> None:
@@ -109,6 +146,13 @@ class NumericsSettings:
         if self.validation_batches < 1:
             raise BadInput(
                 f"validation_batches {self.validation_batches}: use at least 1 held-out batch."
+            )
+        for name in ("prompts", "prompt_tokens", "generated_tokens", "convergence_steps"):
+            if getattr(self, name) < 1:
+                raise BadInput(f"{name} {getattr(self, name)}: use at least 1.")
+        if self.convergence_seeds < 1:
+            raise BadInput(
+                f"convergence_seeds {self.convergence_seeds}: use at least 1 (2 or more to test)."
             )
 
 
@@ -204,7 +248,7 @@ class TensorVerdict:
 class Judgement:
     """The answer to one question about a run, with the rule that decided it."""
 
-    status: str  # pass, fail, trivially true, not judged
+    status: JudgementStatus
     reason: str  # one line; for a failure, the rule that failed and its numbers
     failed: list[str] = field(default_factory=list)  # the rules that failed
 
@@ -218,7 +262,7 @@ class NumericsRunVerdict:
     """Machine-readable: blocker (NaN/Inf, or device fidelity fails), attention (precision
     cost fails, or the run could not run), else pass."""
 
-    status: str  # pass, attention, blocker, could not run
+    status: RunVerdictStatus
     reason: str  # one line
 
     @property
@@ -272,7 +316,7 @@ class MatchedCheck:
 class RunResult:
     run: dict[str, Any]  # RunSpec.describe()
     role: str
-    status: str = "ok"  # ok | failed
+    status: Literal["ok", "failed"] = "ok"
     failed_phase: str | None = None  # setup, compile, layers, training
     error: str | None = None
     layers: list[TensorComparison] = field(default_factory=list)  # target execution order
@@ -300,6 +344,7 @@ class RunResult:
     precision_cost: Judgement | None = None
     verdict: NumericsRunVerdict | None = None
     seconds: float = 0.0
+    acceptance: RunAcceptance | None = None  # AWS's gates and convergence parity (target runs)
 
     @property
     def label(self) -> str:
@@ -355,6 +400,9 @@ class NumericsResult:
     numerics_settings: dict[str, Any]
     runs: list[RunResult]
     wall_seconds: float
+    acceptance_set: str = ""  # what the agreement gates were measured on, in words
+    # Notebook 04's batch and accumulation against the original batch, over seeds.
+    recommended_convergence: ConvergenceStudy | None = None
 
     @property
     def target_runs(self) -> list[RunResult]:
@@ -403,9 +451,66 @@ NUMERICS_RULE = (
 )
 
 
+def numerics_rule(settings: NumericsSettings) -> str:
+    """NUMERICS_RULE with the acceptance gates, each with its threshold and source."""
+    gates = "; ".join(
+        f"{name}: {threshold} ({source})"
+        for name, threshold, source in settings.acceptance.statements()
+    )
+    return (
+        f"{NUMERICS_RULE}; blocker also: a run fails an acceptance gate ({gates}); the "
+        "convergence parity gate, and notebook 04's batch trained over the same seeds, need "
+        "attention when they fail"
+    )
+
+
+def first_gate_failure(result: NumericsResult) -> tuple[RunResult, GateResult] | None:
+    """The gate that fails first, in the gates' order, and the first run failing it."""
+    failing = [
+        (GATE_ORDER.index(gate.gate), index, run, gate)
+        for index, run in enumerate(result.target_runs)
+        if run.acceptance is not None
+        for gate in run.acceptance.gates
+        if gate.failed
+    ]
+    if not failing:
+        return None
+    _, _, run, gate = min(failing, key=lambda item: (item[0], item[1]))
+    return run, gate
+
+
+def acceptance_headline(result: NumericsResult) -> str:
+    """Which acceptance gate failed first, with its numbers, or that every run passes them."""
+    first = first_gate_failure(result)
+    if first is not None:
+        run, gate = first
+        return (
+            f"Acceptance: {gate.gate} fails first, in {short_label(run)}: {gate.measured} "
+            f"(gate: {gate.threshold})"
+        )
+    judged = [r for r in result.target_runs if r.acceptance is not None and r.acceptance.gates]
+    skipped = sorted(
+        {g.gate for r in judged for g in r.acceptance.gates if g.status != "pass"}  # type: ignore[union-attr]
+    )
+    text = f"Acceptance: all {len(judged)} runs pass every gate judged"
+    if skipped:
+        text += f" ({', '.join(skipped)} not judged)"
+    return text
+
+
+def _recommended_finding(result: NumericsResult) -> Finding | None:
+    study = result.recommended_convergence
+    if study is None or study.passed is not False:
+        return None
+    return Finding(ATTENTION, f"convergence of {study.label}: {study.note}")
+
+
 def notebook_verdict(result: NumericsResult) -> scorecard.Verdict:
-    """Notebook 03's verdict over its target runs, by NUMERICS_RULE."""
+    """Notebook 03's verdict over its target runs, by numerics_rule."""
     findings = []
+    recommended = _recommended_finding(result)
+    if recommended is not None:
+        findings.append(recommended)
     for run in result.target_runs:
         if run.verdict is None:
             continue
@@ -416,9 +521,9 @@ def notebook_verdict(result: NumericsResult) -> scorecard.Verdict:
     judged = sum(run.verdict is not None for run in result.target_runs)
     return judge(
         findings,
-        NUMERICS_RULE,
-        f"all {judged} runs on {result.target['name']} keep device fidelity and stay within "
-        "their precision's cost",
+        numerics_rule(result.settings),
+        f"all {judged} runs on {result.target['name']} keep device fidelity, stay within "
+        "their precision's cost and pass every acceptance gate judged",
     )
 
 
@@ -433,6 +538,7 @@ def headline(result: NumericsResult) -> str:
     parts = [
         f"Blocker: {r.nonfinite.sentence(short_label(r))}" for r in ok if r.nonfinite is not None
     ]
+    parts.append(acceptance_headline(result))
     unfaithful = [r for r in ok if r.fidelity and r.fidelity.status == JUDGED_FAIL]
     parts += [
         f"Blocker: {short_label(r)} does not compute what the CPU computes at its precision"
@@ -464,6 +570,9 @@ def headline(result: NumericsResult) -> str:
     broken = [r for r in runs if r.status != "ok"]
     if broken:
         parts.append(f"{len(broken)} could not run ({', '.join(short_label(r) for r in broken)})")
+    recommended = _recommended_finding(result)
+    if recommended is not None:
+        parts.append(recommended.reason)
     return "; ".join(parts) + "."
 
 
@@ -694,4 +803,29 @@ def result_data(result: NumericsResult) -> dict[str, Any]:
         "notes": result.notes,
         "runs": [asdict(run) for run in result.runs],
         "wall_seconds": result.wall_seconds,
+        "acceptance": acceptance_data(result),
+    }
+
+
+def acceptance_data(result: NumericsResult) -> dict[str, Any]:
+    """The acceptance gates: thresholds with sources, what they were measured on, the first
+    failure, and notebook 04's batch over seeds (each run's gates are in its `acceptance`)."""
+    settings = result.settings
+    first = first_gate_failure(result)
+    return {
+        "rule": asdict(settings.acceptance),
+        "gates": [
+            {"gate": name, "threshold": threshold, "source": source}
+            for name, threshold, source in settings.acceptance.statements()
+        ],
+        "measured_on": result.acceptance_set,
+        "prompts": settings.prompts,
+        "prompt_tokens": settings.prompt_tokens,
+        "generated_tokens": settings.generated_tokens,
+        "convergence_seeds": settings.convergence_seeds,
+        "convergence_steps": settings.convergence_steps,
+        "first_failure": None if first is None else {"run": first[0].label, **asdict(first[1])},
+        "recommended_convergence": asdict(result.recommended_convergence)
+        if result.recommended_convergence
+        else None,
     }

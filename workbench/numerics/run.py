@@ -20,10 +20,11 @@ from time import perf_counter
 import torch
 
 from workbench.errors import describe_error
-from workbench.numerics import records, verdicts
+from workbench.numerics import acceptance, records, verdicts
 from workbench.numerics.batch import load_batch
 from workbench.numerics.capture import (
     PRECISIONS,
+    LayerCall,
     LayerRecorder,
     ModelBuilder,
     RunSpec,
@@ -107,8 +108,10 @@ def compare_run(
     settings: NumericsSettings,
     *,
     role: str = ROLE_TARGET,
+    calls_out: dict[str, LayerCall] | None = None,
 ) -> RunResult:
-    """One run against the reference; a run that cannot run is recorded with its reason."""
+    """One run against the reference; a run that cannot run is recorded with its reason.
+    `calls_out` receives the run's layer calls (what a later re-run of one layer needs)."""
     started = perf_counter()
     result = RunResult(run=spec.describe(), role=role)
     rule = settings.rule
@@ -139,6 +142,8 @@ def compare_run(
             return untrained
 
         result.layers, result.unmatched_layers = compare_layers(layers, refs, rule)
+        if calls_out is not None:
+            calls_out.update(layers.calls)
         flagged = [c for c in result.layers if needs_attribution(c, settings.cost)]
         # A compiled run's layers are re-run eager at its precision: one compile per layer would
         # cost minutes, and what the compiler adds is the device-fidelity verdict's question.
@@ -210,9 +215,11 @@ def run_numerics(
     settings: NumericsSettings | None = None,
     *,
     baseline_artifact: Path | None = None,
+    retuning_result: Path | None = None,
     log: Callable[[str], None] = print,
 ) -> NumericsResult:
-    """Every planned run against the reference; one failing run never stops the others."""
+    """Every planned run against the reference; one failing run never stops the others.
+    `retuning_result`: notebook 04's result file, whose batch is trained over the seeds too."""
     settings = settings or NumericsSettings()
     started = perf_counter()
     reference_target = get_target("cpu")
@@ -230,17 +237,33 @@ def run_numerics(
     log(f"reference {refs.spec.label} (twice) and yardstick {refs.fp64_spec.label} captured")
     if not refs.reproducibility.deterministic:
         log(refs.reproducibility.note)
+    prepared = acceptance.prepare(workload, build, refs, held_out, settings)
+    log(f"acceptance set and {len(prepared.seeds)} reference seeds measured")
     runs = []
+    sides: dict[str, acceptance.RunSide] = {}
     for spec, role in plan_runs(target, reference_target, settings):
-        result = compare_run(spec, build, batch, refs, workload, settings, role=role)
+        calls: dict[str, LayerCall] = {}
+        result = compare_run(
+            spec, build, batch, refs, workload, settings, role=role, calls_out=calls
+        )
         if result.status == "ok":
             result.precision_cost = verdicts.precision_cost(
                 result, settings.cost, refs.trajectory_spread, refs.metric_spread
             )
+            sides[result.label] = acceptance.measure_run(
+                result, spec, build, prepared, workload, settings, refs
+            )
+            sides[result.label].calls = calls
         runs.append(result)
         log(_progress_line(result))
     reference_device = str(reference_target.device)
     add_matched_checks(runs, reference_device, settings.rule)
+    acceptance.judge_runs(runs, sides, prepared, refs, build, reference_target, settings)
+    recommended, recommended_note = (None, None)
+    if retuning_result is not None:
+        recommended, recommended_note = acceptance.recommended_study(
+            retuning_result, workload, initial, target, prepared.seeds, settings
+        )
     for result in runs:
         if result.status == "ok":
             result.fidelity = verdicts.fidelity(result, reference_device)
@@ -263,13 +286,17 @@ def run_numerics(
         held_out_samples=held_out.samples,
         task_metric=workload.task_metric_name if workload.task_metric else None,
         reference_held_out=(before, after),
-        notes=_notes(workload, refs),
+        notes=_notes(workload, refs)
+        + prepared.notes
+        + ([recommended_note] if recommended_note else []),
         reference_losses=refs.training.losses,
         fp64_losses=refs.fp64_training.losses if refs.fp64_training else None,
         dropout_disabled=refs.dropout_disabled,
         numerics_settings=numerics_settings(target),
         runs=runs,
         wall_seconds=perf_counter() - started,
+        acceptance_set=prepared.acceptance_set.description if prepared.acceptance_set else "",
+        recommended_convergence=recommended,
     )
     log(f"verdict {records.notebook_verdict(data).status}. {records.headline(data)}")
     return data

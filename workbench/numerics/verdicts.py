@@ -12,14 +12,17 @@ relative tolerance with an absolute floor, metrics.LossFloor), and the held-out 
 within its tolerance, each widened by the spread of the two reference runs. Nothing measured
 after the first NaN/Inf loss is judged: it is not evidence.
 
-The run's verdict: blocker when it turns NaN/Inf or fails device fidelity, attention when its
-precision cost fails or it could not run, pass otherwise.
+The run's verdict: blocker when it turns NaN/Inf, fails device fidelity or fails an acceptance
+gate (AWS's liveness, R-ratio, teacher-forced cosine and KL, token match, downstream evaluation),
+attention when its precision cost or its convergence parity over seeds fails or it could not run,
+pass otherwise.
 """
 
 from __future__ import annotations
 
 import math
 
+from workbench.numerics.acceptance_records import ATTENTION_GATES, GateResult
 from workbench.numerics.capture import FP32
 from workbench.numerics.metrics import (
     PrecisionCostRule,
@@ -37,6 +40,7 @@ from workbench.numerics.records import (
     PASS,
     TRIVIAL,
     Judgement,
+    JudgementStatus,
     NumericsRunVerdict,
     RunResult,
 )
@@ -56,7 +60,7 @@ def fidelity(run: RunResult, reference_device: str) -> Judgement:
         )
     if run.run["precision"] == FP32.name:
         assert run.tensors is not None
-        status = JUDGED_PASS if run.tensors.passed else JUDGED_FAIL
+        status: JudgementStatus = JUDGED_PASS if run.tensors.passed else JUDGED_FAIL
         failed = [] if run.tensors.passed else ["dynamo rule against the fp32 reference"]
         return Judgement(status, f"against the fp32 reference: {run.tensors.summary}", failed)
     if run.matched is None:
@@ -64,9 +68,9 @@ def fidelity(run: RunResult, reference_device: str) -> Judgement:
             NOT_JUDGED,
             f"no CPU eager {run.run['precision']} run completed to compare it with",
         )
-    status = JUDGED_PASS if run.matched.passed else JUDGED_FAIL
+    matched: JudgementStatus = JUDGED_PASS if run.matched.passed else JUDGED_FAIL
     failed = [] if run.matched.passed else [f"dynamo rule against {run.matched.baseline}"]
-    return Judgement(status, run.matched.summary, failed)
+    return Judgement(matched, run.matched.summary, failed)
 
 
 def precision_cost(
@@ -154,11 +158,25 @@ def run_verdict(run: RunResult) -> NumericsRunVerdict:
     assert run.fidelity is not None and run.precision_cost is not None
     if run.fidelity.status == JUDGED_FAIL:
         return NumericsRunVerdict(BLOCKER, f"{label}: device fidelity fails: {run.fidelity.reason}")
+    gates = run.acceptance.gates if run.acceptance is not None else []
+    blocking = [g for g in gates if g.failed and g.gate not in ATTENTION_GATES]
+    if blocking:
+        return NumericsRunVerdict(BLOCKER, f"{label}: {_gate_sentence(blocking[0])}")
     if not run.precision_cost.passed:
         return NumericsRunVerdict(
             ATTENTION, f"{label}: precision cost fails: {run.precision_cost.reason}"
         )
+    attention = [g for g in gates if g.failed]
+    if attention:
+        return NumericsRunVerdict(ATTENTION, f"{label}: {_gate_sentence(attention[0])}")
     fidelity_words = "trivially true" if run.fidelity.status == TRIVIAL else run.fidelity.status
+    passed = sum(1 for g in gates if g.status == "pass")
+    gate_words = f"; {passed} of {len(gates)} acceptance gates pass" if gates else ""
     return NumericsRunVerdict(
-        PASS, f"{label}: device fidelity {fidelity_words}; precision cost within tolerance"
+        PASS,
+        f"{label}: device fidelity {fidelity_words}; precision cost within tolerance{gate_words}",
     )
+
+
+def _gate_sentence(gate: GateResult) -> str:
+    return f"{gate.gate} fails: {gate.measured} (gate: {gate.threshold}; {gate.source})"

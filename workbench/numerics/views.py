@@ -15,11 +15,14 @@ from workbench.numerics.records import (
     PASS,
     NumericsResult,
     RunResult,
+    acceptance_headline,
+    first_gate_failure,
     headline,
     judgement_cell,
     notebook_verdict,
     reading,
     run_explanation,
+    short_label,
 )
 
 
@@ -430,3 +433,152 @@ def what_to_do(result: NumericsResult) -> None:
         display(show.banner("Nothing to act on: no run needs a change.", "ok"))
     for kind, text in items:
         display(show.banner(text, kind))
+
+
+def gate_rows(result: NumericsResult) -> list[dict[str, Any]]:
+    """One row per target run and gate, in the gates' order: what was measured, the outcome."""
+    rows = []
+    for run in result.target_runs:
+        if run.acceptance is None:
+            continue
+        for gate in run.acceptance.gates:
+            rows.append(
+                {
+                    "run": run.label,
+                    "gate": gate.gate,
+                    "outcome": gate.status if gate.status != "fail" else "FAIL",
+                    "measured": gate.measured,
+                }
+            )
+    return rows
+
+
+def acceptance(result: NumericsResult) -> None:
+    """The acceptance gates: which failed first, each gate's threshold and source, then every
+    run's outcome per gate."""
+    display(
+        show.banner(acceptance_headline(result), "fail" if first_gate_failure(result) else "ok")
+    )
+    display(
+        show.table(
+            [
+                {"gate": name, "threshold": threshold, "source": source}
+                for name, threshold, source in result.settings.acceptance.statements()
+            ],
+            caption="The acceptance gates, in the order they are judged",
+        )
+    )
+    display(
+        show.table(
+            gate_rows(result),
+            caption=(
+                f"Each target run against the gates; agreement measured on "
+                f"{result.acceptance_set or 'nothing (see the notes)'}"
+            ),
+        )
+    )
+
+
+def ratio_rows(result: NumericsResult) -> list[dict[str, Any]]:
+    """R of every layer and output, one column per target run; above the threshold marked."""
+    runs = [r for r in result.target_runs if r.acceptance is not None and r.acceptance.ratios]
+    threshold = result.settings.acceptance.r_threshold
+    names: dict[str, str] = {}
+    for run in runs:
+        assert run.acceptance is not None
+        for ratio in run.acceptance.ratios:
+            title = f"{ratio.name} ({ratio.module_type})" if ratio.module_type else ratio.name
+            names.setdefault(ratio.name, title if ratio.kind == "layer" else f"output {title}")
+    rows = []
+    for name, title in names.items():
+        row: dict[str, Any] = {"layer or output": title}
+        for run in runs:
+            assert run.acceptance is not None
+            found = next((r for r in run.acceptance.ratios if r.name == name), None)
+            failure = run.acceptance.first_ratio_failure
+            cell: float | str | None = found.ratio if found else None
+            if found is not None and not found.ratio <= threshold:
+                cell = f"{found.ratio:.3g} > {threshold:g}"
+                if failure is not None and failure.layer == name:
+                    cell += f" (first, {failure.cause})"
+            row[short_label(run)] = cell
+        rows.append(row)
+    return rows
+
+
+def ratio_table(result: NumericsResult) -> None:
+    """AWS's R-ratio beside the per-layer view, and the first layer above its threshold."""
+    threshold = result.settings.acceptance.r_threshold
+    for run in result.target_runs:
+        failure = run.acceptance.first_ratio_failure if run.acceptance else None
+        if failure is not None:
+            display(
+                show.banner(
+                    f"{run.label}: first layer with R above {threshold:g}: {failure.layer} "
+                    f"({failure.module_type}, position {failure.position}), R "
+                    f"{failure.ratio:.3g}: {failure.note}.",
+                    "fail",
+                )
+            )
+    rows = ratio_rows(result)
+    if not rows:
+        display(show.banner("No run has an R-ratio (see the notes).", "warn"))
+        return
+    display(
+        show.table(
+            rows,
+            caption=(
+                f"R-ratio per layer (execution order) and output: the run's RMSE against fp64 "
+                f"over the CPU run at its precision's (the fp32 reference's for fp32), never "
+                f"below 1.3e-6 x the output's RMS; AWS: R near 1 healthy, above {threshold:g} a bug"
+            ),
+        )
+    )
+
+
+def convergence_rows(result: NumericsResult) -> list[dict[str, Any]]:
+    """Mean loss over the seeds at fixed steps, baseline and candidate, and the test."""
+    studies = [
+        (run.label, run.acceptance.convergence)
+        for run in result.target_runs
+        if run.acceptance is not None and run.acceptance.convergence is not None
+    ]
+    if result.recommended_convergence is not None:
+        studies.append(("notebook 04's batch", result.recommended_convergence))
+    rows = []
+    for name, study in studies:
+        row: dict[str, Any] = {"candidate": name, "seeds": len(study.seeds)}
+        for step in study.checkpoints:
+            pairs = [
+                (b[step - 1], c[step - 1])
+                for b, c in zip(study.baseline_losses, study.candidate_losses, strict=False)
+                if len(b) >= step and len(c) >= step
+            ]
+            if pairs:
+                base = sum(p[0] for p in pairs) / len(pairs)
+                cand = sum(p[1] for p in pairs) / len(pairs)
+                row[f"loss at step {step} (baseline / candidate)"] = f"{base:.4g} / {cand:.4g}"
+        row["p (one-sided)"] = study.p_value
+        row["outcome"] = {True: "pass", False: "FAIL", None: "not tested"}[study.passed]
+        row["reading"] = study.note
+        rows.append(row)
+    return rows
+
+
+def convergence_table(result: NumericsResult) -> None:
+    rows = convergence_rows(result)
+    if not rows:
+        display(show.banner("No convergence study ran.", "warn"))
+        return
+    settings = result.settings
+    display(
+        show.table(
+            rows,
+            caption=(
+                f"Mean loss over {settings.convergence_seeds} seeds x "
+                f"{settings.convergence_steps} steps (each seed its own initial weights and "
+                "batches, the same for baseline and candidate); baseline: the fp32 reference, "
+                "or the original batch for notebook 04's"
+            ),
+        )
+    )

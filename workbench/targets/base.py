@@ -28,10 +28,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from workbench.targets.availability import Availability
 from workbench.targets.caching import CompileCaching
-
-# CompileCounters and CompileEvent are also named through this module (baseline's records).
-from workbench.targets.compiling import CompileCounters as CompileCounters
-from workbench.targets.compiling import CompileEvent as CompileEvent
 from workbench.targets.compiling import Compiling
 from workbench.targets.op_coverage import OpCoverage
 from workbench.targets.out_of_memory import OutOfMemory

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any
 
 from workbench.errors import BadInput
 
@@ -61,6 +63,13 @@ def check_flavours(flavours: list[str] | tuple[str, ...]) -> None:
             f"Neuron flavours {list(flavours)!r}: choose from {', '.join(FLAVOURS)} "
             "(native: TorchNeuron on Trn2/Trn3; xla: legacy torch-neuronx on Trn1/Inf2)."
         )
+
+
+def flavours_from_params(params: Mapping[str, Any]) -> tuple[str, ...]:
+    """Notebook 02's one setting, from its parameters: the Neuron flavours it judges."""
+    flavours = tuple(params.get("neuron_flavours", FLAVOURS))
+    check_flavours(flavours)
+    return flavours
 
 
 @dataclass(frozen=True)

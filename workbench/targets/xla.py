@@ -126,7 +126,8 @@ class XlaTarget(NeuronOutOfMemory, XlaCompiling, XlaCaching, XlaOpTracking, XlaS
             return None
         return DeviceMemory(
             _CORE_MEMORY_BY_KIND[kind],
-            f"{kind}: 16 GiB HBM per NeuronCore-v2 (32 GiB per Trn1/Inf2 chip, neuron.md 4.1)",
+            f"{kind}: 16 GiB HBM per NeuronCore-v2 (32 GiB per Trn1/Inf2 chip, AWS Neuron "
+            "architecture documentation)",
         )
 
     def peak_memory(self) -> MemoryReading:

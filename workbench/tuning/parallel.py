@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -24,7 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from time import perf_counter
-from typing import Any
+from typing import Any, Final, Literal
 
 import psutil
 import torch
@@ -44,17 +43,17 @@ from workbench.tuning.noise import (
     with_own_helpers,
 )
 from workbench.tuning.process import (
-    TERMINATE_GRACE_S,
-    kill_group,
     read_tail,
+    torchrun,
     usable_cores,
 )
 from workbench.workload import WorkloadSpec
 
-OK = "ok"
-SKIPPED = "skipped"
-FAILED = "failed"
-TIMEOUT = "timeout"
+OK: Final = "ok"
+SKIPPED: Final = "skipped"
+FAILED: Final = "failed"
+TIMEOUT: Final = "timeout"
+LaunchStatus = Literal["ok", "skipped", "failed", "timeout"]  # how one width's launch ended
 
 
 @dataclass(frozen=True)
@@ -125,7 +124,7 @@ def rank_main(job: RankJob) -> None:
 @dataclass
 class ScalingRun:
     world_size: int
-    status: str  # OK, SKIPPED, FAILED or TIMEOUT
+    status: LaunchStatus
     reason: str = ""
     step: Measurement | None = None  # per step, the slowest rank's time
     items_per_step: int = 0  # all ranks together
@@ -196,37 +195,14 @@ def launch(job: RankJob, world_size: int, timeout_s: float) -> ScalingRun:
         job_path = Path(folder, "job.json")
         job_path.write_text(job.to_json())
         log_path = Path(folder, "torchrun.log")
-        command = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc-per-node={world_size}",
-            "-m",
-            "workbench.tuning.parallel",
-            str(job_path),
-        ]
         env = {
             **os.environ,
             "OMP_NUM_THREADS": str(job.threads),
             "PYTHONPATH": _child_pythonpath(),
         }
         started = perf_counter()
-        with open(log_path, "wb") as log:
-            process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-            code = None
-            try:
-                code = process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                pass
-            finally:
-                # torchrun forwards SIGTERM to its workers; SIGKILL then takes what is left,
-                # also when the wait itself was interrupted (Ctrl-C in the notebook).
-                running = process.poll() is None
-                kill_group(process.pid, TERMINATE_GRACE_S if running else 0.0, process)
-                process.wait()
+        args = ["-m", "workbench.tuning.parallel", str(job_path)]
+        code = torchrun(args, world_size, env, log_path, timeout_s)
         run.seconds = perf_counter() - started
         ranks = [json.loads(p.read_text()) for p in sorted(Path(folder).glob("rank*.json"))]
         if code is None:

@@ -14,13 +14,14 @@ import math
 import multiprocessing
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Literal, Protocol
 
 from workbench.errors import describe_error
 from workbench.redact import scrub_text
@@ -41,10 +42,11 @@ OUTPUT_TAIL_CHARS = 4000
 # A killed process group gets this long to exit on SIGTERM before SIGKILL.
 TERMINATE_GRACE_S = 5.0
 
-FINISHED = "finished"  # the job returned (its result may still record a failure)
-TIMED_OUT = "timeout"  # still running at the deadline: killed with its process group
-SIGNALLED = "signal"  # killed by a signal before it could report
-EXITED = "exit"  # exited without a result (an error outside the job, or os._exit)
+FINISHED: Final = "finished"  # the job returned (its result may still record a failure)
+TIMED_OUT: Final = "timeout"  # still running at the deadline: killed with its process group
+SIGNALLED: Final = "signal"  # killed by a signal before it could report
+EXITED: Final = "exit"  # exited without a result (an error outside the job, or os._exit)
+ProcessStatus = Literal["finished", "timeout", "signal", "exit"]  # how a child process ended
 
 
 class Job(Protocol):
@@ -55,7 +57,7 @@ class Job(Protocol):
 
 @dataclass
 class ChildOutcome:
-    status: str  # FINISHED, TIMED_OUT, SIGNALLED or EXITED
+    status: ProcessStatus
     result: dict[str, Any] | None
     exit_code: int | None  # negative: the signal that killed it
     seconds: float  # from process start to exit (or kill)
@@ -138,6 +140,31 @@ def read_tail(path: Path) -> str:
         return ""
 
 
+def torchrun(
+    module_args: list[str], world_size: int, env: dict[str, str], log_path: Path, timeout_s: float
+) -> int | None:
+    """`python -m torch.distributed.run --standalone` of `module_args` ("-m module ...") in its
+    own process group, its output into `log_path`; its exit code, or None when it was still
+    running at the deadline. torchrun forwards SIGTERM to its workers; SIGKILL then takes what
+    is left, also when the wait itself was interrupted (Ctrl-C in the notebook)."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={world_size}", *module_args]  # fmt: skip
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        code = None
+        try:
+            code = process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            running = process.poll() is None
+            kill_group(process.pid, TERMINATE_GRACE_S if running else 0.0, process)
+            process.wait()
+    return code
+
+
 def run_in_child(job: Job, start_method: str, timeout_s: float) -> ChildOutcome:
     """Run `job` in a child process started with `start_method`; kill it at `timeout_s`."""
     context = multiprocessing.get_context(start_method)
@@ -166,6 +193,7 @@ def run_in_child(job: Job, start_method: str, timeout_s: float) -> ChildOutcome:
             process.join()
         seconds = time.perf_counter() - started
         result = json.loads(result_path.read_text()) if result_path.exists() else None
+        status: ProcessStatus
         if timed_out:
             status = TIMED_OUT
         elif result is not None:

@@ -10,6 +10,8 @@ from typing import Any
 from workbench.baseline.records import EAGER, MODES
 from workbench.errors import BadInput
 from workbench.markup import named_list
+from workbench.planning.instances import get_instance
+from workbench.planning.planner import Plan, plan_data
 from workbench.scorecard import ATTENTION, BLOCKER, Finding, Verdict, judge
 from workbench.timing import FLUCTUATION_SEVERE, HOST_LOAD_RULE, Measurement
 from workbench.tuning.buckets import BucketStudy
@@ -66,6 +68,7 @@ class RetuneSettings:
     prices_file: str = ""
     instance_type: str = ""
     price_items: int = 1_000_000_000
+    plan_instance: str = ""  # "": the instance this runs on, else planning's DEFAULT_INSTANCE
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> RetuneSettings:
@@ -112,6 +115,8 @@ class RetuneSettings:
             raise BadInput("max_buckets must be 1 or more and max_padding_waste lie in [0, 1).")
         if self.price_items < 1:
             raise BadInput(f"price_items {self.price_items} must be 1 or more.")
+        if self.plan_instance:
+            get_instance(self.plan_instance)  # an unknown name is one sentence, before any trial
         if self.max_remeasures < 0 or self.remeasure_budget_s < 0:
             raise BadInput(
                 f"max_remeasures {self.max_remeasures} and remeasure_budget_s "
@@ -162,6 +167,7 @@ class RetuneResult:
     skipped: dict[str, str]  # stage -> why it did not run
     wall_seconds: float
     remeasure: RemeasurePolicy = field(default_factory=RemeasurePolicy)
+    plan: Plan | None = None  # the memory-fit plan on a Trainium instance (workbench.planning)
 
     @property
     def trials(self) -> list[Trial]:
@@ -203,8 +209,22 @@ class RetuneResult:
             if m.loaded and m.host is not None
         ]
 
+    @property
+    def plan_leads(self) -> bool:
+        """Whether the plan is 04's first answer: one core cannot hold the model (predicted), or
+        no batch of the range fit here (measured)."""
+        return self.plan is not None and (
+            not self.plan.fits_one_rank or self.search.largest_fit is None
+        )
+
     def headline(self) -> str:
-        """One sentence that reads the result."""
+        """The measured result in a sentence, after the plan's where the plan leads."""
+        measured = self._measured_headline()
+        if self.plan is not None and self.plan_leads:
+            return f"{self.plan.headline()} {measured}"
+        return measured
+
+    def _measured_headline(self) -> str:
         rec = self.recommendation
         fit = self.search.largest_fit
         lead = self.measured_label[0].upper() + self.measured_label[1:]
@@ -285,7 +305,9 @@ def _count(names: list[str]) -> str:
 
 
 RETUNING_RULE = (
-    "blocker: no batch size of the range fits; attention: a trial or a data-parallel launch "
+    "blocker: no batch size of the range fits, unless the memory-fit plan predicts that one core "
+    "cannot hold the model and lays it out over several (then attention, naming the layout); "
+    "attention: a trial or a data-parallel launch "
     "broke for a reason other than memory (an error, a crash, a timeout), the compiler ran out "
     "of host RAM in a trial (the search stops there), a trial compiled during its timed steps "
     "(its throughput includes compile time), accumulated micro-batches do not reproduce one "
@@ -314,7 +336,18 @@ def retuning_verdict(result: RetuneResult) -> Verdict:
     compiler = [t for t in result.trials if t.status == TRIAL_COMPILER_HOST_RAM]
     if result.search.largest_fit is None:
         lead = "no batch size was measured to fit" if compiler else "no batch size fits"
-        findings.append(Finding(BLOCKER, f"{lead}: {result.search.stopped}"))
+        plan = result.plan
+        if plan is not None and not plan.fits_one_rank and plan.chosen is not None:
+            findings.append(
+                Finding(
+                    ATTENTION,
+                    f"{lead}: {result.search.stopped}; the plan predicts one core cannot hold "
+                    f"the model and lays it out as {plan.chosen.layout.name} on "
+                    f"{plan.instance.name}: retune per rank of that layout",
+                )
+            )
+        else:
+            findings.append(Finding(BLOCKER, f"{lead}: {result.search.stopped}"))
     if compiler:
         first = compiler[0]
         findings.append(
@@ -487,4 +520,5 @@ def result_data(result: RetuneResult) -> dict[str, Any]:
         "recommendation": asdict(result.recommendation),
         "skipped": result.skipped,
         "wall_seconds": result.wall_seconds,
+        "plan": plan_data(result.plan) if result.plan else None,
     }

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from time import perf_counter
 
 from workbench.environment.instance import resolve_instance_type
+from workbench.planning.planner import Plan
 from workbench.targets.base import Target
 from workbench.timing import format_seconds
 from workbench.tuning.buckets import BucketStudy, plan_buckets, read_lengths
@@ -77,10 +78,12 @@ def run_retuning(
     *,
     log: Callable[[str], None] = print,
     progress_bars: bool = False,
+    plan: Plan | None = None,
 ) -> RetuneResult:
     """Every stage (see the module docstring); a stage that cannot run says why and the rest
     go on. `workload` is `spec` loaded here (for its metadata, optimizer and the CPU checks);
-    trials load their own copy in their child processes."""
+    trials load their own copy in their child processes. `plan`, the memory-fit plan made
+    before (workbench.planning), travels with the result, which reads it beside the trials."""
     settings = settings or RetuneSettings()
     lengths, lengths_source = _validate_inputs(settings)
     started = perf_counter()
@@ -196,6 +199,7 @@ def run_retuning(
         skipped=skipped,
         wall_seconds=0.0,
         remeasure=policy,
+        plan=plan,
     )
     result.recommendation = recommend(result)
     result.wall_seconds = perf_counter() - started

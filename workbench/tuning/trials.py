@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Final, Literal
 
 import psutil
 from tqdm.auto import tqdm
@@ -53,14 +53,18 @@ from workbench.tuning.process import (
 )
 from workbench.workload import WorkloadSpec
 
-OK = "ok"
-OVER_BUDGET = "over budget"  # ran, but its peak memory left less than the safety margin
-OOM = "out of memory"
+OK: Final = "ok"
+OVER_BUDGET: Final = "over budget"  # ran, but its peak memory left less than the safety margin
+OOM: Final = "out of memory"
 # The compiler was killed for host RAM: neither a fit nor the device's limit (module docstring).
-COMPILER_HOST_RAM = "compiler host RAM"
-TIMEOUT = "timeout"
-ERROR = "error"  # a failure that is not about memory: the model itself broke at this size
-CRASHED = "crashed"  # the process died (a signal other than SIGKILL) without reporting
+COMPILER_HOST_RAM: Final = "compiler host RAM"
+TIMEOUT: Final = "timeout"
+ERROR: Final = "error"  # a failure that is not about memory: the model itself broke at this size
+CRASHED: Final = "crashed"  # the process died (a signal other than SIGKILL) without reporting
+# How one trial ended, one definition.
+TrialStatus = Literal[
+    "ok", "over budget", "out of memory", "compiler host RAM", "timeout", "error", "crashed"
+]
 
 SEARCH = "search"
 SWEEP = "sweep"
@@ -164,7 +168,7 @@ def _payload(config: ConfigResult, target: Target, host: HostPeakRss) -> dict[st
 class Trial:
     stage: str  # SEARCH or SWEEP
     batch_size: int
-    status: str
+    status: TrialStatus
     seconds: float  # whole trial, process start to exit
     steady: Measurement | None = None
     items_per_step: int | None = None

@@ -8,6 +8,9 @@ from IPython.display import display
 
 from workbench import markup as show
 from workbench.baseline.views import ledger_row
+from workbench.planning import retuning as planning_retuning
+from workbench.planning import views as plan_views
+from workbench.planning.instances import human_bytes
 from workbench.timing import Measurement, format_seconds
 from workbench.tuning.dataloader import LoaderResult, LoaderStudy
 from workbench.tuning.parallel import FAILED, TIMEOUT, ScalingRun, world_size_rule
@@ -146,6 +149,64 @@ def search(result: RetuneResult) -> None:
         for i, t in enumerate(found.trials, 1)
     ]
     display(show.table(rows, caption=f"Search trials, in order ({result.measured_label})"))
+
+
+def plan(result: RetuneResult) -> None:
+    """The memory-fit plan beside the measured trials: the whole plan where the report did not
+    open with it, then the planner's prediction for each trial's batch on this machine."""
+    made = result.plan
+    if made is None:
+        return
+    if not made.fits_one_rank:
+        display(
+            show.banner(
+                "The plan opens this report: one core cannot hold the model (predicted).", "info"
+            )
+        )
+    else:
+        if result.search.largest_fit is None:
+            display(
+                show.banner(
+                    f"No batch of the range fit this machine's budget, while the plan predicts "
+                    f"that one core of {made.instance.name} holds the model: the budget here "
+                    "is not the target's memory.",
+                    "warn",
+                )
+            )
+        plan_views.details(made)
+    rows = planning_retuning.beside_trials(
+        made, [(t.batch_size, t.peak_memory_bytes) for t in result.trials if t.fits]
+    )
+    if not rows:
+        return
+    display(
+        show.table(
+            [
+                {
+                    "batch": row.batch,
+                    "measured peak": human_bytes(row.measured_bytes),
+                    "predicted tensors": human_bytes(row.predicted_bytes),
+                    "measured - predicted": human_bytes(row.measured_bytes - row.predicted_bytes),
+                }
+                for row in rows
+            ],
+            caption=f"The planner beside the trials: one process, fp32, {result.measured_label} "
+            f"(measured as {_memory_sources(result)})",
+        )
+    )
+    slopes = planning_retuning.per_sample(rows)
+    if slopes:
+        predicted, measured = slopes
+        display(
+            show.banner(
+                f"Each extra sample adds {human_bytes(predicted)} predicted and "
+                f"{human_bytes(measured)} measured (batch {rows[0].batch} to "
+                f"{rows[-1].batch}); the rest of the measured peak is what the process holds "
+                "besides the model's tensors (the interpreter, torch's libraries), which the "
+                "plan for a NeuronCore does not count.",
+                "info",
+            )
+        )
 
 
 def _memory_sources(result: RetuneResult) -> str:

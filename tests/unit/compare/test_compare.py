@@ -230,11 +230,20 @@ def test_a_newly_falling_back_op_a_failing_run_and_a_blocker_are_regressions(
         seed=1,
         op_status="falls back or fails",
         numerics_pass=False,
+        token_match="fail",
         verdict="blocker",
     )
     comparison = compare_runs([base, worse])
     assert _status(comparison, "aten::addmm on xla") == REGRESSION
     assert _status(comparison, "cpu bf16-autocast eager verdict") == REGRESSION
+    assert _status(comparison, "cpu bf16-autocast eager token match") == REGRESSION
+    # Back the other way, the same gate is an improvement; an unchanged gate is no change.
+    back = compare_runs([worse, base])
+    assert _status(back, "cpu bf16-autocast eager token match") == IMPROVEMENT
+    same = write_run(tmp_path / "same", started="2026-11-03", seed=2)
+    names = {c.name for c in compare_runs([base, same]).changes}
+    assert "cpu bf16-autocast eager verdict" in names
+    assert "cpu bf16-autocast eager token match" not in names
     assert _status(comparison, "01_baseline verdict") == REGRESSION
 
 

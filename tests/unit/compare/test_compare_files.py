@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.run_folders import write_run
+from workbench.baseline.question import RESULT_FILE as BASELINE_FILE
 from workbench.cli import main
 from workbench.compare import compare_runs
 from workbench.compare.runs import UnreadableRun, load_run
@@ -125,13 +126,13 @@ def test_a_scan_skips_a_damaged_run_with_a_warning_and_judges_the_others(
     captured = capsys.readouterr()
     warnings = [line for line in captured.err.splitlines() if line.startswith("skipped: ")]
     assert warnings == [
-        f"skipped: {damaged / 'summary.json'}: notebooks[0].verdict must be a mapping or null"
+        f"skipped: {damaged / 'summary.json'}: notebooks[0].verdict is 7; expected an object"
     ]
     assert "night2 against night1" in captured.out
     # Named directly, the same run is one sentence and exit 2.
     assert main(["compare", str(reports / "night1"), str(damaged)]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "notebooks[0].verdict must be a mapping or null" in err[0]
+    assert len(err) == 1 and "notebooks[0].verdict is 7; expected an object" in err[0]
 
 
 def test_a_damaged_result_file_names_its_field(tmp_path: Path) -> None:
@@ -142,8 +143,8 @@ def test_a_damaged_result_file_names_its_field(tmp_path: Path) -> None:
     with pytest.raises(UnreadableRun) as raised:
         load_run(run)
     assert str(raised.value) == (
-        f"{run / '01_baseline.json'}: data.configs[0].phases[1].measurement.times must be a "
-        "list of numbers"
+        f"{run / '01_baseline.json'}: data.configs[0].phases[1].measurement.times is 'fast'; "
+        "expected a list"
     )
 
 
@@ -168,7 +169,7 @@ def test_a_result_symlink_leading_out_is_refused_and_one_inside_is_read(tmp_path
     os.symlink(tmp_path / "outside.json", run / "out.json")
     os.symlink(run / "01_baseline.json", run / "in.json")
     _name_result(run, "in.json")
-    assert load_run(run).data("01_baseline") is not None
+    assert load_run(run).result(BASELINE_FILE) is not None
     _name_result(run, "out.json")
     with pytest.raises(UnreadableRun, match="not a file name inside the run folder"):
         load_run(run)
@@ -184,7 +185,7 @@ def test_collect_warns_of_a_damaged_run_and_shows_the_item(
     assert main(["collect", str(root)]) == EXIT_OK
     captured = capsys.readouterr()
     assert captured.err.splitlines() == [
-        f"skipped: {root / 'mlp' / 'r2' / 'summary.json'}: notebooks[0].verdict must be a "
-        "mapping or null"
+        f"skipped: {root / 'mlp' / 'r2' / 'summary.json'}: notebooks[0].verdict is 7; "
+        "expected an object"
     ]
     assert "mlp: pass; first run: nothing to compare with yet" in captured.out

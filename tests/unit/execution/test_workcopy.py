@@ -99,7 +99,7 @@ def test_export_tells_an_unrun_copy_from_a_failed_one(tmp_path):
 def test_export_of_copies_stepped_through_in_part_says_not_run_and_links_nothing_missing(
     tmp_path,
 ):
-    """Only 00 stepped through (every cell, its result saved); 01 part-way; 02-04 never. No
+    """Only 00 stepped through (every cell, its result saved); 01 part-way; 02-05 never. No
     verdict is claimed for what did not run, every unrun notebook is named, no run.log link."""
     folder = tmp_path / "work"
     open_run(RunRequest(target="cpu", out=folder))
@@ -123,7 +123,7 @@ def test_export_of_copies_stepped_through_in_part_says_not_run_and_links_nothing
     assert partly["error"].endswith("cells were run") and not partly["error"].startswith("0 ")
     assert summary["verdict"]["status"] == "not run"
     assert summary["verdict"]["reasons"][0] == (
-        "not run: 01_baseline, 02_op_coverage, 03_numerics, 04_retuning"
+        "not run: 01_baseline, 02_op_coverage, 03_numerics, 04_retuning, 05_serving"
     )
     index = (folder / "index.html").read_text()
     assert "BLOCKER" not in index and "NOT RUN" in index

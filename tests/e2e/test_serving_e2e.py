@@ -1,0 +1,75 @@
+"""Notebook 05 end to end: `workbench run --only 05` in a subprocess on seed-mlp, real kernel,
+real Inductor compiles, with small settings and an SLO; its report, index and summary read."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures import REPO_ROOT
+
+pytestmark = pytest.mark.e2e
+
+WORKBENCH = str(Path(sys.executable).parent / "workbench")
+SMALL = [
+    "-p", "serving_batch_sizes=[1,4]",
+    "-p", "latency_slo_ms=50",
+    "-p", "window_requests=40",
+    "-p", "window_budget_s=2",
+    "-p", "concurrency=[1,2]",
+    "-p", "arrival_requests=40",
+    "-p", "load_budget_s=1",
+    "-p", "gap_requests=20",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def serving_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cwd = tmp_path_factory.mktemp("serving")
+    done = subprocess.run(
+        [WORKBENCH, "run", "--only", "05", "--target", "cpu", *SMALL],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = [p for p in (cwd / "reports").iterdir() if not p.is_symlink()]
+    return run
+
+
+def test_the_report_answers_the_slo_with_its_samples(serving_run: Path) -> None:
+    record = json.loads((serving_run / "05_serving.json").read_text())
+    data = record["data"]
+    assert [(p["batch_size"], p["mode"], p["status"]) for p in data["points"]] == [
+        (1, "compiled", "ok"),
+        (4, "compiled", "ok"),
+    ]
+    one = data["points"][0]
+    assert one["compiles"] >= 1 and one["window_compiles"] == 0  # one compile per shape
+    assert data["slo"]["chosen"] in (1, 4) and data["slo"]["throughput"] > 0
+    report = data["benchmark_report"]["batch_1_compiled"]
+    assert {"latency_ms_p50", "latency_ms_p99", "latency_ms_p100", "throughput"} <= set(report)
+    assert report["n_samples"] == len(one["latency"]["times"])
+    assert data["closed_loop"] and data["open_loop"] and len(data["gaps"]["gaps"]) == 20
+    assert data["verdict"]["status"] in ("pass", "attention") and data["verdict"]["rule"]
+    page = (serving_run / "05_serving.html").read_text()
+    assert data["headline"].split(";")[0].replace("'", "&#x27;") in page
+    assert "largest batch that meets it" in page and "max of" in page
+    assert re.search(r"<img[^>]+data:image/png", page)  # the curves are embedded
+
+
+def test_the_index_and_summary_carry_the_sixth_notebook(serving_run: Path) -> None:
+    summary = json.loads((serving_run / "summary.json").read_text())
+    (entry,) = summary["notebooks"]
+    assert entry["notebook"] == "05_serving" and entry["status"] == "ok"
+    assert entry["verdict"]["status"] in ("pass", "attention")
+    assert summary["verdict"]["not_run"][-1] == "04_retuning"
+    assert "05_serving" in (serving_run / "index.html").read_text()

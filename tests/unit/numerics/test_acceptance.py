@@ -1,0 +1,352 @@
+"""AWS's acceptance gates and convergence parity: each rule with a case that must pass and one
+that must fail, then whole comparisons: the built-in models and a tiny Hugging Face causal LM
+pass every gate in fp32 eager and bf16 autocast, a planted silent miscompile (a layer whose
+compiled path adds a small bias) fails the R-ratio at that layer, and bad input is one sentence
+each with the rest still judged. Real torch throughout; the compiled case uses real
+torch.compile (inductor) on the CPU."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from workbench.errors import BadInput
+from workbench.numerics import acceptance, convergence
+from workbench.numerics import records as numerics_records
+from workbench.numerics import run as numerics
+from workbench.numerics.acceptance_records import (
+    CONVERGENCE,
+    COSINE,
+    DOWNSTREAM,
+    GATE_FAIL,
+    GATE_NOT_JUDGED,
+    GATE_PASS,
+    KL,
+    LIVENESS,
+    R_RATIO,
+    TOKEN_MATCH,
+    TOP1,
+    AcceptanceRule,
+    DownstreamScore,
+    LayerRatio,
+    RunAcceptance,
+)
+from workbench.numerics.ratio import ratio_of
+from workbench.numerics.records import BLOCKER, OWN, PASS, NumericsSettings
+from workbench.numerics.token_match import AcceptanceSet, agreement, position_stats, set_reference
+from workbench.results import save_result
+from workbench.targets.cpu import CpuTarget
+from workbench.workload import Workload, load_workload, state_sha256
+
+CPU = CpuTarget()
+RULE = AcceptanceRule()
+QUICK = NumericsSettings(
+    precisions=("fp32", "bf16-autocast"),
+    compiled_precisions=(),
+    steps=2,
+    convergence_steps=4,
+    generated_tokens=8,
+)
+
+
+def _gate(gates, name):
+    return next(g for g in gates if g.gate == name)
+
+
+def _prepared():
+    return acceptance.Prepared(None, None, [1, 2], None)
+
+
+# --- each rule: must pass, must fail ----------------------------------------------------------
+
+
+def test_r_ratio_near_one_passes_above_the_threshold_fails_and_the_floor_holds():
+    assert ratio_of(1.0, 1.0, 1.0) == 1.0 <= RULE.r_threshold
+    assert ratio_of(2.0, 1.0, 1.0) > RULE.r_threshold
+    # A layer the precision computes exactly: assert_close's fp32 rtol is the floor.
+    assert ratio_of(0.0, 0.0, 1.0) == 0.0 and ratio_of(1.3e-6, 0.0, 1.0) == 1.0
+    assert math.isinf(ratio_of(math.nan, 1.0, 1.0)) or ratio_of(math.nan, 1.0, 1.0) > 1.2
+
+
+def _ratios(value):
+    return RunAcceptance(
+        ratio_basis="test",
+        ratios=[LayerRatio("0", "layer", "Linear", value, value, 1.0)],
+    )
+
+
+def test_r_ratio_gate_passes_at_1_1_and_fails_at_1_5():
+    passing = acceptance.gates(_ratios(1.1), RULE, _prepared(), None)
+    failing = acceptance.gates(_ratios(1.5), RULE, _prepared(), None)
+    assert _gate(passing, R_RATIO).status == GATE_PASS
+    assert _gate(failing, R_RATIO).status == GATE_FAIL
+    assert "R 1.5" in _gate(failing, R_RATIO).measured
+    assert _gate(failing, R_RATIO).source.startswith("AWS neuron-framework-equivalence")
+
+
+def _token_set(reference: torch.Tensor) -> AcceptanceSet:
+    aset = AcceptanceSet(TOKEN_MATCH, [], 7, 10, "test")
+    set_reference(aset, reference, None)
+    return aset
+
+
+def _agreement_of(share_flipped: float, tolerance=None, shift=5.0):
+    """100 positions of 8 logits; a share of them with the run's arg-max moved elsewhere."""
+    generator = torch.Generator().manual_seed(0)
+    reference = torch.randn(100, 8, generator=generator, dtype=torch.float64)
+    run = reference.clone()
+    flipped = int(share_flipped * 100)
+    rows = torch.arange(flipped)
+    second = (reference[rows].argmax(-1) + 1) % 8
+    run[rows, second] += shift
+    aset = _token_set(reference)
+    return agreement(aset, position_stats(aset, run), tolerance, RULE.cosine_p5, None)
+
+
+def test_token_match_at_97_percent_passes_and_at_90_fails_and_at_20_fails_liveness():
+    for share, token, live in ((0.03, GATE_PASS, GATE_PASS), (0.10, GATE_FAIL, GATE_PASS)):
+        found = RunAcceptance(agreement=_agreement_of(share))
+        gates = acceptance.gates(found, RULE, _prepared(), None)
+        assert _gate(gates, TOKEN_MATCH).status == token
+        assert _gate(gates, LIVENESS).status == live
+    found = RunAcceptance(agreement=_agreement_of(0.8))
+    gates = acceptance.gates(found, RULE, _prepared(), None)
+    assert _gate(gates, LIVENESS).status == GATE_FAIL and "20.0%" in _gate(gates, LIVENESS).measured
+
+
+def test_a_flip_within_the_precisions_own_logit_error_is_a_near_tie():
+    flipped = _agreement_of(0.10, tolerance=torch.full((100,), 10.0))
+    assert flipped.near_ties == 10 and flipped.rate == 1.0
+    kept = _agreement_of(0.10, tolerance=torch.full((100,), 1e-6))
+    assert (
+        kept.near_ties == 0
+        and kept.rate == 0.9
+        and kept.first_mismatch == ("prompt 1, generated token 1")
+    )
+
+
+def test_cosine_and_kl_pass_for_rounding_and_fail_for_a_shifted_run():
+    generator = torch.Generator().manual_seed(1)
+    reference = torch.randn(200, 16, generator=generator, dtype=torch.float64)
+    aset = AcceptanceSet(TOP1, [], 0, None, "test")
+    set_reference(aset, reference, None)
+    rounded = agreement(aset, position_stats(aset, reference.bfloat16().double()), None, 0.95, None)
+    noisy = reference + 2.0 * torch.randn(200, 16, generator=generator, dtype=torch.float64)
+    shifted = agreement(aset, position_stats(aset, noisy), None, 0.95, None)
+    good = acceptance.gates(RunAcceptance(agreement=rounded), RULE, _prepared(), None)
+    bad = acceptance.gates(RunAcceptance(agreement=shifted), RULE, _prepared(), None)
+    assert _gate(good, COSINE).status == GATE_PASS and _gate(good, KL).status == GATE_PASS
+    assert _gate(bad, COSINE).status == GATE_FAIL and _gate(bad, KL).status == GATE_FAIL
+    assert _gate(good, TOP1).status == GATE_PASS
+
+
+def test_nan_logits_agree_with_nothing():
+    reference = torch.randn(10, 4, dtype=torch.float64)
+    aset = AcceptanceSet(TOP1, [], 0, None, "test")
+    set_reference(aset, reference, None)
+    run = reference.clone()
+    run[0, 0] = math.nan
+    found = agreement(aset, position_stats(aset, run), None, 0.95, None)
+    assert found.exact_matches == 9 and math.isinf(found.kl_max) and found.cosine_p5 == -1.0
+
+
+def test_downstream_drop_within_two_points_passes_beyond_fails_and_an_error_is_not_judged():
+    def judged(score):
+        return _gate(
+            acceptance.gates(RunAcceptance(downstream=score), RULE, _prepared(), None), DOWNSTREAM
+        )
+
+    assert judged(DownstreamScore({"qa": 0.80}, {"qa": 0.79})).status == GATE_PASS
+    failing = judged(DownstreamScore({"qa": 0.80, "math": 0.5}, {"qa": 0.75, "math": 0.5}))
+    assert failing.status == GATE_FAIL and "qa 0.8 -> 0.75 (-5 points)" in failing.measured
+    broken = judged(DownstreamScore({"qa": 0.8}, error="the downstream_eval raised (boom)"))
+    assert broken.status == GATE_NOT_JUDGED and "raised" in broken.measured
+
+
+def test_t_distribution_matches_tables():
+    # One-sided 5% critical values: t(5) 2.015, t(2) 2.920, t(inf) 1.645.
+    assert convergence.t_survival(2.015, 5) == pytest.approx(0.05, abs=1e-4)
+    assert convergence.t_survival(2.920, 2) == pytest.approx(0.05, abs=1e-4)
+    assert convergence.t_survival(-2.015, 5) == pytest.approx(0.95, abs=1e-4)
+
+
+def test_convergence_equal_runs_pass_a_clearly_worse_run_fails_and_one_seed_is_not_tested():
+    baseline = [[2.0, 1.5, 1.0, 0.9 + 0.01 * s] for s in range(3)]
+    same = convergence.judge_study("same", [0, 1, 2], 4, baseline, baseline, 0.05)
+    worse = [[v + 0.3 for v in losses] for losses in baseline]
+    failed = convergence.judge_study("worse", [0, 1, 2], 4, baseline, worse, 0.05)
+    single = convergence.judge_study("one", [0], 4, baseline[:1], worse[:1], 0.05)
+    assert same.passed is True and same.p_value == pytest.approx(0.5)
+    assert failed.passed is False and failed.p_value < 0.05 and "Welch" in failed.note
+    assert single.passed is None and "one seed" in single.note
+    gates = acceptance.gates(RunAcceptance(convergence=failed), RULE, _prepared(), None)
+    assert _gate(gates, CONVERGENCE).status == GATE_FAIL
+    assert "MLPerf" in _gate(gates, CONVERGENCE).source
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"r_threshold": -1.0}, "r_threshold -1.0"),
+        ({"token_match": 1.5}, "token_match 1.5"),
+        ({"liveness": 0.99}, "liveness 0.99 is above token_match"),
+        ({"alpha": 0.0}, "convergence_alpha 0.0"),
+    ],
+)
+def test_bad_gate_thresholds_are_one_sentence(kwargs, message):
+    with pytest.raises(BadInput, match=message):
+        AcceptanceRule(**kwargs)
+
+
+# --- whole comparisons ------------------------------------------------------------------------
+
+
+def _all_pass(result):
+    assert numerics_records.notebook_verdict(result).status == PASS, numerics_records.headline(
+        result
+    )
+    for run in result.target_runs:
+        assert run.verdict.status == PASS, run.verdict.reason
+        statuses = {g.gate: g.status for g in run.acceptance.gates}
+        assert GATE_FAIL not in statuses.values(), statuses
+        assert statuses[R_RATIO] == statuses[LIVENESS] == statuses[COSINE] == GATE_PASS
+        assert statuses[KL] == statuses[CONVERGENCE] == GATE_PASS
+    assert numerics_records.headline(result).split(";")[0].startswith("Acceptance: all 2 runs")
+
+
+@pytest.mark.parametrize("name", ["seed-mlp", "tiny-cnn", "tiny-transformer"])
+def test_built_in_models_pass_every_gate_in_fp32_eager_and_bf16_autocast(name):
+    result = numerics.run_numerics(load_workload(name), CPU, QUICK, log=lambda _: None)
+    _all_pass(result)
+    if name == "tiny-transformer":
+        # It has no generate(): one sentence, top-1 agreement judged instead.
+        assert any("has no generate()" in note for note in result.notes)
+        assert result.target_runs[0].acceptance.agreement.kind == TOP1
+
+
+def test_a_tiny_hugging_face_causal_lm_passes_every_gate_with_its_greedy_token_match(tmp_path):
+    pytest.importorskip("transformers")
+    from tests.fixtures.hf_checkpoints import save_tiny_checkpoints
+
+    folder = save_tiny_checkpoints(tmp_path)["llama"]
+    workload = load_workload(f"hf:{folder}", sequence_length=16, batch_size=4)
+    result = numerics.run_numerics(workload, CPU, QUICK, log=lambda _: None)
+    _all_pass(result)
+    tokens = _gate(result.target_runs[1].acceptance.gates, TOKEN_MATCH)
+    assert tokens.status == GATE_PASS and "of 40 exact" in tokens.measured
+    assert "5 held-out prompts of 8 tokens, 8 tokens generated greedily" in result.acceptance_set
+
+
+class _Miscompiled(nn.Module):
+    """Computes differently under torch.compile than in eager: its second layer adds a small
+    bias only while being compiled, as a silent miscompile would."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Linear(16, 32)
+        self.act = nn.GELU()
+        self.planted = _Planted(32, 32)
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.head(self.planted(self.act(self.first(x))))
+
+
+class _Planted(nn.Linear):
+    def forward(self, x):
+        out = super().forward(x)
+        if torch.compiler.is_compiling():
+            out = out + 1e-3
+        return out
+
+
+def _classifier_batch(size, generator):
+    return (torch.randn(size, 16, generator=generator),), torch.randint(
+        4, (size,), generator=generator
+    )
+
+
+def test_a_planted_miscompile_fails_the_r_ratio_at_the_planted_layer_as_its_own():
+    workload = Workload(
+        name="miscompiled",
+        model_factory=_Miscompiled,
+        batch_maker=_classifier_batch,
+        loss_fn=F.cross_entropy,
+        optimizer_factory=lambda params: torch.optim.AdamW(params, lr=1e-3),
+        batch_size=16,
+    )
+    settings = NumericsSettings(
+        precisions=(), compiled_precisions=("fp32",), steps=2, convergence_steps=3
+    )
+    result = numerics.run_numerics(workload, CPU, settings, log=lambda _: None)
+    (run,) = result.target_runs
+    failure = run.acceptance.first_ratio_failure
+    assert failure.layer == "planted" and failure.cause == OWN and failure.own_ratio > 1.2
+    assert _gate(run.acceptance.gates, R_RATIO).status == GATE_FAIL
+    assert run.verdict.status == BLOCKER
+    assert numerics_records.headline(result).startswith("Acceptance: R-ratio fails first")
+
+
+def _evaluation_workload(evaluate):
+    workload = load_workload("seed-mlp")
+    workload.downstream_eval = evaluate
+    return workload
+
+
+def _accuracy(predict):
+    inputs, targets = load_workload("seed-mlp").batch_maker(64, torch.Generator().manual_seed(9))
+    return {"held-out accuracy": float((predict(inputs).argmax(-1) == targets).float().mean())}
+
+
+def test_the_downstream_evaluation_is_reported_per_run_and_one_that_raises_is_one_sentence():
+    result = numerics.run_numerics(_evaluation_workload(_accuracy), CPU, QUICK, log=lambda _: None)
+    for run in result.target_runs:
+        score = run.acceptance.downstream
+        assert score.reference.keys() == score.run.keys() == {"held-out accuracy"}
+        assert _gate(run.acceptance.gates, DOWNSTREAM).status == GATE_PASS
+
+    def broken(predict):
+        raise RuntimeError("the evaluation server is down")
+
+    settings = NumericsSettings(
+        precisions=("fp32",),
+        compiled_precisions=(),
+        steps=2,
+        convergence_seeds=1,
+        convergence_steps=3,
+    )
+    result = numerics.run_numerics(_evaluation_workload(broken), CPU, settings, log=lambda _: None)
+    raised = [n for n in result.notes if "raised on the reference" in n]
+    assert len(raised) == 1 and raised[0].count(". ") == 0
+    assert any(n.startswith("convergence_seeds is 1: one seed") for n in result.notes)
+    (run,) = result.target_runs
+    statuses = {g.gate: g.status for g in run.acceptance.gates}
+    assert statuses[DOWNSTREAM] == statuses[CONVERGENCE] == GATE_NOT_JUDGED
+    assert statuses[R_RATIO] == statuses[TOP1] == GATE_PASS and run.verdict.status == PASS
+
+
+def test_notebook_04s_batch_is_trained_over_the_seeds_against_the_original(tmp_path):
+    workload = load_workload("seed-mlp")
+    initial = workload.build_model("cpu")
+    recommendation = {"per_core_batch": 32, "accumulation_steps": 2, "world_size": 1}
+    save_result(
+        tmp_path,
+        "04_retuning",
+        {"headline": "h", "verdict": None, "recommendation": recommendation},
+        workload={"spec": "seed-mlp", "initial_state_sha256": state_sha256(initial)},
+    )
+    study, note = acceptance.recommended_study(
+        tmp_path / convergence.RETUNING_RESULT_FILE, workload, initial, CPU, [42, 43], QUICK
+    )
+    assert note is None and study.passed is not None
+    assert study.label.startswith("batch 32 x 2 accumulated (= 64 samples per step)")
+    assert len(study.candidate_losses) == 2 and len(study.candidate_losses[0]) == 4
+    foreign = load_workload("tiny-cnn")
+    study, note = acceptance.recommended_study(
+        tmp_path / convergence.RETUNING_RESULT_FILE, foreign, foreign.build_model(), CPU, [1], QUICK
+    )
+    assert study is None and "is for workload 'seed-mlp'" in note
+    with pytest.raises(BadInput, match="retuning_result 'missing.json' is not a file"):
+        convergence.retuning_result_path("missing.json", tmp_path)

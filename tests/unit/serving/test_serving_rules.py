@@ -1,0 +1,197 @@
+"""Notebook 05's rules, each with a case that must pass and one that must fail: the stability
+windows, the percentile-support rule, the SLO's pick on a paced model whose latency grows with
+the batch, open-loop queueing, a planted host gap, and the verdict."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from tests.fixtures.serving_workloads import glued_workload, paced_workload
+from workbench.errors import BadInput
+from workbench.serving.calls import build_serving_model, prepare_call
+from workbench.serving.gaps import BEFORE, gap_series
+from workbench.serving.load import closed_loop, open_loop
+from workbench.serving.records import (
+    EAGER,
+    BatchPoint,
+    LoadPoint,
+    ServingResult,
+    ServingSettings,
+    Window,
+    benchmark_report,
+    serving_verdict,
+)
+from workbench.serving.slo import highest_held_rate, slo_answer
+from workbench.serving.sweep import sweep
+from workbench.serving.windows import measure_windows, windows_agree
+from workbench.targets import get_target
+from workbench.timing import HostPeakRss, Measurement
+
+CPU = get_target("cpu")
+
+
+def window(throughput: float, median: float) -> Window:
+    return Window(10, 10 / throughput, throughput, median)
+
+
+def test_windows_agree_within_the_tolerance_and_not_beyond() -> None:
+    steady = [window(100, 0.01), window(104, 0.0102), window(98, 0.0099)]
+    assert windows_agree(steady, 0.10)
+    drifting_latency = [window(100, 0.01), window(100, 0.0125), window(100, 0.01)]
+    assert not windows_agree(drifting_latency, 0.10)
+    drifting_throughput = [window(100, 0.01), window(120, 0.01), window(100, 0.01)]
+    assert not windows_agree(drifting_throughput, 0.10)
+    assert not windows_agree(steady[:2], 0.10)  # two windows cannot show three agreeing
+
+
+@pytest.mark.serial  # times sleeps: a busy machine stretches them
+def test_measure_windows_stops_when_stable_and_marks_a_drifting_call_unstable() -> None:
+    def constant() -> float:
+        time.sleep(0.0005)
+        return 0.0005
+
+    stable = measure_windows(constant, requests=20, tolerance=0.10, budget_s=2.0)
+    assert stable.stable and len(stable.windows) >= 3
+    assert len(stable.latency_samples()) == 3 * 20
+
+    calls = iter(range(10**6))
+
+    def drifting() -> float:
+        time.sleep(0.0002)
+        return 0.001 * (1.3 ** (next(calls) // 20))  # each window 30% slower than the last
+
+    unstable = measure_windows(drifting, requests=20, tolerance=0.10, budget_s=0.4)
+    assert not unstable.stable and unstable.windows
+
+
+def test_a_percentile_is_claimed_only_from_enough_samples() -> None:
+    few = BatchPoint(EAGER, 1, "ok", latency=Measurement([0.001] * 99 + [0.005]))
+    assert few.tail(0.99) == ("max of 100", 0.005, False)
+    label, value, supported = few.tail(0.90) or ("", 0.0, False)
+    assert label == "p90" and supported and value == pytest.approx(0.001)
+    many = BatchPoint(EAGER, 1, "ok", latency=Measurement([0.001] * 455 + [0.005] * 5))
+    assert many.tail(0.99) is not None and many.tail(0.99)[0] == "p99"
+    report = benchmark_report(few)
+    assert report["supported"] == ["p50", "p90", "p95", "p100"] and report["n_samples"] == 100
+    assert report["latency_ms_p100"] == pytest.approx(5.0)
+
+
+def _paced_points(per_sample_s: float, batches: tuple[int, ...]) -> list[BatchPoint]:
+    settings = ServingSettings(
+        batch_sizes=batches, modes=(EAGER,), window_requests=5, window_budget_s=0.6
+    )
+    points, _ = sweep(
+        paced_workload(per_sample_s), CPU, settings, HostPeakRss(), log=lambda _: None
+    )
+    return points
+
+
+@pytest.mark.serial  # times sleeps: a busy machine stretches them
+def test_the_slo_picks_the_largest_batch_that_meets_it_on_a_paced_model() -> None:
+    """4 ms per sample: batch 2 takes ~8 ms and batch 4 ~16 ms, so a 12 ms SLO picks 2 (the
+    margins leave room for a sleep's overshoot). Judged at p50, which a few samples support:
+    a p99 from so few is their maximum, which one preempted sleep on a busy machine moves."""
+    points = _paced_points(0.004, (1, 2, 4))
+    assert all(p.status == "ok" for p in points)
+    answer = slo_answer(points, 12.0, 0.50, EAGER, None, None)
+    assert answer.chosen == 2, answer
+    assert answer.tail_label == "p50"
+    assert answer.throughput == pytest.approx(2 / 0.008, rel=0.35)
+    # Must fail: a 2 ms SLO is below every batch's compute.
+    none = slo_answer(points, 2.0, 0.50, EAGER, None, None)
+    assert none.chosen is None and none.closest == 1
+    assert "median alone" in none.limit and "compute" in none.limit
+    assert "none meets it" in none.sentence("requests/s")
+
+
+def test_the_slo_names_the_tail_when_the_median_meets_it() -> None:
+    jittery = BatchPoint(EAGER, 2, "ok", latency=Measurement([0.001] * 40 + [0.02] * 3))
+    answer = slo_answer([jittery], 5.0, 0.99, EAGER, None, None)
+    assert answer.chosen is None and "the tail limits it" in answer.limit
+
+
+def _sleeping(seconds: float):
+    def call() -> None:
+        time.sleep(seconds)
+
+    return call
+
+
+@pytest.mark.serial  # times sleeps: a busy machine stretches them
+def test_open_loop_keeps_queueing_apart_and_it_grows_near_capacity() -> None:
+    light = open_loop(_sleeping(0.002), 50, 25, 5.0, 0.05, 0.99)
+    assert light.requests == 25 and light.queue is not None and light.compute is not None
+    assert light.queue.median < 0.001 < light.compute.median
+    # Must fail to stay light: twice the capacity of a 2 ms server queues up.
+    heavy = open_loop(_sleeping(0.002), 1000, 40, 5.0, 0.005, 0.99)
+    assert heavy.queue is not None and heavy.queue.median > 0.01
+    assert heavy.slo_held is False and light.slo_held is True
+
+
+def test_the_highest_rate_is_the_last_before_the_slo_first_fails() -> None:
+    def level(rate: float, held: bool) -> LoadPoint:
+        return LoadPoint("open", None, rate, 10, 1.0, None, None, None, held)
+
+    assert highest_held_rate([level(300, True), level(100, True), level(200, True)]) == 300
+    assert highest_held_rate([level(100, True), level(200, False), level(300, True)]) == 100
+    assert highest_held_rate([level(100, False), level(200, True)]) is None
+
+
+@pytest.mark.serial  # times sleeps: a busy machine stretches them
+def test_closed_loop_streams_queue_behind_one_instance() -> None:
+    one = closed_loop(_sleeping(0.002), 1, 20, 5.0, None, 0.99)
+    four = closed_loop(_sleeping(0.002), 4, 40, 5.0, None, 0.99)
+    assert one.queue is not None and four.queue is not None
+    assert one.queue.median < 0.001
+    assert four.queue.median > 0.004  # three requests ahead of each one, 2 ms each
+
+
+@pytest.mark.serial  # times sleeps: a busy machine stretches them
+def test_a_planted_host_gap_shows_in_the_gap_series_with_its_cause() -> None:
+    planted = glued_workload(0.003)
+    served = prepare_call(planted, CPU, build_serving_model(planted, CPU), 1, EAGER)
+    series, _ = gap_series(served, 15)
+    assert series.gap is not None and series.gap.median > 0.003
+    assert series.lead_cause() == BEFORE and series.flagged
+    clean = glued_workload(0.0)
+    served = prepare_call(clean, CPU, build_serving_model(clean, CPU), 1, EAGER)
+    quiet, _ = gap_series(served, 15)
+    assert quiet.gap is not None and quiet.gap.median < 0.001 and not quiet.flagged
+
+
+def _result(points: list[BatchPoint], slo_ms: float = 0.0) -> ServingResult:
+    settings = ServingSettings(batch_sizes=(1,), modes=(EAGER,), latency_slo_ms=slo_ms)
+    slo = slo_answer(points, slo_ms, 0.99, EAGER, None, None) if slo_ms else None
+    return ServingResult({"name": "w"}, {"name": "cpu"}, settings, "", "requests/s", points,
+                         slo, [], [], None, None, None, [], "", "", 1.0, 1.0)  # fmt: skip
+
+
+def _point(stable: bool = True, median: float = 0.001) -> BatchPoint:
+    rng = random.Random(0)
+    times = [median * (1 + rng.random() * 0.05) for _ in range(60)]
+    windows = [Window(20, 20 * median, 1 / median, median)] * 3
+    return BatchPoint(EAGER, 1, "ok", windows=windows, stable=stable, latency=Measurement(times))
+
+
+def test_the_verdict_passes_a_stable_point_and_flags_what_its_rule_names() -> None:
+    assert serving_verdict(_result([_point()], slo_ms=5.0)).status == "pass"
+    assert serving_verdict(_result([_point(stable=False)])).status == "attention"
+    missed = serving_verdict(_result([_point(median=0.01)], slo_ms=5.0))
+    assert missed.status == "blocker" and "none meets it" in missed.reason
+    failed = BatchPoint(EAGER, 8, "compile failed", error="cpu could not compile batch 8: boom")
+    verdict = serving_verdict(_result([_point(), failed]))
+    assert verdict.status == "attention" and "could not compile batch 8" in verdict.reason
+    assert serving_verdict(_result([failed])).status == "blocker"
+
+
+def test_settings_refuse_values_out_of_range() -> None:
+    with pytest.raises(BadInput, match="slo_percentile"):
+        ServingSettings(slo_percentile=100)
+    with pytest.raises(BadInput, match="modes"):
+        ServingSettings(modes=("fast",))
+    with pytest.raises(BadInput, match="batch_sizes"):
+        ServingSettings(batch_sizes=(0,))
+    assert ServingSettings(modes=(EAGER,)).served_mode == EAGER

@@ -1,0 +1,68 @@
+"""The rehearsal's pin rule, each branch on a case that takes it, and its page naming every metric
+it compared (moved or not) with user strings escaped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from workbench.compare.records import (
+    LOADED,
+    ONE_SIDE,
+    REGRESSION,
+    UNCHANGED,
+    WITHIN_GATE,
+    Change,
+    ChangeStatus,
+    Comparison,
+    Gates,
+    RunInfo,
+)
+from workbench.rehearse.environments import Environment
+from workbench.rehearse.report import render
+from workbench.rehearse.verdict import HOLD, MOVE, NOT_JUDGED, judge_pin
+
+
+def _timing(name: str, status: ChangeStatus, ratio: float = 1.0) -> Change:
+    return Change("timing", name, 10.0, 10.0 * ratio, status, unit="ms", ratio=ratio)
+
+
+def _comparison(*changes: Change) -> Comparison:
+    runs = [
+        RunInfo(role, f"/runs/{role}", "2026-12-05T10:00:00", "seed-mlp", "cpu", "pass", {})
+        for role in ("pinned", "candidate")
+    ]
+    return Comparison("pair", runs, "pinned", Gates(), list(changes), [], [], "", [])
+
+
+def test_a_clean_comparison_moves_the_pin():
+    verdict = judge_pin(_comparison(_timing("train/eager steady median", UNCHANGED)), 0, "")
+    assert verdict.decision == MOVE
+
+
+def test_a_regression_a_failed_notebook_or_no_run_holds_it():
+    regressed = _comparison(_timing("train/eager steady median", REGRESSION, 1.3))
+    assert judge_pin(regressed, 0, "").decision == HOLD
+    assert judge_pin(_comparison(), 1, "").reasons[0].startswith("a notebook failed")
+    nothing = judge_pin(None, 3, "killed")
+    assert nothing.decision == HOLD and "did not finish (exit 3: killed)" in nothing.reasons[0]
+
+
+def test_loaded_timings_or_a_one_sided_notebook_leave_it_not_judged():
+    loaded = judge_pin(_comparison(_timing("infer/eager steady median", LOADED)), 0, "")
+    assert loaded.decision == NOT_JUDGED and "loaded machine" in loaded.reasons[0]
+    alone = Change("scorecard", "03_numerics", None, "pass", ONE_SIDE, note="newest run only")
+    assert judge_pin(_comparison(alone), 0, "").decision == NOT_JUDGED
+
+
+def test_the_page_names_the_metrics_that_did_not_move_and_escapes_them():
+    comparison = _comparison(
+        _timing("train/eager steady median", REGRESSION, 1.3),
+        _timing("infer/eager steady median", WITHIN_GATE, 1.02),
+        _timing("<b>custom</b> p99", UNCHANGED),
+    )
+    sides = tuple(Environment(r, r, Path(f"/{r}/bin/python"), v) for r, v in
+                  (("pinned", "2.9.0"), ("candidate", "2.13.0")))  # fmt: skip
+    page = render(sides, comparison, judge_pin(comparison, 0, ""))  # type: ignore[arg-type]
+    assert "HOLD THE PIN" in page
+    assert "Unchanged or within their gate (2): infer/eager steady median" in page
+    assert "&lt;b&gt;custom&lt;/b&gt; p99" in page and "<b>custom</b>" not in page

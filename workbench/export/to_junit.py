@@ -1,0 +1,110 @@
+"""A run's scorecard as JUnit XML, the test report every CI system reads (the shape of Jenkins
+xUnit's junit-10.xsd, which pytest's xunit2 and GitLab also follow).
+
+One <testsuite> per run; in it one <testcase> per notebook and one per finding of its verdict's
+rule. A blocker is a <failure>, an attention a <skipped> with its reason, a notebook that did not
+finish an <error>; a pass has no child. So the workbook's gate shows as tests: red where the
+move is blocked, yellow (skipped) where a person should look.
+"""
+
+from __future__ import annotations
+
+import socket
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from workbench.errors import BadInput
+from workbench.export.records import NotebookRecord, RunRecord
+from workbench.markup import cut_at_word
+from workbench.redact import scrub_text, strip_control
+from workbench.results import write_text_atomic
+from workbench.scorecard import ATTENTION, BLOCKER
+
+DEFAULT_NAME = "junit.xml"
+NAME_MAX = 200  # a finding's sentence as a test name, cut at a word
+
+
+def _text(value: object) -> str:
+    """XML 1.0 has no place for control characters; secrets never leave the run."""
+    return strip_control(scrub_text(str(value)))
+
+
+def _case(suite: ET.Element, classname: str, name: str) -> ET.Element:
+    return ET.SubElement(suite, "testcase", classname=_text(classname), name=_text(name))
+
+
+def _judged(case: ET.Element, status: str, reason: str) -> None:
+    if status == BLOCKER:
+        ET.SubElement(case, "failure", type="blocker", message=_text(reason)).text = _text(reason)
+    elif status == ATTENTION:
+        ET.SubElement(case, "skipped", type="attention", message=_text(reason))
+
+
+def _notebook_cases(suite: ET.Element, run: RunRecord, notebook: NotebookRecord) -> None:
+    classname = f"workbench.{run.label}.{notebook.notebook}"
+    case = _case(suite, classname, notebook.notebook)
+    if notebook.seconds is not None:
+        case.set("time", f"{notebook.seconds:.3f}")
+    verdict = notebook.verdict
+    if notebook.status != "ok":
+        message = f"{notebook.notebook} did not finish ({notebook.status})"
+        ET.SubElement(case, "error", type=notebook.status, message=_text(message))
+    elif verdict is not None:
+        _judged(case, verdict.status, verdict.reason)
+    lines = [notebook.headline or "no headline"]
+    if verdict is not None:
+        lines += [f"verdict: {verdict.status}: {verdict.reason}", f"rule: {verdict.rule}"]
+    ET.SubElement(case, "system-out").text = _text("\n".join(lines))
+    if verdict is None:
+        return
+    names: set[str] = set()
+    for finding in verdict.findings:
+        name = cut_at_word(finding.reason, NAME_MAX)
+        while name in names:  # two findings in the same words are still two tests
+            name += " (again)"
+        names.add(name)
+        _judged(_case(suite, f"{classname}.findings", name), finding.status, finding.reason)
+
+
+def suite_element(run: RunRecord) -> ET.Element:
+    suite = ET.Element("testsuite", name=_text(f"workbench {run.label}"))
+    suite.set("timestamp", run.started_at)
+    suite.set("hostname", socket.gethostname())
+    properties = ET.SubElement(suite, "properties")
+    shown = {
+        "workload": run.workload,
+        "target": run.target,
+        "verdict": run.verdict or "none",
+        "run_folder": str(run.path),
+        **{f"version.{k}": v for k, v in run.versions.items()},
+    }
+    for name, value in shown.items():
+        ET.SubElement(properties, "property", name=_text(name), value=_text(value))
+    for notebook in run.notebooks:
+        _notebook_cases(suite, run, notebook)
+    cases = suite.findall("testcase")
+    suite.set("tests", str(len(cases)))
+    suite.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))
+    suite.set("errors", str(sum(1 for c in cases if c.find("error") is not None)))
+    suite.set("skipped", str(sum(1 for c in cases if c.find("skipped") is not None)))
+    return suite
+
+
+def junit_xml(runs: list[RunRecord]) -> str:
+    """The runs as one JUnit document: <testsuites> with a <testsuite> per run."""
+    root = ET.Element("testsuites", name="workbench")
+    for run in runs:
+        root.append(suite_element(run))
+    for key in ("tests", "failures", "errors"):
+        root.set(key, str(sum(int(s.get(key, "0")) for s in root)))
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def write_junit(runs: list[RunRecord], path: Path) -> Path:
+    try:
+        return write_text_atomic(path, junit_xml(runs))
+    except OSError as exc:
+        raise BadInput(
+            f"cannot write the JUnit report to {path}: {exc.strerror or exc}; choose another --out."
+        ) from None

@@ -1,0 +1,272 @@
+"""A run into MLflow, through MLflow's own client: one parent run per workbook run, one child run
+per notebook (MLflow's `mlflow.parentRunId` tag nests them).
+
+Parent: the run's verdict, workload, target and versions as tags, its index, summary and log as
+artifacts. Child: the notebook's parameters as params, every verdict as a tag, every scalar
+metric, every per-step series as a metric history (one value per step, step 1 first), its HTML
+report and result file as artifacts. A run is found again by its key tag (folder name and start
+time), so exporting it twice adds nothing; an export cut short is deleted and written again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from workbench.errors import BadInput
+from workbench.export.flatten import safe_key
+from workbench.export.records import NotebookRecord, RunRecord
+from workbench.redact import console_line, scrub_text
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+DEFAULT_EXPERIMENT = "workbench"
+KEY_TAG = "workbench.run_key"
+COMPLETE_TAG = "workbench.export_complete"
+PARENT_TAG = "mlflow.parentRunId"  # MLflow's own tag for a nested run
+# MLflow's limits (mlflow.utils.validation): values are cut to fit rather than refused.
+PARAM_MAX = 6000
+TAG_MAX = 8000
+METRICS_PER_BATCH = 1000
+TAGS_PER_BATCH = 100
+# How long the reachability check waits: MLflow's client otherwise retries an unreachable server
+# for minutes (MLFLOW_HTTP_REQUEST_MAX_RETRIES, 7 with backoff) before it says anything.
+PROBE_TIMEOUT_S = 10
+
+
+@dataclass
+class MlflowExport:
+    run_id: str
+    experiment_id: str
+    created: bool  # False: the run was already there, nothing was added
+    children: int
+
+
+def default_tracking_uri(run_folder: Path) -> str:
+    """$MLFLOW_TRACKING_URI where set (MLflow's own convention), else a SQLite store beside
+    the run folder: reports/mlflow.db holds every run exported from reports/."""
+    given = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+    if given:
+        return given
+    return f"sqlite:///{(run_folder.resolve().parent / 'mlflow.db').as_posix()}"
+
+
+def _artifact_location(tracking_uri: str) -> str | None:
+    """For a local SQLite store, artifacts beside the database (MLflow's default is ./mlruns in
+    whatever folder the command ran from); a server or a file store decides for itself."""
+    prefix = "sqlite:///"
+    if not tracking_uri.startswith(prefix):
+        return None
+    database = Path(tracking_uri[len(prefix) :])
+    return (database.parent / "mlartifacts").resolve().as_uri()
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return console_line(scrub_text(text[0] if text else type(exc).__name__))[:300]
+
+
+@contextlib.contextmanager
+def _quiet_mlflow() -> Iterator[None]:
+    """MLflow and alembic log every schema migration of a new SQLite store at INFO; the
+    command's own lines say what happened."""
+    loggers = [logging.getLogger(name) for name in ("mlflow", "alembic")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _no_retries() -> Iterator[None]:
+    """MLflow's client reads these at each request: the check fails fast, the export after it
+    keeps MLflow's retries."""
+    settings = {
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+        "MLFLOW_HTTP_REQUEST_TIMEOUT": str(PROBE_TIMEOUT_S),
+    }
+    saved = {key: os.environ.get(key) for key in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def connect(tracking_uri: str, experiment: str = DEFAULT_EXPERIMENT) -> tuple[MlflowClient, str]:
+    """A client on `tracking_uri` and the experiment's id (created where missing); an
+    unreachable or unusable store is BadInput, said in one sentence, within seconds."""
+    try:
+        from mlflow import MlflowClient
+    except ImportError:
+        raise BadInput(
+            "exporting to MLflow needs its client, which is not installed here: "
+            "pip install 'workbench[export]'."
+        ) from None
+    shown = console_line(scrub_text(tracking_uri))
+    with _quiet_mlflow():
+        try:
+            client = MlflowClient(tracking_uri=tracking_uri)
+            with _no_retries():
+                found = client.get_experiment_by_name(experiment)
+            if found is not None:
+                return client, found.experiment_id
+            return client, client.create_experiment(
+                experiment, artifact_location=_artifact_location(tracking_uri)
+            )
+        except Exception as exc:  # MLflow raises its own, requests', sqlalchemy's or OSError
+            raise BadInput(
+                f"cannot use the MLflow tracking URI {shown}: {_one_line(exc)}; check that the "
+                "server is up and the URI is right (--tracking-uri or $MLFLOW_TRACKING_URI)."
+            ) from None
+
+
+def export_run(client: MlflowClient, experiment_id: str, run: RunRecord) -> MlflowExport:
+    """Write `run` into the experiment unless it is already there, complete."""
+    with _quiet_mlflow():
+        key = run.key.replace("'", "_")
+        previous = client.search_runs(
+            [experiment_id], filter_string=f"tags.`{KEY_TAG}` = '{key}'", max_results=10
+        )
+        for found in previous:
+            if found.data.tags.get(COMPLETE_TAG) == "true":
+                return MlflowExport(found.info.run_id, experiment_id, False, 0)
+            _delete_with_children(client, experiment_id, found.info.run_id)
+        started = _millis(run.started_at)
+        parent = client.create_run(
+            experiment_id, start_time=started, tags=_parent_tags(run, key), run_name=run.label
+        )
+        parent_id = parent.info.run_id
+        client.log_batch(
+            parent_id, params=_params({"workload": run.workload, "target": run.target})
+        )
+        for path in run.files:
+            client.log_artifact(parent_id, str(path))
+        for notebook in run.notebooks:
+            _export_notebook(client, experiment_id, run, notebook, parent_id, started)
+        client.set_tag(parent_id, COMPLETE_TAG, "true")
+        client.set_terminated(parent_id, "FINISHED" if run.exit_code == 0 else "FAILED")
+    return MlflowExport(parent_id, experiment_id, True, len(run.notebooks))
+
+
+def _delete_with_children(client: MlflowClient, experiment_id: str, run_id: str) -> None:
+    """An export cut short (a server gone mid-way) is replaced whole, never topped up."""
+    children = client.search_runs(
+        [experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{run_id}'"
+    )
+    for child in children:
+        client.delete_run(child.info.run_id)
+    client.delete_run(run_id)
+
+
+def _export_notebook(
+    client: MlflowClient,
+    experiment_id: str,
+    run: RunRecord,
+    notebook: NotebookRecord,
+    parent_id: str,
+    started: int,
+) -> None:
+    from mlflow.entities import Metric
+
+    child = client.create_run(
+        experiment_id,
+        start_time=started,
+        tags={PARENT_TAG: parent_id, **_notebook_tags(run, notebook)},
+        run_name=notebook.notebook,
+    )
+    child_id = child.info.run_id
+    found = notebook.found
+    metrics = [Metric(key, value, started, 0) for key, value in sorted(found.metrics.items())]
+    for key, values in sorted(found.series.items()):
+        metrics += [Metric(key, value, started, step) for step, value in enumerate(values, 1)]
+    params = _params(notebook.parameters)
+    for start in range(0, max(len(params), 1), TAGS_PER_BATCH):
+        client.log_batch(child_id, params=params[start : start + TAGS_PER_BATCH])
+    for start in range(0, len(metrics), METRICS_PER_BATCH):
+        client.log_batch(child_id, metrics=metrics[start : start + METRICS_PER_BATCH])
+    for path in notebook.files:
+        client.log_artifact(child_id, str(path))
+    client.set_terminated(child_id, "FINISHED" if notebook.status == "ok" else "FAILED")
+
+
+def _parent_tags(run: RunRecord, key: str) -> dict[str, str]:
+    tags = {
+        KEY_TAG: key,
+        "workbench.run_folder": str(run.path),
+        "workbench.workload": run.workload,
+        "workbench.target": run.target,
+        "workbench.verdict": run.verdict or "none",
+        "workbench.verdict.reasons": "; ".join(run.reasons),
+        "workbench.exit_code": str(run.exit_code),
+        "mlflow.source.name": "workbench",
+    }
+    for notebook in run.notebooks:
+        verdict = notebook.verdict.status if notebook.verdict else notebook.status
+        tags[f"workbench.verdict.{safe_key(notebook.notebook)}"] = verdict
+    tags.update({f"version.{safe_key(k)}": v for k, v in run.versions.items()})
+    return _cut_tags(tags)
+
+
+def _notebook_tags(run: RunRecord, notebook: NotebookRecord) -> dict[str, str]:
+    tags = {
+        KEY_TAG: f"{run.key.replace(chr(39), '_')}/{notebook.notebook}",
+        "workbench.notebook": notebook.notebook,
+        "workbench.status": notebook.status,
+        "workbench.headline": notebook.headline or "",
+        "workbench.workload": run.workload,
+        "workbench.target": run.target,
+    }
+    for path, verdict in notebook.found.verdicts.items():
+        name = "workbench.verdict" if path == "verdict" else f"workbench.verdict.{path}"
+        tags[name] = verdict.status
+        tags[f"{name}.reason"] = verdict.reason
+        tags[f"{name}.rule"] = verdict.rule
+    if notebook.verdict is None:
+        tags["workbench.verdict"] = "none"
+    tags.update({f"version.{safe_key(k)}": v for k, v in notebook.versions.items()})
+    return _cut_tags(tags)
+
+
+def _cut_tags(tags: dict[str, str]) -> dict[str, str]:
+    return {safe_key(k): scrub_text(str(v))[:TAG_MAX] for k, v in tags.items()}
+
+
+def _params(values: dict[str, Any]) -> list[Any]:
+    from mlflow.entities import Param
+
+    return [
+        Param(safe_key(str(k)), scrub_text(_shown(v))[:PARAM_MAX])
+        for k, v in sorted(values.items())
+    ]
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _millis(started_at: str) -> int:
+    """summary.json's ISO start time in milliseconds, MLflow's clock (now, where a hand-edited
+    summary's time cannot be read)."""
+    try:
+        moment = datetime.fromisoformat(started_at)
+    except ValueError:
+        moment = datetime.now(timezone.utc)
+    return int(moment.timestamp() * 1000)

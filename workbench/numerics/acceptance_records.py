@@ -1,0 +1,230 @@
+"""The records of the acceptance gates a port to Neuron is judged by, and the rule that holds their
+thresholds, each with its source (reference: AWS's neuron-agentic-development skills
+`neuron-framework-autoport` and `neuron-framework-equivalence`, and MLPerf's reference
+convergence points).
+
+Plain dataclasses, so the result file is `dataclasses.asdict` of them; every field added here
+has a default, so result files written before a field existed still read.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from workbench.errors import BadInput
+
+SOURCE_EQUIVALENCE = "AWS neuron-framework-equivalence skill"
+SOURCE_AUTOPORT = "AWS neuron-framework-autoport skill (validate_model.py --mode token)"
+SOURCE_MLPERF = "MLPerf training rules, reference convergence points (one-sided t-test)"
+SOURCE_WORKBOOK = "workbook default (AWS leaves it to calibration from known-good ports)"
+
+GATE_PASS: Final = "pass"
+GATE_FAIL: Final = "fail"
+GATE_NOT_JUDGED: Final = "not judged"
+GateStatus = Literal["pass", "fail", "not judged"]  # one gate on one run
+
+# Gate names, in the order they are judged (AWS's stages, then MLPerf's convergence check).
+LIVENESS = "liveness"
+R_RATIO = "R-ratio"
+COSINE = "teacher-forced cosine"
+KL = "teacher-forced KL"
+TOKEN_MATCH = "token match"
+TOP1 = "top-1 agreement"
+DOWNSTREAM = "downstream evaluation"
+CONVERGENCE = "convergence parity"
+GATE_ORDER = (LIVENESS, R_RATIO, COSINE, KL, TOKEN_MATCH, TOP1, DOWNSTREAM, CONVERGENCE)
+# A failing acceptance gate blocks the port; convergence parity judges the training recipe
+# (precision, batch), as the precision cost does, so it needs attention.
+ATTENTION_GATES = (CONVERGENCE,)
+
+
+@dataclass(frozen=True)
+class AcceptanceRule:
+    """The thresholds of the acceptance gates; each overridable by a notebook 03 parameter.
+
+    r_threshold: R = error of the run / error of the CPU run at its precision, per layer and
+        output, at most this (AWS tau_R 1.2: "R > 1.2 = bug").
+    token_match: greedy token match (top-1 agreement for other models) at least this (0.95).
+    liveness: below this the port is catastrophic (AWS smoke stage: 0.30).
+    cosine_p5: the 5th percentile of per-position cosine of the logits at least this (0.95),
+        so at most 5% of positions fall below it.
+    kl_p95, kl_max: per-position KL(reference || run) in nats: 95th percentile and maximum at
+        most these (0.01, 0.1; AWS leaves delta to calibration).
+    downstream_tolerance: the workload's evaluation score may drop at most this (0.02, two
+        points on a [0, 1] score, AWS --tolerance 0.02).
+    alpha: significance of the one-sided convergence test (0.05, as MLPerf).
+    """
+
+    r_threshold: float = 1.2
+    token_match: float = 0.95
+    liveness: float = 0.30
+    cosine_p5: float = 0.95
+    kl_p95: float = 0.01
+    kl_max: float = 0.1
+    downstream_tolerance: float = 0.02
+    alpha: float = 0.05
+
+    def __post_init__(self) -> None:
+        for name in ("r_threshold", "kl_p95", "kl_max", "downstream_tolerance"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise BadInput(f"{name} {value!r}: use a finite number of at least 0.")
+        for name in ("token_match", "liveness", "cosine_p5"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and 0 <= value <= 1):
+                raise BadInput(f"{name} {value!r}: use a share between 0 and 1.")
+        if not 0 < self.alpha < 1:
+            raise BadInput(f"convergence_alpha {self.alpha!r}: use a level between 0 and 1.")
+        if self.liveness > self.token_match:
+            raise BadInput(
+                f"liveness {self.liveness:g} is above token_match {self.token_match:g}: the "
+                "catastrophic floor must sit below the pass gate."
+            )
+
+    def statements(self) -> list[tuple[str, str, str]]:
+        """(gate, threshold in words, source), in the order the gates are judged."""
+        return [
+            (LIVENESS, f"token match (top-1 agreement) >= {self.liveness:.0%}", SOURCE_EQUIVALENCE),
+            (
+                R_RATIO,
+                f"R <= {self.r_threshold:g} for every layer and output, R = ||run - exact|| / "
+                "max(||CPU run at the run's precision - exact||, 1.3e-6 x ||exact||), exact = "
+                "the fp64 run",
+                SOURCE_EQUIVALENCE,
+            ),
+            (
+                COSINE,
+                f"5th percentile of per-position logit cosine >= {self.cosine_p5:g}",
+                SOURCE_EQUIVALENCE,
+            ),
+            (
+                KL,
+                f"per-position KL(reference || run) p95 <= {self.kl_p95:g} and max <= "
+                f"{self.kl_max:g} nats",
+                f"{SOURCE_EQUIVALENCE}; thresholds: {SOURCE_WORKBOOK}",
+            ),
+            (
+                TOKEN_MATCH,
+                f"greedy token match >= {self.token_match:.0%} (top-1 agreement for other models)",
+                SOURCE_AUTOPORT,
+            ),
+            (
+                DOWNSTREAM,
+                f"evaluation score drop <= {self.downstream_tolerance:g} "
+                f"({self.downstream_tolerance * 100:g} points) on every task",
+                SOURCE_EQUIVALENCE,
+            ),
+            (
+                CONVERGENCE,
+                f"one-sided Welch t-test on the final-window loss over seeds, alpha "
+                f"{self.alpha:g}: the run's loss is not significantly above the reference's",
+                SOURCE_MLPERF,
+            ),
+        ]
+
+
+@dataclass
+class GateResult:
+    """One gate on one run: what was measured, the threshold, its source and the outcome."""
+
+    gate: str
+    status: GateStatus
+    measured: str  # the numbers, in words
+    threshold: str
+    source: str
+
+    @property
+    def failed(self) -> bool:
+        return self.status == GATE_FAIL
+
+
+@dataclass
+class LayerRatio:
+    """R of one layer output (or model output): the run's error against the exact value over
+    the error of the CPU run at the run's precision (never below one fp32 rounding)."""
+
+    name: str
+    kind: str  # layer | output
+    module_type: str
+    ratio: float
+    run_error: float  # RMSE of the run against the exact value
+    precision_error: float  # the denominator: the CPU run's RMSE at the run's precision
+
+
+@dataclass
+class RatioFailure:
+    """The first layer, in execution order, whose R exceeds the threshold: own or inherited."""
+
+    layer: str
+    module_type: str
+    position: int  # 1-based, in the run's execution order
+    ratio: float
+    cause: str  # own | inherited | unknown
+    own_ratio: float | None  # R of the layer re-run alone on the reference's inputs
+    note: str
+
+
+@dataclass
+class Agreement:
+    """Per-position agreement with the reference on the acceptance set: arg-max tokens (or
+    classes), KL divergence and cosine of the logits."""
+
+    kind: str  # token match | top-1 agreement
+    compared: int  # positions (generated tokens, or samples)
+    exact_matches: int
+    near_ties: int  # mismatches within the precision's own logit error: counted as matches
+    rate: float  # (exact matches + near ties) / compared
+    first_mismatch: str | None  # where the first mismatch that is no near tie sits
+    kl_p95: float
+    kl_max: float
+    cosine_p5: float
+    cosine_below_share: float  # share of positions whose cosine is below the gate
+    baseline: str | None = None  # the CPU run whose logit error sets the near-tie tolerance
+
+
+@dataclass
+class DownstreamScore:
+    """The workload's evaluation function on the reference and on the run, per task."""
+
+    reference: dict[str, float] = field(default_factory=dict)
+    run: dict[str, float] = field(default_factory=dict)
+    error: str | None = None  # why the run's evaluation could not be taken
+
+    def drops(self) -> dict[str, float]:
+        return {task: self.reference[task] - self.run[task] for task in self.run}
+
+
+@dataclass
+class ConvergenceStudy:
+    """K seeds x N steps of a candidate against a baseline, and the one-sided test on them."""
+
+    label: str  # what is compared, in words
+    seeds: list[int]
+    steps: int
+    window: int  # the final steps whose mean loss each seed contributes
+    baseline_losses: list[list[float]] = field(default_factory=list)  # per seed, per step
+    candidate_losses: list[list[float]] = field(default_factory=list)
+    checkpoints: list[int] = field(default_factory=list)  # 1-based steps shown in tables
+    t_statistic: float | None = None
+    degrees_of_freedom: float | None = None
+    p_value: float | None = None  # one-sided: candidate's loss above the baseline's
+    passed: bool | None = None  # None: not tested (one seed, or a failed run)
+    note: str = ""
+
+
+@dataclass
+class RunAcceptance:
+    """Everything the acceptance gates judged about one run, and their outcomes in order."""
+
+    ratio_basis: str = ""  # what R measures the run against, in words
+    ratios: list[LayerRatio] = field(default_factory=list)
+    first_ratio_failure: RatioFailure | None = None
+    agreement: Agreement | None = None
+    downstream: DownstreamScore | None = None
+    convergence: ConvergenceStudy | None = None
+    gates: list[GateResult] = field(default_factory=list)
+
+    def first_failure(self) -> GateResult | None:
+        return next((g for g in self.gates if g.failed), None)

@@ -1,0 +1,8 @@
+"""Will it fit, and how to lay it out: per-rank memory of every TP/PP/DP layout of a model on a
+Trainium (or Inferentia) instance, the layout AWS's rule picks, and sharded runs on gloo that
+check the predictions and the numerics."""
+
+from workbench.planning.planner import Plan, make_plan, plan_data
+from workbench.planning.retuning import plan_for_retuning
+
+__all__ = ["Plan", "make_plan", "plan_data", "plan_for_retuning"]

@@ -1,0 +1,86 @@
+"""A model ready to serve one batch shape in one mode: the inputs of that shape, the model
+compiled for it the way the target compiles, and one inference request as a callable."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+import torch
+from torch import nn
+
+from workbench.errors import describe_error
+from workbench.serving.records import COMPILED
+from workbench.targets.base import Target
+from workbench.workload import Inputs, Workload
+
+# Labels make a Hugging Face model compute a loss: a service never sends them.
+_TRAINING_ONLY_INPUTS = ("labels",)
+
+
+def serving_inputs(inputs: Inputs) -> Inputs:
+    """A batch's inputs as a request carries them (no labels)."""
+    if isinstance(inputs, Mapping):
+        return {k: v for k, v in inputs.items() if k not in _TRAINING_ONLY_INPUTS}
+    return inputs
+
+
+def build_serving_model(workload: Workload, target: Target) -> nn.Module:
+    """The workload's seeded model on the target, in eval mode."""
+    model = workload.build_model(target.device)
+    model.eval()
+    return model
+
+
+@dataclass
+class ServedCall:
+    """One shape, ready: `call()` serves one request of `batch_size` samples and returns the
+    output (the target is synchronized before it returns)."""
+
+    batch_size: int
+    mode: str
+    model_call: Callable[..., Any]  # the model, or its compiled form
+    inputs: Inputs
+    workload: Workload
+    target: Target
+
+    def call(self) -> Any:
+        # no_grad rather than inference_mode: Dynamo guards on the mode, and notebook 01's
+        # compiled inference runs under no_grad too.
+        with torch.no_grad():
+            output = self.workload.forward(self.model_call, self.inputs)
+        # The output stays referenced until the device finished: a lazy target drops the work
+        # of a tensor nobody holds.
+        self.target.synchronize()
+        return output
+
+    def timed(self) -> float:
+        """One request, its latency in seconds."""
+        start = perf_counter()
+        output = self.call()
+        elapsed = perf_counter() - start
+        del output
+        return elapsed
+
+
+class ShapeFailed(RuntimeError):
+    """A shape the target could not prepare (compile() raised): one sentence, as `str()`."""
+
+
+def prepare_call(
+    workload: Workload, target: Target, model: nn.Module, batch_size: int, mode: str
+) -> ServedCall:
+    """`model` served at `batch_size` in `mode`. Compiled mode resets Dynamo's in-process caches
+    first, so this shape gets its own compile, as a static-shape target (Neuron) compiles one
+    graph per shape."""
+    inputs, _ = workload.batch(target.device, batch_size=batch_size)
+    model_call: Callable[..., Any] = model
+    if mode == COMPILED:
+        torch._dynamo.reset()
+        try:
+            model_call = target.compile(model)
+        except Exception as exc:
+            raise ShapeFailed(describe_error(exc).text.splitlines()[0]) from exc
+    return ServedCall(batch_size, mode, model_call, serving_inputs(inputs), workload, target)

@@ -1,0 +1,619 @@
+"""Notebook 05's records: settings, what each section measured, the verdict rule and the shape of
+05_serving.json.
+
+A request is one sample; a call serves a batch of them, and every request in it finishes when
+the call does, so a batch's latency samples are its calls' times and its throughput is requests
+(samples) per second.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from workbench.errors import BadInput
+from workbench.scorecard import ATTENTION, BLOCKER, Finding, Verdict, judge
+from workbench.timing import (
+    HOST_LOAD_RULE,
+    Measurement,
+    format_seconds,
+    percentile_label,
+    quantile,
+    samples_for_percentile,
+)
+
+EAGER = "eager"
+COMPILED = "compiled"
+MODES = (EAGER, COMPILED)
+TOKEN_CHOICES = ("auto", "on", "off")
+
+# The percentiles every batch point reports (NxD Inference's benchmark report keys, without p100,
+# which is the maximum and always shown).
+REPORTED_QUANTILES = (0.50, 0.90, 0.95, 0.99)
+# perf_analyzer's stability rule: the last three windows agree within its default 10%.
+STABLE_WINDOWS = 3
+# A point keeps measuring until at least this long has been timed, so the machine-load reading
+# around it covers a real window (timing.MIN_LOAD_WINDOW_S) instead of sleeping to fill one.
+MIN_MEASURED_S = 0.2
+# Above this many client streams per core, the clients' own scheduling, not the model, sets the
+# latency a closed loop measures.
+MAX_STREAMS_PER_CORE = 16
+# Host gaps above this share of a call plus its gap are attention, when they are also longer
+# than the floor: a Python serving loop's own bookkeeping costs a few microseconds per request,
+# which is a large share of a tiny model's call and no finding.
+HOST_GAP_SHARE = 0.10
+HOST_GAP_FLOOR_S = 50e-6
+# Open-loop rates tried when none are given: shares of the capacity one stream measured.
+RATE_SHARES = (0.3, 0.6, 0.8, 0.95)
+
+PointStatus = Literal["ok", "compile failed", "failed"]
+LoopKind = Literal["closed", "open"]
+
+
+def _tuple(value: Any, kind: type) -> tuple[Any, ...]:
+    return tuple(kind(v) for v in value)
+
+
+@dataclass(frozen=True)
+class ServingSettings:
+    """What notebook 05 measures, from its parameters (each field is one)."""
+
+    batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
+    modes: tuple[str, ...] = (COMPILED,)
+    latency_slo_ms: float = 0.0  # 0: no SLO
+    slo_percentile: float = 99.0
+    window_requests: int = 160
+    stability: float = 0.10
+    window_budget_s: float = 5.0
+    concurrency: tuple[int, ...] = (1, 2, 4)
+    arrival_rates: tuple[float, ...] = ()
+    arrival_requests: int = 460
+    load_budget_s: float = 3.0
+    token_timings: str = "auto"
+    prompt_lengths: tuple[int, ...] = (16, 64)
+    output_lengths: tuple[int, ...] = (8, 32)
+    token_repeats: int = 3
+    token_mode: str = EAGER
+    gap_requests: int = 100
+    prices_file: str = ""
+    instance_type: str = ""
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> ServingSettings:
+        """The settings from notebook 05's parameters (a missing one keeps its default)."""
+        default = cls()
+        values: dict[str, Any] = {}
+        # serving_batch_sizes: notebook 04's batch_sizes is its training sweep, another thing.
+        values["batch_sizes"] = _tuple(params.get("serving_batch_sizes", default.batch_sizes), int)
+        for name, kind in (
+            ("modes", str),
+            ("concurrency", int),
+            ("arrival_rates", float),
+            ("prompt_lengths", int),
+            ("output_lengths", int),
+        ):
+            values[name] = _tuple(params.get(name, getattr(default, name)), kind)
+        for name in (
+            "latency_slo_ms",
+            "slo_percentile",
+            "window_requests",
+            "stability",
+            "window_budget_s",
+            "arrival_requests",
+            "load_budget_s",
+            "token_timings",
+            "token_repeats",
+            "token_mode",
+            "gap_requests",
+            "prices_file",
+            "instance_type",
+        ):
+            values[name] = params.get(name, getattr(default, name))
+        return cls(**values)
+
+    def __post_init__(self) -> None:
+        if not self.batch_sizes or min(self.batch_sizes) < 1:
+            raise BadInput(
+                f"serving_batch_sizes {list(self.batch_sizes)}: give one or more sizes >= 1."
+            )
+        for name, values, allowed in (
+            ("modes", self.modes, MODES),
+            ("token_mode", (self.token_mode,), MODES),
+            ("token_timings", (self.token_timings,), TOKEN_CHOICES),
+        ):
+            if not values or any(v not in allowed for v in values):
+                raise BadInput(f"{name} {list(values)!r}: choose from {', '.join(allowed)}.")
+        if self.latency_slo_ms < 0:
+            raise BadInput(f"latency_slo_ms {self.latency_slo_ms}: use 0 (no SLO) or more.")
+        if not 50 <= self.slo_percentile < 100:
+            raise BadInput(
+                f"slo_percentile {self.slo_percentile}: use a percentile from 50 to below 100."
+            )
+        if not 0 < self.stability < 1:
+            raise BadInput(f"stability {self.stability}: use a share between 0 and 1 (0.1).")
+        for name in ("window_requests", "arrival_requests", "gap_requests", "token_repeats"):
+            if getattr(self, name) < 1:
+                raise BadInput(f"{name} {getattr(self, name)}: use 1 or more.")
+        for name in ("window_budget_s", "load_budget_s"):
+            if getattr(self, name) <= 0:
+                raise BadInput(f"{name} {getattr(self, name)}: use a positive number of seconds.")
+        if any(c < 1 for c in self.concurrency):
+            raise BadInput(f"concurrency {list(self.concurrency)}: streams must be 1 or more.")
+        if any(r <= 0 for r in self.arrival_rates):
+            raise BadInput(f"arrival_rates {list(self.arrival_rates)}: rates must be positive.")
+        if any(n < 1 for n in (*self.prompt_lengths, *self.output_lengths)):
+            raise BadInput("prompt_lengths and output_lengths must be 1 or more tokens.")
+
+    @property
+    def quantile(self) -> float:
+        """The SLO's percentile as a quantile (99 -> 0.99)."""
+        return self.slo_percentile / 100
+
+    @property
+    def served_mode(self) -> str:
+        """The mode the SLO, the load sections and the host gaps use: compiled where measured,
+        as a service would run it."""
+        return COMPILED if COMPILED in self.modes else EAGER
+
+
+STABILITY_RULE_WORDS = (
+    "a batch size is measured in windows of {requests} requests; it is stable when the last "
+    f"{STABLE_WINDOWS} windows' throughputs and median latencies each agree within "
+    "{tolerance:.0%} (max/min, perf_analyzer's rule), after at least "
+    f"{MIN_MEASURED_S:g} s of timed calls; a point that is not stable within its "
+    "{budget:g} s budget is reported as measured and marked unstable"
+)
+
+
+def stability_rule(settings: ServingSettings) -> str:
+    return STABILITY_RULE_WORDS.format(
+        requests=settings.window_requests,
+        tolerance=settings.stability,
+        budget=settings.window_budget_s,
+    )
+
+
+@dataclass
+class Window:
+    """One measurement window: its requests (calls), wall time, throughput and median."""
+
+    calls: int
+    seconds: float
+    throughput: float  # requests (samples) per second over the window
+    median: float  # median call latency, s
+
+
+def tail(measurement: Measurement, q: float) -> tuple[str, float, bool]:
+    """The q-th percentile where the sample count supports it (timing.samples_for_percentile),
+    else the maximum, named "max of n": (label, value, supported)."""
+    label, value = measurement.tail(q)
+    return label, value, measurement.supports(q)
+
+
+@dataclass
+class BatchPoint:
+    """One batch size in one mode: its first call (the compile of this shape), the windows
+    until stable, and the latency distribution of the last windows."""
+
+    mode: str
+    batch_size: int
+    status: PointStatus
+    items_per_sample: int = 1  # tokens per request for sequence workloads
+    first_call: float | None = None  # s: where this shape's compile lands
+    compiles: int | None = None  # graphs compiled by the first call (None: not counted)
+    window_compiles: int = 0  # graphs compiled while the windows ran (a spike in serving)
+    windows: list[Window] = field(default_factory=list)
+    stable: bool = False
+    latency: Measurement | None = None  # the last windows' call times, s
+    host_peak_rss: int | None = None  # bytes, while the windows ran
+    device_peak_allocated: int | None = None
+    error: str = ""  # one sentence, for a point that did not measure
+
+    @property
+    def measured_windows(self) -> list[Window]:
+        return self.windows[-STABLE_WINDOWS:]
+
+    @property
+    def throughput(self) -> float | None:
+        """Requests per second over the windows the latency comes from."""
+        windows = self.measured_windows
+        seconds = sum(w.seconds for w in windows)
+        if self.status != "ok" or seconds <= 0:
+            return None
+        return sum(w.calls for w in windows) * self.batch_size / seconds
+
+    def tail(self, q: float) -> tuple[str, float, bool] | None:
+        return tail(self.latency, q) if self.latency is not None else None
+
+    @property
+    def name(self) -> str:
+        return f"batch {self.batch_size} {self.mode}"
+
+
+def benchmark_report(point: BatchPoint) -> dict[str, Any]:
+    """The point in NxD Inference's benchmark keys (latency_ms_p50 ... latency_ms_p100,
+    latency_ms_avg, throughput), with the sample count and which percentiles it supports: the
+    values are the plain interpolated percentiles NxD computes, the support says which of them
+    a report may claim."""
+    if point.latency is None:
+        return {"n_samples": 0, "supported": [], "throughput": None}
+    ordered = sorted(point.latency.times)
+    report: dict[str, Any] = {
+        f"latency_ms_p{round(q * 100)}": quantile(ordered, q) * 1e3 for q in REPORTED_QUANTILES
+    }
+    report["latency_ms_p100"] = ordered[-1] * 1e3
+    report["latency_ms_avg"] = point.latency.mean * 1e3
+    report["throughput"] = point.throughput
+    report["n_samples"] = len(ordered)
+    report["supported"] = [
+        percentile_label(q) for q in REPORTED_QUANTILES if point.latency.supports(q)
+    ] + ["p100"]
+    return report
+
+
+@dataclass
+class SloAnswer:
+    """The largest batch whose measured percentile meets the SLO, or the closest one and what
+    holds it back."""
+
+    slo_ms: float
+    percentile: float
+    mode: str
+    chosen: int | None  # batch size; None: none meets it
+    tail_label: str  # "p99" or "max of 480": what was compared with the SLO
+    tail_ms: float | None
+    throughput: float | None
+    closest: int | None = None  # when none meets it: the batch with the lowest tail
+    limit: str = ""  # what limits the closest batch, one sentence
+    cost_per_1000: float | None = None  # USD per 1,000 requests at the chosen batch
+    cost_note: str = ""
+
+    def sentence(self, unit: str) -> str:
+        head = f"{percentile_label(self.percentile / 100)} SLO {self.slo_ms:g} ms ({self.mode})"
+        if self.chosen is None:
+            if self.closest is None:
+                return f"{head}: no batch size was measured"
+            return (
+                f"{head}: none meets it; the closest is batch {self.closest} at "
+                f"{self.tail_label} = {self.tail_ms:.3g} ms: {self.limit}"
+            )
+        text = (
+            f"{head}: largest batch that meets it is {self.chosen} ({self.tail_label} = "
+            f"{self.tail_ms:.3g} ms), {self.throughput:,.0f} {unit}"
+        )
+        if self.cost_per_1000 is not None:
+            text += f", ${self.cost_per_1000:.4g} per 1,000 requests"
+        return text
+
+
+@dataclass
+class LoadPoint:
+    """One load level: N closed-loop streams, or an open-loop Poisson rate, at batch 1 through
+    one model instance that serves one request at a time. Latency is from the request's arrival
+    (its scheduled time, in the open loop) to its completion: queueing delay plus compute."""
+
+    loop: LoopKind
+    streams: int | None  # closed loop
+    rate: float | None  # open loop: offered requests per second
+    requests: int  # completed
+    seconds: float  # from the first arrival to the last completion
+    latency: Measurement | None
+    queue: Measurement | None
+    compute: Measurement | None
+    slo_held: bool | None = None  # None: no SLO
+    cut_short: bool = False  # the budget ended the level before all its requests
+
+    @property
+    def achieved(self) -> float | None:
+        return self.requests / self.seconds if self.seconds > 0 else None
+
+    @property
+    def name(self) -> str:
+        if self.loop == "closed":
+            return f"{self.streams} stream(s)"
+        return f"{self.rate:,.0f} req/s"
+
+
+@dataclass
+class TokenCell:
+    """One (prompt length, output length) of a generating model, batch 1: prefill and decode
+    apart, from the measured repeats (a first, warm-up repeat compiles every new shape)."""
+
+    prompt: int
+    output: int
+    ttft: Measurement | None = None  # prefill call plus the first token, s
+    prefill: Measurement | None = None  # the prefill call alone
+    tpot: Measurement | None = None  # time per output token after the first (each interval)
+    decode_call: Measurement | None = None  # each decode forward alone
+    decode_gap: Measurement | None = None  # between two decode forwards: sampling, cache update
+    warmup_compiles: int | None = None  # graphs compiled by the warm-up repeat
+    measured_compiles: int | None = None  # graphs compiled by the measured repeats
+    error: str = ""
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        if self.ttft is None or self.tpot is None:
+            return None
+        total = self.ttft.median + self.tpot.median * (self.output - 1)
+        return self.output / total if total > 0 else None
+
+
+@dataclass
+class TokenStudy:
+    mode: str
+    cells: list[TokenCell]
+    prefill_shapes: int  # distinct prompt lengths: one compile each on Neuron
+    decode_shapes: int  # distinct KV-cache lengths the decode steps see: one compile each
+    prefill_buckets: list[int]  # bucket lengths (tuning/buckets.py) that hold the prompts
+    decode_buckets: list[int]
+    statement: str  # the static-shape consequence, in words
+
+    @property
+    def measured_compiles(self) -> int | None:
+        counts = [c.warmup_compiles for c in self.cells if c.warmup_compiles is not None]
+        return sum(counts) if counts else None
+
+
+@dataclass
+class GapSeries:
+    """Time between consecutive device executions (one per pair of consecutive model calls), as
+    its own series, each gap with its cause."""
+
+    where: str
+    gaps: list[float]  # s
+    calls: list[float]  # each model call, synchronized, s
+    causes: list[str]  # one per gap
+    device_seconds: list[float] | None  # the runtime's execution time per call, where reported
+    source: str
+
+    @property
+    def gap(self) -> Measurement | None:
+        return Measurement(self.gaps) if self.gaps else None
+
+    @property
+    def share(self) -> float:
+        """The median gap's share of a call plus its gap: the device's idle share."""
+        if not self.gaps or not self.calls:
+            return 0.0
+        gap, call = Measurement(self.gaps).median, Measurement(self.calls).median
+        return gap / (gap + call) if gap + call > 0 else 0.0
+
+    @property
+    def flagged(self) -> bool:
+        """Whether the gaps are a finding: above HOST_GAP_SHARE and HOST_GAP_FLOOR_S."""
+        gap = self.gap
+        return gap is not None and self.share > HOST_GAP_SHARE and gap.median > HOST_GAP_FLOOR_S
+
+    def lead_cause(self) -> str:
+        """The cause behind most of the gap time."""
+        totals: dict[str, float] = {}
+        for gap, cause in zip(self.gaps, self.causes, strict=True):
+            totals[cause] = totals.get(cause, 0.0) + gap
+        return max(totals, key=totals.__getitem__) if totals else ""
+
+    def host_in_call(self) -> Measurement | None:
+        """Host time inside each call (tracing, launch): the call less the runtime's execution
+        time, where the target reports it."""
+        if not self.device_seconds or len(self.device_seconds) != len(self.calls):
+            return None
+        pairs = zip(self.calls, self.device_seconds, strict=True)
+        return Measurement([max(call - device, 0.0) for call, device in pairs])
+
+    def sentence(self) -> str:
+        gap = self.gap
+        if gap is None:
+            return f"{self.where}: no gap measured"
+        text = (
+            f"{self.where}: median gap {format_seconds(gap.median)} between device executions "
+            f"({self.share:.0%} of each call plus gap), mostly {self.lead_cause()}"
+        )
+        inside = self.host_in_call()
+        if inside is not None:
+            text += (
+                f"; inside each call the host adds {format_seconds(inside.median)} (median) to "
+                "the runtime's execution time"
+            )
+        return text
+
+
+@dataclass
+class Problem:
+    """A request this run could not serve as asked, one sentence; the rest was measured."""
+
+    section: str
+    sentence: str
+
+
+@dataclass
+class ServingResult:
+    workload: dict[str, Any]
+    target: dict[str, Any]
+    settings: ServingSettings
+    compiled_means: str
+    throughput_unit: str  # requests/s
+    points: list[BatchPoint]
+    slo: SloAnswer | None
+    closed_loop: list[LoadPoint]
+    open_loop: list[LoadPoint]
+    highest_rate: float | None  # open-loop rate (req/s) at which the SLO still held
+    tokens: TokenStudy | None
+    gaps: GapSeries | None
+    problems: list[Problem]
+    host_memory_source: str
+    device_memory_source: str
+    wall_seconds: float
+    measured_seconds: float  # time inside timed calls and load windows
+
+    def served(self) -> list[BatchPoint]:
+        mode = self.settings.served_mode
+        return [p for p in self.points if p.mode == mode]
+
+    def point(self, batch: int, mode: str) -> BatchPoint | None:
+        return next((p for p in self.points if p.batch_size == batch and p.mode == mode), None)
+
+    def headline(self) -> str:
+        target = self.target.get("name", "?")
+        q = self.settings.quantile
+        parts = []
+        if self.slo is not None:
+            parts.append(self.slo.sentence(self.throughput_unit))
+        one = self.point(1, self.settings.served_mode)
+        if one is not None and one.tail(q) is not None:
+            label, value, _ = one.tail(q)  # type: ignore[misc]
+            assert one.latency is not None
+            parts.append(
+                f"batch 1 ({one.mode}): median {format_seconds(one.latency.median)}, {label} = "
+                f"{format_seconds(value)} ({len(one.latency.times)} samples)"
+            )
+        best = max(
+            (p for p in self.served() if p.throughput),
+            key=lambda p: p.throughput or 0,
+            default=None,
+        )
+        if best is not None and best.throughput:
+            parts.append(
+                f"most throughput at batch {best.batch_size}: "
+                f"{best.throughput:,.0f} {self.throughput_unit}"
+            )
+        if self.highest_rate is not None:
+            parts.append(f"the SLO holds up to {self.highest_rate:,.0f} req/s (open loop)")
+        if self.tokens is not None:
+            cell = next((c for c in self.tokens.cells if c.ttft and c.tpot), None)
+            if cell is not None and cell.ttft and cell.tpot:
+                parts.append(
+                    f"prompt {cell.prompt}: TTFT {format_seconds(cell.ttft.median)}, TPOT "
+                    f"{format_seconds(cell.tpot.median)}"
+                )
+        if not parts:
+            parts.append("no batch size could be served")
+        return f"On {target}, " + "; ".join(parts) + "."
+
+
+SERVING_RULE = (
+    "blocker: no batch size could be served, a graph compiled while requests were being timed, "
+    "or no batch meets the latency SLO; attention: a batch size that failed or did not compile, "
+    "a point that never stabilised within its budget, a point timed on a loaded machine, no "
+    "open-loop rate held the SLO, host gaps (median) above "
+    f"{HOST_GAP_SHARE:.0%} of a call plus its gap and above {HOST_GAP_FLOOR_S * 1e6:g} µs, "
+    "or a request the run could not serve as asked (a concurrency the machine cannot give, "
+    "token timings without generate, a token shape that failed); pass otherwise"
+)
+
+
+def serving_verdict(result: ServingResult) -> Verdict:
+    """Notebook 05's verdict, by SERVING_RULE."""
+    findings = []
+    ok = [p for p in result.points if p.status == "ok"]
+    if not ok:
+        findings.append(Finding(BLOCKER, "no batch size could be served"))
+    for point in result.points:
+        if point.status != "ok":
+            findings.append(Finding(ATTENTION, f"{point.name}: {point.error}"))
+            continue
+        if point.window_compiles:
+            findings.append(
+                Finding(
+                    BLOCKER,
+                    f"{point.name}: {point.window_compiles} graph(s) compiled while requests "
+                    "were timed (each is a latency spike in service)",
+                )
+            )
+        if not point.stable:
+            findings.append(
+                Finding(
+                    ATTENTION,
+                    f"{point.name}: the windows never agreed within "
+                    f"{result.settings.stability:.0%} in {result.settings.window_budget_s:g} s",
+                )
+            )
+        if point.latency is not None and point.latency.loaded and point.latency.host:
+            findings.append(
+                Finding(
+                    ATTENTION,
+                    f"{point.name}: timed on a loaded machine ({point.latency.host.shares()})",
+                )
+            )
+    if result.slo is not None and result.slo.chosen is None and ok:
+        findings.append(Finding(BLOCKER, result.slo.sentence(result.throughput_unit)))
+    if result.slo is not None and result.open_loop and result.highest_rate is None:
+        findings.append(
+            Finding(ATTENTION, "no open-loop request rate held the SLO, even the lowest tried")
+        )
+    if result.gaps is not None and result.gaps.flagged:
+        findings.append(Finding(ATTENTION, f"host gaps: {result.gaps.sentence()}"))
+    for problem in result.problems:
+        findings.append(Finding(ATTENTION, f"{problem.section}: {problem.sentence}"))
+    return judge(
+        findings,
+        SERVING_RULE,
+        "every batch size served and stabilised, nothing compiled while timed"
+        + (", and a batch meets the SLO" if result.slo is not None else ""),
+    )
+
+
+def _point_data(point: BatchPoint, q: float) -> dict[str, Any]:
+    found = point.tail(q)
+    return {
+        **asdict(point),
+        "throughput": point.throughput,
+        "tail_label": found[0] if found else None,
+        "tail": found[1] if found else None,
+        "benchmark_report": benchmark_report(point),
+    }
+
+
+def _load_data(point: LoadPoint) -> dict[str, Any]:
+    return {**asdict(point), "achieved": point.achieved}
+
+
+def result_data(result: ServingResult) -> dict[str, Any]:
+    """Everything 05_serving.json keeps; raw samples sit under each measurement's times."""
+    settings = result.settings
+    q = settings.quantile
+    return {
+        "headline": result.headline(),
+        "verdict": serving_verdict(result),
+        "target": result.target | {"compiled_means": result.compiled_means},
+        "workload": result.workload,
+        "settings": asdict(settings),
+        "throughput_unit": result.throughput_unit,
+        "points": [_point_data(p, q) for p in result.points],
+        # NxD Inference's benchmark keys per batch size and mode, to set beside its own report.
+        "benchmark_report": {
+            f"batch_{p.batch_size}_{p.mode}": benchmark_report(p) for p in result.points
+        },
+        "slo": result.slo,
+        "closed_loop": [_load_data(p) for p in result.closed_loop],
+        "open_loop": [_load_data(p) for p in result.open_loop],
+        "highest_rate": result.highest_rate,
+        "tokens": result.tokens,
+        "gaps": result.gaps,
+        "problems": result.problems,
+        "sources": {
+            "timing": (
+                "time.perf_counter around each call, the target synchronized before the clock "
+                "is read"
+            ),
+            "stability": stability_rule(settings),
+            "percentiles": (
+                f"a percentile is claimed only from enough samples (MLPerf's early-stopping "
+                f"count: {samples_for_percentile(0.99)} for p99, "
+                f"{samples_for_percentile(0.95)} for p95, {samples_for_percentile(0.90)} for "
+                "p90); below that the report gives the maximum, named 'max of n'"
+            ),
+            "load": (
+                "one model instance serving one request at a time from a queue; closed loop: N "
+                "client streams, each sending its next request when the last returns; open "
+                "loop: Poisson arrivals (MLPerf's server scenario), latency from the scheduled "
+                "arrival"
+            ),
+            "host_load": HOST_LOAD_RULE,
+            "host_memory": result.host_memory_source,
+            "device_memory": result.device_memory_source,
+            "cpu_cores": os.cpu_count(),
+        },
+        "wall_seconds": result.wall_seconds,
+        "measured_seconds": result.measured_seconds,
+    }
