@@ -12,7 +12,8 @@
    workload, compile cache, the "this run" table) executed by papermill in a fresh kernel,
    against an empty notebook executed the same way, interleaved A B B A in 3 pairs; the median
    difference is printed, and what is left of it beyond a notebook whose one cell imports torch
-   (measured the same way). Issue aim: within 1.5 s of the empty notebook.
+   (measured the same way). Notebooks 01-05 draw, so a notebook importing torch and matplotlib
+   is printed too: their floor. Issue aim: within 1.5 s of the empty notebook.
 """
 
 from __future__ import annotations
@@ -130,6 +131,13 @@ def startup_overheads(workload: str, cache: Path) -> None:
             f"`import torch` alone: {torch_cost:.2f} s over an empty notebook ({empty_s:.2f} s; "
             f"pairs: {', '.join(f'{d:.2f}' for d in pairs)})"
         )
+        # Notebooks 01-05 draw figures, so matplotlib is part of their floor as well; 00 does not.
+        drawing = one_cell_notebook(folder, "import-torch-mpl", "import torch, matplotlib.figure")
+        drawing_cost, _, pairs = paired_difference(empty, drawing, {}, kernel, folder)
+        print(
+            f"`import torch, matplotlib.figure` alone: {drawing_cost:.2f} s over an empty "
+            f"notebook (pairs: {', '.join(f'{d:.2f}' for d in pairs)})"
+        )
         for path in sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")):
             trimmed = startup_notebook(path, folder)
             params = {"target": "cpu", "out_dir": str(folder), "progress_bars": False}
@@ -143,7 +151,9 @@ def startup_overheads(workload: str, cache: Path) -> None:
                 f"start-up overhead {path.stem}: {overhead:.2f} s over an empty notebook "
                 f"({empty_s:.2f} s; pairs: {', '.join(f'{d:.2f}' for d in pairs)}; aim <= 1.5 s), "
                 f"{overhead - torch_cost:.2f} s beyond `import torch`"
-            )
+                + ("" if path.stem == "00_environment" else
+                   f", {overhead - drawing_cost:.2f} s beyond torch and matplotlib")
+            )  # fmt: skip
 
 
 def main() -> int:

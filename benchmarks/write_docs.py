@@ -11,6 +11,9 @@ comparable between machines. A benchmark that exits non-zero is written with its
 the end of its standard error, and this script then exits 1, so a broken benchmark is never
 published as a result.
 
+It also rewrites the block between README.md's two benchmark markers with the lines that state
+an aim or a ratio against a reference, so the README quotes the same run the page shows.
+
 The benchmarks import the `workbench` package of the checkout this script lives in (it is put
 first on PYTHONPATH), whatever checkout the virtualenv's editable install points at; run it in a
 clean clone to measure one commit, which the page then names.
@@ -30,6 +33,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "docs" / "benchmarks.md"
+README = REPO / "README.md"
+README_START = "<!-- benchmarks: written by benchmarks/write_docs.py -->"
+README_END = "<!-- /benchmarks -->"
+# A printed line the README quotes: one that states its aim, or a ratio against a reference.
+KEY_LINE_MARKS = ("aim", "ratio vs torch.utils.benchmark")
 STDERR_TAIL_LINES = 30
 
 # notebook_wall_time.py is the helper bench_coverage and bench_retuning use; it has no command
@@ -266,6 +274,41 @@ def page(outcomes: list[Outcome], started: datetime.datetime, machine: str, code
     return "\n".join(lines)
 
 
+def key_lines(outcome: Outcome) -> list[str]:
+    """The lines of a benchmark's output that state an aim or a ratio against a reference."""
+    return [
+        line.strip()
+        for line in outcome.stdout.splitlines()
+        if any(mark in line for mark in KEY_LINE_MARKS)
+    ]
+
+
+def readme_block(outcomes: list[Outcome], started: datetime.datetime, code: str) -> str:
+    lines = [line for outcome in outcomes for line in key_lines(outcome)]
+    return "\n".join(
+        [
+            README_START,
+            f"From the run of {started:%Y-%m-%d}, {code}; each line with its context in",
+            "[docs/benchmarks.md](docs/benchmarks.md):",
+            "",
+            f"{fence(chr(10).join(lines))}text",
+            *lines,
+            fence("\n".join(lines)),
+            README_END,
+        ]
+    )
+
+
+def with_readme_block(readme: str, block: str) -> str:
+    """README.md's text with the block between the markers replaced; the markers must exist."""
+    start, end = readme.find(README_START), readme.find(README_END)
+    if start < 0 or end < start:
+        raise SystemExit(
+            f"README.md has no '{README_START}' ... '{README_END}' block to write the figures into."
+        )
+    return readme[:start] + block + readme[end + len(README_END) :]
+
+
 def write_atomically(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
@@ -277,6 +320,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the page to write")
     args = parser.parse_args()
+    # A page written elsewhere is a trial run: the README keeps the figures it quotes.
+    update_readme = args.out.resolve() == DEFAULT_OUT
+    if update_readme:
+        with_readme_block(README.read_text(), "")  # missing markers fail now, not after the run
     started = datetime.datetime.now(datetime.timezone.utc)
     load = os.getloadavg()[0]
     machine = (
@@ -290,9 +337,14 @@ def main() -> int:
     failed = [outcome.benchmark.name for outcome in outcomes if outcome.returncode != 0]
     total = sum(outcome.seconds for outcome in outcomes)
     print(f"wrote {args.out} after {total:.0f} s", file=sys.stderr)
-    if failed:
+    if failed:  # the page shows the failure; the README keeps the last complete figures
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
         return 1
+    if update_readme:
+        write_atomically(
+            README, with_readme_block(README.read_text(), readme_block(outcomes, started, code))
+        )
+        print(f"updated the figures in {README.name}", file=sys.stderr)
     return 0
 
 

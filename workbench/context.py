@@ -134,12 +134,17 @@ def start(notebook: str, namespace: dict[str, Any], *, with_workload: bool = Tru
 
 
 def _use_png_figures() -> None:
-    """PNG at a modest dpi: SVG balloons report size for dense plots."""
+    """Figures display as the palette PNG the reports embed (markup.figure_png). The formatter
+    is registered by the figure's class name, so matplotlib (half a second to import) is loaded
+    only by a notebook that draws; 00 draws nothing."""
     try:
-        from matplotlib_inline.backend_inline import set_matplotlib_formats
-    except ImportError:  # outside a kernel there is nothing to configure
+        from IPython import get_ipython
+    except ImportError:  # outside IPython there is nothing to configure
         return
-    import matplotlib
-
-    set_matplotlib_formats("png")
-    matplotlib.rcParams["figure.dpi"] = 100
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "display_formatter"):
+        return
+    formatters = shell.display_formatter.formatters
+    for mime in ("image/svg+xml", "application/pdf", "image/jpeg"):
+        formatters[mime].pop("matplotlib.figure.Figure", None)
+    formatters["image/png"].for_type_by_name("matplotlib.figure", "Figure", show.figure_png_base64)

@@ -364,3 +364,30 @@ def test_report_without_a_result_says_so_on_top(tmp_path):
     page = export_html(path, path.with_suffix(".html")).read_text()
     body = page.split("<main>", 1)[1]
     assert body.index("No result: the notebook stopped") < body.index("EVIDENCE-TABLE")
+
+
+def test_a_figure_is_embedded_as_a_palette_png_that_keeps_its_pixels_and_loses_bytes():
+    import io
+
+    from matplotlib.figure import Figure
+    from PIL import Image
+
+    from workbench.markup import FIGURE_DPI, figure_png, figure_png_base64
+
+    figure = Figure(figsize=(8, 3))
+    axes = figure.add_subplot()
+    for shift in range(4):
+        axes.plot(
+            [i * 0.1 for i in range(200)], [((i + shift * 7) % 23) ** 0.5 for i in range(200)]
+        )
+    rgba = io.BytesIO()
+    figure.savefig(rgba, format="png", dpi=FIGURE_DPI, bbox_inches="tight")
+    palette = figure_png(figure)
+    shown, original = Image.open(io.BytesIO(palette)), Image.open(rgba)
+    assert shown.mode == "P" and shown.size == original.size
+    assert len(palette) < 0.6 * len(rgba.getvalue())
+    # Colour for colour, no pixel drifts far: the quantized image is the same picture.
+    pixels = zip(shown.convert("RGB").tobytes(), original.convert("RGB").tobytes(), strict=True)
+    diff = sorted(abs(a - b) for a, b in pixels)  # 256 colours: mean 1.5, 99.9% <= 15 here
+    assert sum(diff) / len(diff) < 2.5 and diff[int(len(diff) * 0.999)] <= 24  # 32 fail both
+    assert figure_png_base64(Figure()) is None  # nothing drawn: Jupyter shows nothing

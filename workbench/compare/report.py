@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from workbench.compare.records import (
     comparison_data,
 )
 from workbench.compare.timing import HISTORY_SPREAD_RUNS, PAIR_RULE
+from workbench.markup import figure_png
 from workbench.redact import scrub_text
 from workbench.results import write_json_atomic, write_text_atomic
 
@@ -73,9 +73,7 @@ def timing_figure_html(comparison: Comparison) -> str:
     figure = timing_series(comparison)
     if figure is None:
         return "<p>Fewer than two runs measured timings: nothing to plot.</p>"
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=90)
-    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    data = base64.b64encode(figure_png(figure, dpi=90)).decode("ascii")
     alt = (
         "Steady-state median and p99, throughput, first call and peak memory of each step over "
         "the runs compared"
