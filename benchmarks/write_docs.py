@@ -285,15 +285,16 @@ def key_lines(outcome: Outcome) -> list[str]:
 
 def readme_block(outcomes: list[Outcome], started: datetime.datetime, code: str) -> str:
     lines = [line for outcome in outcomes for line in key_lines(outcome)]
+    marks = fence("\n".join(lines))
     return "\n".join(
         [
             README_START,
             f"From the run of {started:%Y-%m-%d}, {code}; each line with its context in",
             "[docs/benchmarks.md](docs/benchmarks.md):",
             "",
-            f"{fence(chr(10).join(lines))}text",
+            f"{marks}text",
             *lines,
-            fence("\n".join(lines)),
+            marks,
             README_END,
         ]
     )

@@ -112,15 +112,19 @@ def lab(tmp_path) -> Iterator[tuple[str, Path]]:
         log.close()
 
 
+# A cell queued or running shows the busy prompt `[*]`.
+_BUSY_PROMPT = (
+    "[...document.querySelectorAll('.jp-InputPrompt')].some(p => p.textContent.includes('*'))"
+)
+
+
 def _wait_idle(page, timeout_ms: int = 240_000) -> None:
     """Until the kernel has run everything queued: no cell shows the busy prompt `[*]`."""
     page.wait_for_function(
-        """() => {
+        f"""() => {{
             const status = document.querySelector('.jp-Notebook-ExecutionIndicator');
-            const busy = [...document.querySelectorAll('.jp-InputPrompt')]
-                .some(p => p.textContent.includes('*'));
-            return !busy && (!status || status.getAttribute('data-status') !== 'busy');
-        }""",
+            return !({_BUSY_PROMPT}) && (!status || status.getAttribute('data-status') !== 'busy');
+        }}""",
         timeout=timeout_ms,
     )
 
@@ -209,10 +213,7 @@ def _wait_for_panel(page, seconds: float = 120, rerun_after: float = 45) -> None
 
 
 def _kernel_idle(page) -> bool:
-    return page.evaluate(
-        """() => ![...document.querySelectorAll('.jp-InputPrompt')]
-                .some(p => p.textContent.includes('*'))"""
-    )
+    return page.evaluate(f"() => !({_BUSY_PROMPT})")
 
 
 # Every cell stays in the page (JupyterLab 4 otherwise renders only the cells in view), and no

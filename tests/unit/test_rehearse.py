@@ -60,9 +60,11 @@ def test_the_page_names_the_metrics_that_did_not_move_and_escapes_them():
         _timing("infer/eager steady median", WITHIN_GATE, 1.02),
         _timing("<b>custom</b> p99", UNCHANGED),
     )
-    sides = tuple(Environment(r, r, Path(f"/{r}/bin/python"), v) for r, v in
-                  (("pinned", "2.9.0"), ("candidate", "2.13.0")))  # fmt: skip
-    page = render(sides, comparison, judge_pin(comparison, 0, ""))  # type: ignore[arg-type]
+    sides = (
+        Environment("pinned", "pinned", Path("/pinned/bin/python"), "2.9.0"),
+        Environment("candidate", "candidate", Path("/candidate/bin/python"), "2.13.0"),
+    )
+    page = render(sides, comparison, judge_pin(comparison, 0, ""))
     assert "HOLD THE PIN" in page
     assert "Unchanged or within their gate (2): infer/eager steady median" in page
     assert "&lt;b&gt;custom&lt;/b&gt; p99" in page and "<b>custom</b>" not in page
