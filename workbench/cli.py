@@ -94,6 +94,7 @@ def _request(args: argparse.Namespace) -> Any:
     """The RunRequest that `run` and `open` share: options win over the config file."""
     from workbench.params import parse_assignments
     from workbench.runner import DEFAULT_CELL_TIMEOUT_S, RunRequest
+    from workbench.workloads.hf_folder import absolute_spec
 
     config = _load_config(Path(args.config)) if args.config else {}
     parameters = {**config.get("parameters", {}), **parse_assignments(args.param or [])}
@@ -103,7 +104,8 @@ def _request(args: argparse.Namespace) -> Any:
     given_timeout = getattr(args, "cell_timeout", None)
     cell_timeout = given_timeout if given_timeout is not None else config.get("cell_timeout")
     return RunRequest(
-        workload=args.workload or config.get("workload") or DEFAULT_WORKLOAD,
+        # Notebooks run in another working folder: a relative hf:./folder is made absolute here.
+        workload=absolute_spec(args.workload or config.get("workload") or DEFAULT_WORKLOAD),
         target=args.target or config.get("target") or "auto",
         only=_only(args.only if args.only is not None else config.get("only")),
         out=Path(out) if out is not None else None,

@@ -41,6 +41,7 @@ WORKLOAD_PARAMETERS = (
     "image_size",
     "hf_config",
     "allow_partial_model",
+    "trust_remote_code",
 )
 # Set by the runner itself; users choose them with --workload / --target / --out /
 # --compile-cache.

@@ -91,8 +91,8 @@ def load_json(text: str, where: str) -> Any:
         value = json.loads(text)
     except RecursionError:
         raise BadInput(f"{where} nests deeper than this reads ({MAX_DEPTH} levels).") from None
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{where} is not readable JSON ({exc}).") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer of more than 4,300 digits
+        raise BadInput(f"{where} is not readable JSON ({str(exc).split(';')[0]}).") from None
     check_shape(value, where)
     return value
 

@@ -474,6 +474,7 @@ class WorkloadSpec:
     image_size: int | None = None  # hf: image side in pixels (None: the config's)
     hf_config: str = ""  # hf: config overrides, "key=value,key=value"
     allow_partial_model: bool = False  # hf: measure the part of the model a task keeps
+    trust_remote_code: bool = False  # hf: run the Python a checkpoint folder ships
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> WorkloadSpec:
@@ -490,6 +491,7 @@ class WorkloadSpec:
             image_size=params.get("image_size") or None,
             hf_config=params.get("hf_config") or "",
             allow_partial_model=bool(params.get("allow_partial_model")),
+            trust_remote_code=bool(params.get("trust_remote_code")),
         )
 
     def load(self) -> Workload:
@@ -505,6 +507,7 @@ class WorkloadSpec:
             image_size=self.image_size,
             hf_config=self.hf_config,
             allow_partial_model=self.allow_partial_model,
+            trust_remote_code=self.trust_remote_code,
         )
 
 
@@ -523,6 +526,7 @@ def load_workload(
     image_size: int | None = None,
     hf_config: str = "",
     allow_partial_model: bool = False,
+    trust_remote_code: bool = False,
 ) -> Workload:
     """Resolve a workload spec; every problem is a BadInput naming the spec and what is wrong."""
     if spec.startswith(HF_PREFIX):
@@ -536,6 +540,7 @@ def load_workload(
             image_size=image_size,
             config=hf_config,
             allow_partial_model=allow_partial_model,
+            trust_remote_code=trust_remote_code,
         )
         workload = load_hf_workload(spec, options)
         workload.spec = spec

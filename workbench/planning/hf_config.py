@@ -19,6 +19,7 @@ from torch import nn
 
 from workbench.errors import BadInput, describe_error
 from workbench.planning import symbols
+from workbench.workloads.hf_folder import check_sizes, read_config_json, refuse_remote_code
 from workbench.workloads.huggingface import TASKS, task_of_architecture
 
 HF_PREFIX = "hf:"
@@ -48,7 +49,7 @@ class HfModel:
     def build_meta(self) -> nn.Module:
         try:
             with torch.device("meta"):
-                return self.auto_class.from_config(self.config)
+                return self.auto_class.from_config(self.config, trust_remote_code=False)
         except Exception as exc:
             raise BadInput(
                 f"Workload {self.spec!r}: its config builds no model: {describe_error(exc)}."
@@ -83,8 +84,14 @@ def load_hf_model(spec: str) -> HfModel:
     if path.is_file() and path.name == "config.json":
         path = path.parent
     if (path / "config.json").is_file():
+        raw = read_config_json(spec, path)
+        refuse_remote_code(spec, path, raw, trusted=False, flag=None)
+        check_sizes(spec, raw, "config.json")
         try:
-            config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
+            # trust_remote_code is always given: left None, transformers asks on stdin.
+            config = transformers.AutoConfig.from_pretrained(
+                path, local_files_only=True, trust_remote_code=False
+            )
         except Exception as exc:
             raise BadInput(
                 f"Workload {spec!r}: config.json could not be read: {describe_error(exc)}."
@@ -99,6 +106,7 @@ def load_hf_model(spec: str) -> HfModel:
                 f"Workload {spec!r}: {name!r} is neither a folder with a config.json nor a "
                 "transformers model type."
             ) from None
+    check_sizes(spec, config.to_dict(), "config")
     architectures = list(getattr(config, "architectures", None) or [])
     task = next(filter(None, map(task_of_architecture, architectures)), None) or "causal-lm"
     auto_class = getattr(transformers, TASKS[task].auto_class)

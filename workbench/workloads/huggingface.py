@@ -12,9 +12,11 @@ folders load with `local_files_only=True`.
 from __future__ import annotations
 
 import copy
+import functools
 import importlib
 import inspect
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +43,11 @@ from workbench.workloads.hf_fidelity import (
     model_share,
     position_limit,
     unexpected_missing,
+)
+from workbench.workloads.hf_folder import (
+    check_sizes,
+    read_config_json,
+    refuse_remote_code,
 )
 
 CAUSAL_LM = "causal-lm"
@@ -115,6 +122,7 @@ class HfOptions:
     image_size: int | None = None
     config: str = ""  # "key=value,key=value" config overrides
     allow_partial_model: bool = False  # measure the part a task keeps (Whisper's decoder)
+    trust_remote_code: bool = False  # run the Python a checkpoint folder ships (auto_map)
 
 
 def _transformers() -> Any:
@@ -206,6 +214,7 @@ class _Source:
     folder: Path | None
     task: HfTask
     task_reason: str
+    trust_remote_code: bool = False  # the user opted in to the folder's own code
 
 
 def _resolve(spec: str, options: HfOptions, transformers: Any) -> _Source:
@@ -234,8 +243,16 @@ def _resolve(spec: str, options: HfOptions, transformers: Any) -> _Source:
                 f"Workload {spec!r}: {folder} has config.json but no weights "
                 "(model.safetensors or pytorch_model.bin)."
             )
+        raw = read_config_json(spec, folder)
+        refuse_remote_code(
+            spec, folder, raw, options.trust_remote_code, "-p trust_remote_code=true"
+        )
+        check_sizes(spec, raw, "config.json")
         try:
-            config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
+            # trust_remote_code is always given: left None, transformers asks on stdin.
+            config = transformers.AutoConfig.from_pretrained(
+                folder, local_files_only=True, trust_remote_code=options.trust_remote_code
+            )
         except Exception as exc:
             raise BadInput(
                 f"Workload {spec!r}: config.json could not be read: {describe_error(exc)}."
@@ -257,6 +274,7 @@ def _resolve(spec: str, options: HfOptions, transformers: Any) -> _Source:
         reason = f"the first head transformers has for model type {name!r}"
         architectures = []
 
+    check_sizes(spec, overrides, "hf_config")
     for key, value in overrides.items():
         if not hasattr(config, key):
             raise BadInput(
@@ -277,6 +295,7 @@ def _resolve(spec: str, options: HfOptions, transformers: Any) -> _Source:
                 f"Workload {spec!r}: hf_config {key}={value!r} is refused: {describe_error(exc)}."
             ) from None
 
+    check_sizes(spec, config.to_dict(), "config")
     if options.task:
         task_name, reason = options.task, "set with -p task"
     elif inferred:
@@ -286,7 +305,7 @@ def _resolve(spec: str, options: HfOptions, transformers: Any) -> _Source:
         what = f"architecture {architectures[0]}" if architectures else "its config"
         raise _unsupported_task(spec, f"the task cannot be inferred from {what}")
     _check_task_head(spec, config, TASKS[task_name], transformers)
-    return _Source(spec, config, folder, TASKS[task_name], reason)
+    return _Source(spec, config, folder, TASKS[task_name], reason, options.trust_remote_code)
 
 
 def _heads_of(model_type: str) -> list[str]:
@@ -301,6 +320,9 @@ def _check_task_head(spec: str, config: Any, task: HfTask, transformers: Any) ->
     model_type = str(getattr(config, "model_type", ""))
     heads = _heads_of(model_type)
     if task.name in heads:
+        return
+    # Only a trusted folder gets this far with an auto_map: its own code supplies the head.
+    if task.auto_class in (getattr(config, "auto_map", None) or {}):
         return
     _refuse_audio(spec, config, transformers, task)
     has = f"its heads here are {', '.join(heads)}" if heads else "it has none of them"
@@ -371,6 +393,7 @@ def _load_checkpoint(source: _Source, auto: Any) -> _Loaded:
                 # Mismatched shapes come back in the loading info, so the sentence below can
                 # name them (transformers' own error points at a report it logged).
                 ignore_mismatched_sizes=True,
+                trust_remote_code=source.trust_remote_code,
             )
     except Exception as exc:
         raise BadInput(
@@ -412,6 +435,21 @@ def _build_on_meta(spec: str, build: Callable[[Any], nn.Module], config: Any) ->
             f"Workload {spec!r}: {type(config).__name__} with these values builds no model: "
             f"{describe_error(exc)}."
         ) from None
+
+
+def _check_host_memory(spec: str, model: nn.Module) -> None:
+    """Refuse, before any weight is drawn or read, a model whose fp32 weights alone (the least a
+    build on the host allocates, before gradients and optimizer state) exceed this machine's
+    memory: the allocator would otherwise stop it partway, or the kernel be killed."""
+    count = sum(p.numel() for p in model.parameters())
+    need = 4 * count
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > total:
+        raise BadInput(
+            f"Workload {spec!r}: {count:,} parameters need {need / 2**30:,.1f} GiB for their "
+            f"fp32 weights alone, more than this machine's {total / 2**30:,.1f} GiB of memory; "
+            "make it smaller with -p hf_config=..."
+        )
 
 
 def _whole_model(source: _Source, transformers: Any) -> tuple[nn.Module, nn.Module] | None:
@@ -581,7 +619,10 @@ def load_hf_workload(spec: str, options: HfOptions) -> Workload:
     changed = _prepare_config(source)
     task, config = source.task, source.config
     auto = getattr(transformers, task.auto_class)
-    shape_model = _build_on_meta(spec, auto.from_config, config)
+    # trust_remote_code is always given: left None, transformers asks on stdin.
+    from_config = functools.partial(auto.from_config, trust_remote_code=source.trust_remote_code)
+    shape_model = _build_on_meta(spec, from_config, config)
+    _check_host_memory(spec, shape_model)
     attentions = _check_whole_model(source, shape_model, transformers, options.allow_partial_model)
     model_factory: Callable[[], nn.Module]
     if source.folder is not None:
@@ -593,8 +634,9 @@ def load_hf_workload(spec: str, options: HfOptions) -> Workload:
         model_factory = lambda: copy.deepcopy(loaded.model)  # noqa: E731
     else:
         # from_config draws the weights in build_model, under the workload's seed.
-        model_factory, weights = lambda: auto.from_config(config), "random-init weights"
-    model_class = auto._model_mapping[type(config)]
+        model_factory, weights = lambda: from_config(config), "random-init weights"
+    # A trusted folder's own model class is not in transformers' table.
+    model_class = auto._model_mapping.get(type(config), type(shape_model))
     batch_size = options.batch_size or DEFAULT_BATCH_SIZE
 
     sequence_length: int | None = None
