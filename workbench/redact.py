@@ -26,7 +26,10 @@ from functools import lru_cache
 REDACTED = "[redacted]"
 
 _SECRET_WORDS = re.compile(
-    r"KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|AUTH|SESSION|COOKIE|PRIVATE", re.IGNORECASE
+    r"KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|AUTH|SESSION|COOKIE|PRIVATE"
+    # AZURE_STORAGE_CONNECTION_STRING, DATABASE_CONN_STR: the string carries the account key.
+    r"|CONNECTION[_-]?STRING|CONN[_-]?STR",
+    re.IGNORECASE,
 )
 # Names that contain a secret word but hold well-known public content. Blanking them loses a
 # setting that matters (tokenizer threads); scrubbing their values would also rewrite common
@@ -114,6 +117,9 @@ _SECRET_WORDS_IN_NAMES = (
     # (--hf-token, but not --bypass or --max-tokens).
     r"[A-Za-z0-9]*(?:password|passwd|passphrase|secret)|pwd|pass|token|api[-_]?key|apikey"
     r"|access[-_]?key|secret[-_]?key|private[-_]?key|credentials?|signature|sig|auth"
+    # Azure connection strings (AccountKey=...;), Service Bus and Event Hubs
+    # (SharedAccessKey=...;) and `az --account-key`.
+    r"|account[-_]?key|shared[-_]?access[-_]?key"
 )
 _SECRET_KEYWORD = f"(?i:{_SECRET_WORDS_IN_NAMES})"
 _SECRET_FLAG = (
@@ -138,7 +144,7 @@ _QUOTE = r"(?:[\"'`]|&quot;|&\#39;|&\#x27;)"
 _UNAMBIGUOUS_SECRET_NAME = (
     r"(?i:(?:[A-Za-z0-9]+[-_.])*(?:[A-Za-z0-9]*(?:password|passwd|passphrase|secret)"
     r"|api[-_]?key|apikey|access[-_]?key|secret[-_]?key|private[-_]?key|credentials?"
-    r"|authorization)"
+    r"|account[-_]?key|shared[-_]?access[-_]?key|authorization)"
     r"|(?:[A-Za-z0-9]+[-_.])+(?:token|auth|pass|pwd|sig|signature))"
 )
 _AFTER_QUOTE = r"(?:(?<=[\"'`])|(?<=&quot;)|(?<=&\#39;)|(?<=&\#x27;))"
@@ -162,6 +168,15 @@ _SECRET_PAIR = (
     # ("credentials: aws_secret_access_key = x"): that pair is the one to replace.
     r"|(?P<pair_value>(?![=\s(\[{])[^\s\"'<>&),;\\]{1,512}+(?![ \t]*[:=])))"
 )
+# npm's .npmrc: `//registry.npmjs.org/:_authToken=npm_...`, `_auth=base64`, `_password=...`. The
+# leading underscore keeps these out of the assignment pattern's names.
+_NPMRC = r"(?P<npmrc>(?<![\w])_(?i:authToken|auth|password)[ \t]*=[ \t]*)[^\s\"'<>]{1,512}"
+# `curl -u user:password` (also --user, --proxy-user, -U): the login stays, the password goes. A
+# uid:gid pair (`docker run -u 1000:1000`) is all digits and is left alone.
+_USER_FLAG = (
+    r"(?<![\w-])(?P<user_flag>(?:-u|-U|--user|--proxy-user)(?:[ \t]+|=)[\"']?"
+    r"(?![0-9]{1,10}:[0-9]{1,10}(?![^\s\"']))[^\s:\"']{1,256}:)[^\s\"']{1,512}"
+)
 # A ~/.netrc line: `machine HOST login USER password SECRET`.
 _NETRC = r"(?P<netrc>\blogin[ \t]+\S{1,256}[ \t]+(?:password|passwd)[ \t]+)\S{1,512}"
 _URL_USERINFO = (
@@ -182,6 +197,8 @@ _STRUCTURED_SECRETS = (
     _SECRET_ASSIGNMENT,
     _SECRET_PAIR,
     _NETRC,
+    _NPMRC,
+    _USER_FLAG,
 )
 
 # High-entropy candidates. "/", "." and ":" are not token characters, so paths and version
@@ -276,6 +293,10 @@ def _replace_match(match: re.Match[str]) -> str:
         return f"{groups['pair_key']}{quote}{REDACTED}{quote}"
     if groups.get("netrc"):
         return f"{groups['netrc']}{REDACTED}"
+    if groups.get("npmrc"):
+        return f"{groups['npmrc']}{REDACTED}"
+    if groups.get("user_flag"):
+        return f"{groups['user_flag']}{REDACTED}"
     return REDACTED
 
 
@@ -365,7 +386,23 @@ def strip_control(text: str) -> str:
     return _CONTROL.sub("", text)
 
 
+# What no UTF-8 encoder, XML 1.0 document or tracker accepts: lone surrogates (from bytes decoded
+# with surrogateescape, or JSON's "\ud800") and the non-characters U+FFFE and U+FFFF.
+_UNENCODABLE = re.compile("[\ud800-\udfff\ufffe\uffff]")
+
+
+def encodable(text: str) -> str:
+    """`text` with every character UTF-8 and XML cannot hold replaced by U+FFFD."""
+    return _UNENCODABLE.sub("\ufffd", text)
+
+
+def tracker_text(text: str) -> str:
+    """Text for a tracker, a JUnit file or an event file: control sequences stripped, secrets
+    scrubbed, and every character that would make the file invalid replaced."""
+    return encodable(scrub_text(strip_control(text)))
+
+
 def console_line(text: str) -> str:
     """A line for the console or a log that holds text from run files or user code: control
     sequences stripped and secrets scrubbed (a hand-edited or foreign file may carry either)."""
-    return scrub_text(strip_control(text))
+    return encodable(scrub_text(strip_control(text)))

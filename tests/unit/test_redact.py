@@ -16,6 +16,7 @@ from workbench.redact import (
     scrub_data,
     scrub_text,
     strip_url_userinfo,
+    tracker_text,
 )
 
 AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"
@@ -46,6 +47,8 @@ RANDOM_HEX = "".join(_rng.choice("0123456789abcdef") for _ in range(32))
         "JUPYTER_COOKIE_SECRET",
         "SSH_PRIVATE_KEY_PATH",
         "NEURON_API_KEY",
+        "AZURE_STORAGE_CONNECTION_STRING",
+        "NEURON_DB_CONN_STR",
     ],
 )
 def test_secret_names_are_recognised_in_any_case(name: str) -> None:
@@ -55,7 +58,14 @@ def test_secret_names_are_recognised_in_any_case(name: str) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["NEURON_CC_FLAGS", "OMP_NUM_THREADS", "PATH", "XLA_FLAGS", "TOKENIZERS_PARALLELISM"],
+    [
+        "NEURON_CC_FLAGS",
+        "OMP_NUM_THREADS",
+        "PATH",
+        "XLA_FLAGS",
+        "TOKENIZERS_PARALLELISM",
+        "NEURON_RT_CONNECTION_TIMEOUT",
+    ],
 )
 def test_ordinary_names_are_not_secret(name: str) -> None:
     assert not is_secret_name(name)
@@ -135,6 +145,8 @@ def test_redact_environment_keeps_only_behaviour_variables() -> None:
         "TOKENIZERS_PARALLELISM": "false",
         "PIP_INDEX_URL": "https://user:s3cr3tpass@example.invalid/simple",
         "TORCH_HUB_TOKEN": "plain-looking-but-named-secret",
+        # a kept NEURON_* variable that carries an Azure connection string in its value
+        "NEURON_RT_LOG_SINK": "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=Zm9v/K7+b==",
         "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
         "HF_TOKEN": HF_TOKEN,
         "HOME": "/home/someone",
@@ -143,6 +155,7 @@ def test_redact_environment_keeps_only_behaviour_variables() -> None:
     kept = redact_environment(environ)
     assert kept == {
         "NEURON_CC_FLAGS": f"--auto-cast=none --cache_dir=/cache --tag {REDACTED}",
+        "NEURON_RT_LOG_SINK": f"DefaultEndpointsProtocol=https;AccountName=a;AccountKey={REDACTED}",
         "NEURON_RT_VISIBLE_CORES": "0-3",
         "OMP_NUM_THREADS": "8",
         "PIP_INDEX_URL": f"https://{REDACTED}@example.invalid/simple",
@@ -283,6 +296,31 @@ SECRETS_BY_CONTENT = [
     ),
     ("netrc line", "machine h.example login u password hunter2net", "hunter2net", "h.example"),
     ("docker config", '{"auths": {"r.example": {"auth": "dXNlcjpwYXNz"}}}', "dXNlcjpw", "r.ex"),
+    # Each of these families has its must-stay text in test_ordinary_text_is_left_alone.
+    (
+        "Azure storage connection string",
+        "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=Zm9vYmFy/K7+ab==;"
+        "EndpointSuffix=core.windows.net",
+        "Zm9vYmFy",
+        "AccountName=acct;AccountKey=",
+    ),
+    (
+        "Service Bus connection string",
+        "Endpoint=sb://ns.example/;SharedAccessKeyName=Root;SharedAccessKey=q9Z/x+w=;EntityPath=q",
+        "q9Z/x+w=",
+        "SharedAccessKeyName=Root;",
+    ),
+    ("az --account-key", "az storage blob list --account-key Zm9vYmFy/K7+ab==", "Zm9v", "az "),
+    ("curl -u user:password", "curl -u alice:s3cr3tpw https://h.example", "s3cr3tpw", "alice:"),
+    ("curl --user, quoted", "curl --user 'alice:s3cr3tpw' https://h", "s3cr3tpw", "alice:"),
+    ("curl --proxy-user=", "curl --proxy-user=bob:pr0xypw https://h", "pr0xypw", "bob:"),
+    (
+        "npm _authToken",
+        "//registry.npmjs.org/:_authToken=npm_Ab3dEf6hIj",
+        "npm_Ab3d",
+        "npmjs.org/:",
+    ),
+    ("npm _auth", "_auth=dXNlcjpwYXNzd29yZA==", "dXNlcjpw", "_auth="),
 ]
 
 
@@ -315,6 +353,11 @@ def test_secrets_are_recognised_by_content(kind, text, secret, context):
         "status pass: 3 of 4 tensors; first token: 12 ms; auth: see the wiki",
         "the password is wrong; see the key: it opens",
         "https://example.org/a:b",
+        # next to the Azure, curl and npm families above
+        "AccountName=acct;SharedAccessKeyName=Root;EndpointSuffix=core.windows.net",
+        "docker run -u 1000:1000 img; pip install -U torch==2.13; ps -u root",
+        "curl -u alice https://h.example (curl asks for the password)",
+        "npm config get registry; _authors: 3",
     ],
 )
 def test_ordinary_text_is_left_alone(text):
@@ -348,3 +391,22 @@ def test_control_sequences_are_stripped(raw, clean):
     from workbench.redact import strip_control
 
     assert strip_control(raw) == clean
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("plain text, kept", "plain text, kept"),
+        ("lone \ud800 surrogate", "lone \ufffd surrogate"),
+        ("non-character \ufffe and \uffff", "non-character \ufffd and \ufffd"),
+        ("\x1b]0;title\x07bell \x00nul \x1b[31mred", "bell nul red"),
+        ("https://u:pw4x@h.example/x", f"https://{REDACTED}@h.example/x"),
+    ],
+)
+def test_tracker_text_is_encodable_xml_safe_and_scrubbed(text: str, expected: str) -> None:
+    from xml.etree import ElementTree
+
+    made = tracker_text(text)
+    assert made == expected
+    made.encode("utf-8")  # no lone surrogate left
+    assert ElementTree.fromstring(f"<a>{made}</a>").text == made
