@@ -41,7 +41,7 @@ from workbench.execution.kernel import kernel_manager_writing_stderr_to, private
 from workbench.markup import cut_at_word, named_list
 from workbench.params import NOTEBOOKS_DIR, RUNNER_PARAMETERS, notebook_parameters, validate
 from workbench.questions import question
-from workbench.redact import console_line, scrub_data, scrub_text, strip_control
+from workbench.redact import console_line, scrub_data, scrub_text
 from workbench.report import UnsafeReport, export_html, write_index
 from workbench.results import OutcomeStatus
 from workbench.scorecard import run_verdict
@@ -454,7 +454,7 @@ class PreparedRun(CheckedRequest):
         return {
             "schema_version": results.SCHEMA_VERSION,
             "workload": self.workload_name,
-            "workload_spec": request.workload,
+            "workload_spec": console_line(request.workload),
             "target": self.target,
             "target_requested": request.target,
             "target_reason": self.target_reason,
@@ -502,7 +502,9 @@ def _checked_workload_name(request: RunRequest, given: dict[str, Any]) -> str:
     from workbench.workload import WorkloadSpec
 
     workload = WorkloadSpec.from_params({**given, "workload": spec}).load()
-    return strip_control(workload.name)
+    # Scrubbed too: the name becomes the run folder's, the console's and summary.json's, and a
+    # folder path may hold a password (hf:/mnt/https://user:pw@host/ckpt).
+    return console_line(workload.name)
 
 
 def prepare_run(request: RunRequest) -> PreparedRun:

@@ -12,8 +12,11 @@ are expanded, and use `MAX_YAML_ALIASES` aliases.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
+import stat
 import reprlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +33,13 @@ MAX_VALUES = 200_000
 MAX_YAML_ALIASES = 64
 
 
-def read_bounded(path: Path, what: str, max_bytes: int) -> str:
-    """The file's UTF-8 text; one sentence for a missing, unreadable, oversized or binary file."""
+def read_bounded(path: Path, what: str, max_bytes: int, *, follow_links: bool = True) -> str:
+    """The file's UTF-8 text; one sentence for a missing, unreadable, oversized or binary file.
+    With follow_links=False, only a plain file is read: a symbolic link (to /proc/self/environ,
+    to a file outside a run folder), a FIFO or a device is refused."""
     try:
+        if not follow_links:
+            return read_plain_bytes(path, what, max_bytes).decode("utf-8")
         _check_size(path, what, max_bytes)
         return path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -50,8 +57,39 @@ def read_bounded_bytes(path: Path, what: str, max_bytes: int) -> bytes:
         raise BadInput(f"{what} {path} cannot be read: {exc.strerror or exc}.") from None
 
 
+def is_plain_file(path: Path) -> bool:
+    """Whether `path` itself is a regular file: not a symbolic link, a FIFO or a device."""
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def read_plain_bytes(path: Path, what: str, max_bytes: int) -> bytes:
+    """The bytes of a regular file, opened without following a symbolic link (O_NOFOLLOW) and
+    checked on the open descriptor, so a link swapped in after a check is refused too."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise BadInput(
+                f"{what} {path} is a symbolic link; only plain files are read here."
+            ) from None
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise BadInput(f"{what} {path} is not a plain file; only plain files are read here.")
+        _refuse_size(path, what, info.st_size, max_bytes)
+        return handle.read(max_bytes)
+
+
 def _check_size(path: Path, what: str, max_bytes: int) -> None:
-    size = path.stat().st_size
+    _refuse_size(path, what, path.stat().st_size, max_bytes)
+
+
+def _refuse_size(path: Path, what: str, size: int, max_bytes: int) -> None:
     if size > max_bytes:
         raise BadInput(
             f"{what} {path} is {size / 2**20:.1f} MiB, over the {max_bytes / 2**20:g} MiB "

@@ -73,7 +73,10 @@ def _read_json(path: Path, shape: Shape) -> dict[str, Any]:
     if not path.exists():
         raise UnreadableRun(f"{path} is missing")
     try:
-        value = load_json(read_bounded(path, "File", RESULT_MAX_BYTES), str(path))
+        # A link (to /proc/self/environ, to a file outside the run) is refused, not followed:
+        # exports upload and compare shows what these files hold.
+        text = read_bounded(path, "File", RESULT_MAX_BYTES, follow_links=False)
+        value = load_json(text, str(path))
         if not isinstance(value, dict):
             raise UnreadableRun(f"{path} does not hold a JSON object")
         check_fields(value, shape, str(path))

@@ -18,6 +18,7 @@ from workbench.compare.runs import Run, UnreadableRun, load_run, result_path
 from workbench.errors import BadInput
 from workbench.export.flatten import Flattened, flatten
 from workbench.results import OutcomeStatus, UnreadableResult, load_result
+from workbench.safe_load import is_plain_file
 from workbench.scorecard import Verdict
 
 # The run's own files a tracker keeps beside the parent run, where present.
@@ -80,7 +81,8 @@ def read_run(folder: str | Path) -> RunRecord:
         verdict=verdict.status if verdict else None,
         reasons=list(verdict.reasons) if verdict else [],
         notebooks=[_notebook(run, entry) for entry in run.summary.notebooks],
-        files=[run.path / name for name in RUN_FILES if (run.path / name).is_file()],
+        # Plain files only: a link (index.html -> /proc/self/environ) is never uploaded.
+        files=[run.path / name for name in RUN_FILES if is_plain_file(run.path / name)],
     )
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from workbench.errors import BadInput
 from workbench.export.records import NotebookRecord, RunRecord
 from workbench.markup import cut_at_word
-from workbench.redact import scrub_text, strip_control
+from workbench.redact import tracker_text
 from workbench.results import write_text_atomic
 from workbench.scorecard import ATTENTION, BLOCKER
 
@@ -25,8 +25,9 @@ NAME_MAX = 200  # a finding's sentence as a test name, cut at a word
 
 
 def _text(value: object) -> str:
-    """XML 1.0 has no place for control characters; secrets never leave the run."""
-    return strip_control(scrub_text(str(value)))
+    """XML 1.0 has no place for control characters, lone surrogates or U+FFFE; secrets never
+    leave the run."""
+    return tracker_text(str(value))
 
 
 def _case(suite: ET.Element, classname: str, name: str) -> ET.Element:
@@ -68,7 +69,7 @@ def _notebook_cases(suite: ET.Element, run: RunRecord, notebook: NotebookRecord)
 
 def suite_element(run: RunRecord) -> ET.Element:
     suite = ET.Element("testsuite", name=_text(f"workbench {run.label}"))
-    suite.set("timestamp", run.started_at)
+    suite.set("timestamp", _text(run.started_at))
     suite.set("hostname", socket.gethostname())
     properties = ET.SubElement(suite, "properties")
     shown = {
@@ -102,8 +103,15 @@ def junit_xml(runs: list[RunRecord]) -> str:
 
 
 def write_junit(runs: list[RunRecord], path: Path) -> Path:
+    document = junit_xml(runs)
     try:
-        return write_text_atomic(path, junit_xml(runs))
+        ET.fromstring(document)  # parsed back: what is written is well-formed XML
+    except ET.ParseError as exc:
+        raise BadInput(
+            f"the JUnit report would not be valid XML ({exc}); nothing was written."
+        ) from None
+    try:
+        return write_text_atomic(path, document)
     except OSError as exc:
         raise BadInput(
             f"cannot write the JUnit report to {path}: {exc.strerror or exc}; choose another --out."

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 from workbench.errors import BadInput
 from workbench.export.flatten import safe_key
 from workbench.export.records import NotebookRecord, RunRecord
-from workbench.redact import console_line, scrub_text
+from workbench.export.safety import check_local_store, mlflow_bounds, scrubbed_copies
+from workbench.redact import console_line, scrub_text, tracker_text
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -119,7 +120,8 @@ def connect(tracking_uri: str, experiment: str = DEFAULT_EXPERIMENT) -> tuple[Ml
             "pip install 'workbench[export]'."
         ) from None
     shown = console_line(scrub_text(tracking_uri))
-    with _quiet_mlflow():
+    check_local_store(tracking_uri)
+    with _quiet_mlflow(), mlflow_bounds():
         try:
             client = MlflowClient(tracking_uri=tracking_uri)
             with _no_retries():
@@ -137,9 +139,26 @@ def connect(tracking_uri: str, experiment: str = DEFAULT_EXPERIMENT) -> tuple[Ml
 
 
 def export_run(client: MlflowClient, experiment_id: str, run: RunRecord) -> MlflowExport:
-    """Write `run` into the experiment unless it is already there, complete."""
+    """Write `run` into the experiment unless it is already there, complete. A store that stops
+    answering or refuses a write is BadInput, one sentence, within the bounded timeouts and
+    retries of safety.mlflow_bounds (a dead server: about 20 s, not minutes)."""
+    try:
+        with mlflow_bounds():
+            return _export_run(client, experiment_id, run)
+    except BadInput:
+        raise
+    except Exception as exc:  # MLflow raises its own, requests', sqlalchemy's or OSError
+        raise BadInput(
+            f"exporting {console_line(run.label)} to MLflow failed partway: {_one_line(exc)}; "
+            "an export cut short is replaced whole when it is run again."
+        ) from None
+
+
+def _export_run(client: MlflowClient, experiment_id: str, run: RunRecord) -> MlflowExport:
     with _quiet_mlflow():
-        key = run.key.replace("'", "_")
+        # The key as the tag stores it (tracker_text), so the search finds it again; quotes and
+        # backslashes would end MLflow's filter string.
+        key = tracker_text(run.key).replace("'", "_").replace("\\", "_")[:TAG_MAX]
         previous = client.search_runs(
             [experiment_id], filter_string=f"tags.`{KEY_TAG}` = '{key}'", max_results=10
         )
@@ -149,14 +168,18 @@ def export_run(client: MlflowClient, experiment_id: str, run: RunRecord) -> Mlfl
             _delete_with_children(client, experiment_id, found.info.run_id)
         started = _millis(run.started_at)
         parent = client.create_run(
-            experiment_id, start_time=started, tags=_parent_tags(run, key), run_name=run.label
+            experiment_id,
+            start_time=started,
+            tags=_parent_tags(run, key),
+            run_name=tracker_text(run.label),
         )
         parent_id = parent.info.run_id
         client.log_batch(
             parent_id, params=_params({"workload": run.workload, "target": run.target})
         )
-        for path in run.files:
-            client.log_artifact(parent_id, str(path))
+        with scrubbed_copies(run.files) as copies:
+            for copy in copies:
+                client.log_artifact(parent_id, str(copy))
         for notebook in run.notebooks:
             _export_notebook(client, experiment_id, run, notebook, parent_id, started)
         client.set_tag(parent_id, COMPLETE_TAG, "true")
@@ -188,7 +211,7 @@ def _export_notebook(
         experiment_id,
         start_time=started,
         tags={PARENT_TAG: parent_id, **_notebook_tags(run, notebook)},
-        run_name=notebook.notebook,
+        run_name=tracker_text(notebook.notebook),
     )
     child_id = child.info.run_id
     found = notebook.found
@@ -200,8 +223,9 @@ def _export_notebook(
         client.log_batch(child_id, params=params[start : start + TAGS_PER_BATCH])
     for start in range(0, len(metrics), METRICS_PER_BATCH):
         client.log_batch(child_id, metrics=metrics[start : start + METRICS_PER_BATCH])
-    for path in notebook.files:
-        client.log_artifact(child_id, str(path))
+    with scrubbed_copies(notebook.files) as copies:
+        for copy in copies:
+            client.log_artifact(child_id, str(copy))
     client.set_terminated(child_id, "FINISHED" if notebook.status == "ok" else "FAILED")
 
 
@@ -244,14 +268,14 @@ def _notebook_tags(run: RunRecord, notebook: NotebookRecord) -> dict[str, str]:
 
 
 def _cut_tags(tags: dict[str, str]) -> dict[str, str]:
-    return {safe_key(k): scrub_text(str(v))[:TAG_MAX] for k, v in tags.items()}
+    return {safe_key(k): tracker_text(str(v))[:TAG_MAX] for k, v in tags.items()}
 
 
 def _params(values: dict[str, Any]) -> list[Any]:
     from mlflow.entities import Param
 
     return [
-        Param(safe_key(str(k)), scrub_text(_shown(v))[:PARAM_MAX])
+        Param(safe_key(str(k)), tracker_text(_shown(v))[:PARAM_MAX])
         for k, v in sorted(values.items())
     ]
 

@@ -19,6 +19,8 @@ from typing import Any
 from workbench.errors import BadInput
 from workbench.export.flatten import safe_key
 from workbench.export.records import NotebookRecord, RunRecord
+from workbench.export.safety import component, inside
+from workbench.redact import tracker_text
 from workbench.scorecard import STATUSES
 
 VERDICT_RANK = "verdict_rank"
@@ -45,7 +47,8 @@ def export_run(run: RunRecord, logdir: Path) -> TensorBoardExport:
             "writing TensorBoard event files needs the tensorboard package, which is not "
             "installed here: pip install 'workbench[export]'."
         ) from None
-    target = logdir / safe_key(run.label)
+    # One plain name each (never `..` or a path): nothing is written outside the log dir.
+    target = inside(logdir / component(run.label), logdir)
     if target.exists():
         return TensorBoardExport(target, False)
     try:
@@ -59,7 +62,8 @@ def export_run(run: RunRecord, logdir: Path) -> TensorBoardExport:
     try:
         walltime = _seconds(run.started_at)
         for notebook in run.notebooks:
-            writer = SummaryWriter(log_dir=str(staging / safe_key(notebook.notebook)))
+            folder = inside(staging / component(notebook.notebook), staging)
+            writer = SummaryWriter(log_dir=str(folder))
             try:
                 _write_notebook(writer, run, notebook, walltime)
             finally:
@@ -80,7 +84,7 @@ def _write_notebook(writer: Any, run: RunRecord, notebook: NotebookRecord, wallt
             writer.add_scalar(key, value, step, walltime=walltime)
         if len(values) > 1:
             writer.add_histogram(f"{key}/histogram", _tensor(values), 0, walltime=walltime)
-    hparams: dict[str, Any] = {"workload": run.workload, "target": run.target}
+    hparams: dict[str, Any] = {"workload": _hparam(run.workload), "target": _hparam(run.target)}
     hparams.update({safe_key(k): _hparam(v) for k, v in notebook.parameters.items()})
     for path, verdict in found.verdicts.items():
         hparams[f"verdict/{path}" if path != "verdict" else "verdict"] = verdict.status
@@ -94,11 +98,11 @@ def _write_notebook(writer: Any, run: RunRecord, notebook: NotebookRecord, wallt
 
 def _hparam(value: Any) -> Any:
     """A parameter as the hparams plugin takes it: a number, a bool or a string."""
-    if isinstance(value, (bool, int, float, str)):
+    if isinstance(value, (bool, int, float)):
         return value
     if isinstance(value, (list, tuple)):
-        return ",".join(str(v) for v in value)
-    return str(value)
+        return tracker_text(",".join(str(v) for v in value))
+    return tracker_text(str(value))
 
 
 def _tensor(values: list[float]) -> Any:
