@@ -233,6 +233,7 @@ class RunSummary:
     notebooks: list[NotebookEntry] = field(default_factory=list)
     exit_code: int | None = None
     verdict: RunVerdictEntry | None = None
+    seconds: float | None = None  # the whole run's wall time; None in a hand-made summary
 
 
 def read_summary(record: Mapping[str, Any], where: str) -> RunSummary:

@@ -1,5 +1,5 @@
-"""`workbench export-metrics RUN... --to mlflow|tensorboard|junit`, and the same export for a run
-that just finished (`workbench run --export`, `workbench collect --export`).
+"""`workbench export-metrics RUN... --to mlflow|tensorboard|wandb|junit`, and the same export for
+a run that just finished (`workbench run --export`, `workbench collect --export`).
 
 Every run named is read first (records.read_run), and the tracker is reached before anything is
 written, so bad input is one sentence and exit 2 with nothing exported and nothing in the run
@@ -20,8 +20,9 @@ from workbench.redact import console_line, scrub_text
 
 MLFLOW: Final = "mlflow"
 TENSORBOARD: Final = "tensorboard"
+WANDB: Final = "wandb"
 JUNIT: Final = "junit"
-DESTINATIONS = (MLFLOW, TENSORBOARD, JUNIT)
+DESTINATIONS = (MLFLOW, TENSORBOARD, WANDB, JUNIT)
 
 
 @dataclass
@@ -30,6 +31,7 @@ class ExportOptions:
     tracking_uri: str = ""  # "": $MLFLOW_TRACKING_URI, else a SQLite store beside the run
     experiment: str = "workbench"
     logdir: Path | None = None  # None: <runs' parent>/tensorboard
+    wandb_dir: Path | None = None  # None: <runs' parent>, W&B writing into its wandb/ folder
     junit_out: Path | None = None  # None: <run>/junit.xml for each run
 
 
@@ -69,6 +71,11 @@ def add_destination_options(parser: argparse.ArgumentParser, flag: str) -> None:
     group.add_argument(
         "--logdir", metavar="DIR", help="TensorBoard log dir (default <reports>/tensorboard)"
     )
+    group.add_argument(
+        "--wandb-dir",
+        metavar="DIR",
+        help="where W&B writes its offline runs, in DIR/wandb (default <reports>)",
+    )
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -93,6 +100,7 @@ def options_from(args: argparse.Namespace) -> ExportOptions:
         args.experiment,
         Path(args.logdir) if args.logdir else None,
         Path(args.out) if getattr(args, "out", None) else None,
+        Path(args.wandb_dir) if getattr(args, "wandb_dir", None) else None,
     )
 
 
@@ -115,6 +123,10 @@ def check_destinations(options: ExportOptions, where: Path) -> None:
                 "writing TensorBoard event files needs the tensorboard package, which is not "
                 "installed here: pip install 'workbench[export]'."
             )
+    if WANDB in options.destinations:
+        from workbench.export.to_wandb import check_installed
+
+        check_installed()
 
 
 def export(folders: Sequence[str | Path], options: ExportOptions) -> list[str]:
@@ -144,6 +156,14 @@ def export(folders: Sequence[str | Path], options: ExportOptions) -> list[str]:
             written = write_events(run, options.logdir or default_logdir(run.path))
             state = "written" if written.created else "already there, nothing written"
             lines.append(f"tensorboard: {run.label} {state}: {written.folder}")
+    if WANDB in options.destinations:
+        from workbench.export.to_wandb import default_dir
+        from workbench.export.to_wandb import export_run as write_wandb
+
+        for run in runs:
+            offline = write_wandb(run, options.wandb_dir or default_dir(run.path))
+            state = "written offline" if offline.created else "already there, nothing written"
+            lines.append(f"wandb: {run.label} {state}: {offline.folder} (upload: wandb sync)")
     if JUNIT in options.destinations:
         from workbench.export.to_junit import DEFAULT_NAME, write_junit
 

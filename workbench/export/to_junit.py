@@ -5,10 +5,18 @@ One <testsuite> per run; in it one <testcase> per notebook and one per finding o
 rule. A blocker is a <failure>, an attention a <skipped> with its reason, a notebook that did not
 finish an <error>; a pass has no child. So the workbook's gate shows as tests: red where the
 move is blocked, yellow (skipped) where a person should look.
+
+CI systems (Jenkins, GitLab, GitHub's test reporters) follow a test from build to build by its
+classname and name, so both stay the same from one night's run of a workload on a target to the
+next: the classname is `workbench.<workload>.<target>.<notebook>`, never the run folder, and a
+finding's test name is its sentence with the measured numbers masked (`IQR N% of the median`),
+keeping the numbers of its subject, the part before its first colon (`batch 8 eager`). The
+numbers themselves are in the message, the system-out and the suite's properties.
 """
 
 from __future__ import annotations
 
+import re
 import socket
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -22,6 +30,11 @@ from workbench.scorecard import ATTENTION, BLOCKER
 
 DEFAULT_NAME = "junit.xml"
 NAME_MAX = 200  # a finding's sentence as a test name, cut at a word
+# A number standing alone (not part of a word such as Trn2 or a name such as 0.weight).
+_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:[.,]\d+)*(?:e[-+]?\d+)?(?![\w.])")
+# Characters a dotted classname keeps; a workload spec's dots and colons would split it into
+# packages in a CI's test tree.
+_CLASS_PART = re.compile(r"[^A-Za-z0-9_-]")
 
 
 def _text(value: object) -> str:
@@ -41,9 +54,24 @@ def _judged(case: ET.Element, status: str, reason: str) -> None:
         ET.SubElement(case, "skipped", type="attention", message=_text(reason))
 
 
+def stable_name(sentence: str) -> str:
+    """A finding's sentence as a name that holds from run to run: the numbers after its subject
+    masked as N, the whole cut at a word."""
+    subject, colon, rest = sentence.partition(": ")
+    if not colon:
+        subject, rest = "", sentence
+    return cut_at_word(subject + colon + _NUMBER.sub("N", rest), NAME_MAX)
+
+
+def classname(run: RunRecord, notebook: str) -> str:
+    parts = ("workbench", run.workload or "workload", run.target or "target", notebook)
+    # Scrubbed before the dots and colons go: a password in a workload path is then still one.
+    return ".".join(_CLASS_PART.sub("_", tracker_text(part)) for part in parts)
+
+
 def _notebook_cases(suite: ET.Element, run: RunRecord, notebook: NotebookRecord) -> None:
-    classname = f"workbench.{run.label}.{notebook.notebook}"
-    case = _case(suite, classname, notebook.notebook)
+    classname_ = classname(run, notebook.notebook)
+    case = _case(suite, classname_, notebook.notebook)
     if notebook.seconds is not None:
         case.set("time", f"{notebook.seconds:.3f}")
     verdict = notebook.verdict
@@ -60,15 +88,17 @@ def _notebook_cases(suite: ET.Element, run: RunRecord, notebook: NotebookRecord)
         return
     names: set[str] = set()
     for finding in verdict.findings:
-        name = cut_at_word(finding.reason, NAME_MAX)
+        name = stable_name(finding.reason)
         while name in names:  # two findings in the same words are still two tests
             name += " (again)"
         names.add(name)
-        _judged(_case(suite, f"{classname}.findings", name), finding.status, finding.reason)
+        case = _case(suite, f"{classname_}.findings", name)
+        _judged(case, finding.status, finding.reason)
+        ET.SubElement(case, "system-out").text = _text(finding.reason)
 
 
 def suite_element(run: RunRecord) -> ET.Element:
-    suite = ET.Element("testsuite", name=_text(f"workbench {run.label}"))
+    suite = ET.Element("testsuite", name=_text(f"workbench {run.workload} on {run.target}"))
     suite.set("timestamp", _text(run.started_at))
     suite.set("hostname", socket.gethostname())
     properties = ET.SubElement(suite, "properties")
@@ -77,6 +107,7 @@ def suite_element(run: RunRecord) -> ET.Element:
         "target": run.target,
         "verdict": run.verdict or "none",
         "run_folder": str(run.path),
+        "started_at": run.started_at,
         **{f"version.{k}": v for k, v in run.versions.items()},
     }
     for name, value in shown.items():

@@ -1,11 +1,16 @@
 """A run into MLflow, through MLflow's own client: one parent run per workbook run, one child run
 per notebook (MLflow's `mlflow.parentRunId` tag nests them).
 
-Parent: the run's verdict, workload, target and versions as tags, its index, summary and log as
-artifacts. Child: the notebook's parameters as params, every verdict as a tag, every scalar
-metric, every per-step series as a metric history (one value per step, step 1 first), its HTML
-report and result file as artifacts. A run is found again by its key tag (folder name and start
-time), so exporting it twice adds nothing; an export cut short is deleted and written again.
+Parent: the run's common parameters (their effective values) as params, its verdicts and
+headline numbers as metrics (`<notebook>/<key>`, `<notebook>/verdict_rank`), its verdict,
+workload, target and versions as tags, a description of what ran (`mlflow.note.content`), its
+index, summary and log as artifacts. Child: the notebook's effective parameters as params, every
+verdict as a tag, every scalar metric, every per-step series as a metric history (one value per
+step, step 1 first), every sweep as a metric history along its axis (the step is the batch size
+or load level), its HTML report and result file as artifacts. Start and end times are the run's
+and each notebook's own (records.py). A run is found again by its key tag (real folder name and
+start time), so exporting it twice, or through reports/latest, adds nothing; an export cut short
+is deleted and written again.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.errors import BadInput
 from workbench.export.flatten import safe_key
-from workbench.export.records import NotebookRecord, RunRecord
+from workbench.export.records import VERDICT_RANK, NotebookRecord, RunRecord
 from workbench.export.safety import check_local_store, mlflow_bounds, scrubbed_copies
 from workbench.redact import console_line, scrub_text, tracker_text
 
@@ -32,6 +37,12 @@ DEFAULT_EXPERIMENT = "workbench"
 KEY_TAG = "workbench.run_key"
 COMPLETE_TAG = "workbench.export_complete"
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's own tag for a nested run
+NOTE_TAG = "mlflow.note.content"  # MLflow's own tag for a run's description (markdown)
+# MLflow 3's UI opens an experiment in its GenAI layout unless the experiment's kind says
+# otherwise; its UI reads `mlflow.experimentKind` (ExperimentKind in its web app:
+# "custom_model_development" is the classic machine-learning layout of runs, metrics and charts).
+KIND_TAG = "mlflow.experimentKind"
+KIND = "custom_model_development"
 # MLflow's limits (mlflow.utils.validation): values are cut to fit rather than refused.
 PARAM_MAX = 6000
 TAG_MAX = 8000
@@ -127,9 +138,13 @@ def connect(tracking_uri: str, experiment: str = DEFAULT_EXPERIMENT) -> tuple[Ml
             with _no_retries():
                 found = client.get_experiment_by_name(experiment)
             if found is not None:
+                if KIND_TAG not in found.tags:  # a kind someone chose is theirs to keep
+                    client.set_experiment_tag(found.experiment_id, KIND_TAG, KIND)
                 return client, found.experiment_id
             return client, client.create_experiment(
-                experiment, artifact_location=_artifact_location(tracking_uri)
+                experiment,
+                artifact_location=_artifact_location(tracking_uri),
+                tags={KIND_TAG: KIND},
             )
         except Exception as exc:  # MLflow raises its own, requests', sqlalchemy's or OSError
             raise BadInput(
@@ -155,6 +170,8 @@ def export_run(client: MlflowClient, experiment_id: str, run: RunRecord) -> Mlfl
 
 
 def _export_run(client: MlflowClient, experiment_id: str, run: RunRecord) -> MlflowExport:
+    from mlflow.entities import Metric
+
     with _quiet_mlflow():
         # The key as the tag stores it (tracker_text), so the search finds it again; quotes and
         # backslashes would end MLflow's filter string.
@@ -166,7 +183,8 @@ def _export_run(client: MlflowClient, experiment_id: str, run: RunRecord) -> Mlf
             if found.data.tags.get(COMPLETE_TAG) == "true":
                 return MlflowExport(found.info.run_id, experiment_id, False, 0)
             _delete_with_children(client, experiment_id, found.info.run_id)
-        started = _millis(run.started_at)
+        started = _millis(run.start)
+        ended = _millis(run.end) if run.end is not None else started
         parent = client.create_run(
             experiment_id,
             start_time=started,
@@ -174,17 +192,29 @@ def _export_run(client: MlflowClient, experiment_id: str, run: RunRecord) -> Mlf
             run_name=tracker_text(run.label),
         )
         parent_id = parent.info.run_id
-        client.log_batch(
-            parent_id, params=_params({"workload": run.workload, "target": run.target})
-        )
+        params = {**run.parameters, "workload": run.workload, "target": run.target}
+        metrics = [Metric(k, v, ended, 0) for k, v in sorted(run.headline.items())]
+        if run.verdict_rank is not None:
+            metrics.append(Metric(VERDICT_RANK, run.verdict_rank, ended, 0))
+        _log(client, parent_id, _params(params), metrics)
         with scrubbed_copies(run.files) as copies:
             for copy in copies:
                 client.log_artifact(parent_id, str(copy))
         for notebook in run.notebooks:
-            _export_notebook(client, experiment_id, run, notebook, parent_id, started)
+            _export_notebook(client, experiment_id, run, notebook, parent_id)
         client.set_tag(parent_id, COMPLETE_TAG, "true")
-        client.set_terminated(parent_id, "FINISHED" if run.exit_code == 0 else "FAILED")
+        client.set_terminated(
+            parent_id, "FINISHED" if run.exit_code == 0 else "FAILED", end_time=ended
+        )
     return MlflowExport(parent_id, experiment_id, True, len(run.notebooks))
+
+
+def _log(client: MlflowClient, run_id: str, params: list[Any], metrics: list[Any]) -> None:
+    """Params and metrics in batches of MLflow's sizes."""
+    for start in range(0, len(params), TAGS_PER_BATCH):
+        client.log_batch(run_id, params=params[start : start + TAGS_PER_BATCH])
+    for start in range(0, len(metrics), METRICS_PER_BATCH):
+        client.log_batch(run_id, metrics=metrics[start : start + METRICS_PER_BATCH])
 
 
 def _delete_with_children(client: MlflowClient, experiment_id: str, run_id: str) -> None:
@@ -203,10 +233,11 @@ def _export_notebook(
     run: RunRecord,
     notebook: NotebookRecord,
     parent_id: str,
-    started: int,
 ) -> None:
     from mlflow.entities import Metric
 
+    started = _millis(notebook.start)
+    ended = _millis(notebook.end) if notebook.end is not None else started
     child = client.create_run(
         experiment_id,
         start_time=started,
@@ -215,18 +246,18 @@ def _export_notebook(
     )
     child_id = child.info.run_id
     found = notebook.found
-    metrics = [Metric(key, value, started, 0) for key, value in sorted(found.metrics.items())]
+    metrics = [Metric(key, value, ended, 0) for key, value in sorted(found.metrics.items())]
     for key, values in sorted(found.series.items()):
-        metrics += [Metric(key, value, started, step) for step, value in enumerate(values, 1)]
-    params = _params(notebook.parameters)
-    for start in range(0, max(len(params), 1), TAGS_PER_BATCH):
-        client.log_batch(child_id, params=params[start : start + TAGS_PER_BATCH])
-    for start in range(0, len(metrics), METRICS_PER_BATCH):
-        client.log_batch(child_id, metrics=metrics[start : start + METRICS_PER_BATCH])
+        metrics += [Metric(key, value, ended, step) for step, value in enumerate(values, 1)]
+    for key, sweep in sorted(found.sweeps.items()):
+        metrics += [Metric(key, value, ended, at) for at, value in sorted(sweep.points.items())]
+    _log(client, child_id, _params(notebook.parameters), metrics)
     with scrubbed_copies(notebook.files) as copies:
         for copy in copies:
             client.log_artifact(child_id, str(copy))
-    client.set_terminated(child_id, "FINISHED" if notebook.status == "ok" else "FAILED")
+    client.set_terminated(
+        child_id, "FINISHED" if notebook.status == "ok" else "FAILED", end_time=ended
+    )
 
 
 def _parent_tags(run: RunRecord, key: str) -> dict[str, str]:
@@ -239,6 +270,7 @@ def _parent_tags(run: RunRecord, key: str) -> dict[str, str]:
         "workbench.verdict.reasons": "; ".join(run.reasons),
         "workbench.exit_code": str(run.exit_code),
         "mlflow.source.name": "workbench",
+        NOTE_TAG: run_description(run),
     }
     for notebook in run.notebooks:
         verdict = notebook.verdict.status if notebook.verdict else notebook.status
@@ -255,6 +287,7 @@ def _notebook_tags(run: RunRecord, notebook: NotebookRecord) -> dict[str, str]:
         "workbench.headline": notebook.headline or "",
         "workbench.workload": run.workload,
         "workbench.target": run.target,
+        NOTE_TAG: notebook_description(notebook),
     }
     for path, verdict in notebook.found.verdicts.items():
         name = "workbench.verdict" if path == "verdict" else f"workbench.verdict.{path}"
@@ -265,6 +298,34 @@ def _notebook_tags(run: RunRecord, notebook: NotebookRecord) -> dict[str, str]:
         tags["workbench.verdict"] = "none"
     tags.update({f"version.{safe_key(k)}": v for k, v in notebook.versions.items()})
     return _cut_tags(tags)
+
+
+def run_description(run: RunRecord) -> str:
+    """What ran, as the run's description (MLflow shows it as markdown on the run's page)."""
+    took = f", {run.seconds:.0f} s" if run.seconds is not None else ""
+    lines = [
+        f"workbench run of **{run.workload}** on **{run.target}**, started {run.started_at}"
+        f"{took}: verdict **{run.verdict or 'none'}**.",
+        "",
+    ]
+    for notebook in run.notebooks:
+        verdict = notebook.verdict.status if notebook.verdict else "no verdict"
+        took = f" in {notebook.seconds:.1f} s" if notebook.seconds is not None else ""
+        lines.append(
+            f"- {notebook.notebook}: {notebook.status}{took}, {verdict}: "
+            f"{notebook.headline or 'no headline'}"
+        )
+    lines += ["", f"Run folder: {run.path}"]
+    return "\n".join(lines)
+
+
+def notebook_description(notebook: NotebookRecord) -> str:
+    took = f" in {notebook.seconds:.1f} s" if notebook.seconds is not None else ""
+    lines = [f"{notebook.notebook}: {notebook.status}{took}.", "", notebook.headline or ""]
+    if notebook.verdict is not None:
+        verdict = notebook.verdict
+        lines += ["", f"Verdict **{verdict.status}**: {verdict.reason}", f"Rule: {verdict.rule}"]
+    return "\n".join(lines).strip()
 
 
 def _cut_tags(tags: dict[str, str]) -> dict[str, str]:
@@ -286,11 +347,8 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def _millis(started_at: str) -> int:
-    """summary.json's ISO start time in milliseconds, MLflow's clock (now, where a hand-edited
-    summary's time cannot be read)."""
-    try:
-        moment = datetime.fromisoformat(started_at)
-    except ValueError:
-        moment = datetime.now(timezone.utc)
-    return int(moment.timestamp() * 1000)
+def _millis(seconds: float | None) -> int:
+    """Epoch seconds in milliseconds, MLflow's clock (now, where a hand-edited summary's start
+    time cannot be read)."""
+    moment = datetime.now(timezone.utc).timestamp() if seconds is None else seconds
+    return int(moment * 1000)

@@ -1,10 +1,14 @@
 """A run as TensorBoard event files, written by torch.utils.tensorboard's SummaryWriter.
 
 Layout: `<logdir>/<run folder name>/<notebook>/`, so `tensorboard --logdir <logdir>` lists every
-exported run and notebook as TensorBoard runs. Each notebook gets its scalar metrics (step 0),
-its per-step series as scalars (one per step, step 1 first) and as histograms (the spread of step
-times), and one hparams entry: its parameters, workload, target and every verdict, with the
-verdict's rank (0 pass, 1 attention, 2 blocker) as the metric the hparams table sorts by.
+exported run and notebook as TensorBoard runs. A chart's x-axis is what the measurement varies
+along: its per-step series (step times, losses) are scalars at their step (step 1 first) and
+histograms (the spread of step times); its sweeps are scalars at their batch size, stream count,
+offered rate or sequence length (the tag names the axis: `points/eager/by_batch_size/throughput`).
+A number measured once (a setting, a count) is not drawn as a chart of one dot: the notebook's
+headline numbers (records.HEADLINE_KEYS) and verdict rank are the metrics of its one hparams
+entry, beside its effective parameters, workload, target and every verdict; every other number is
+in MLflow, W&B and the result file.
 """
 
 from __future__ import annotations
@@ -18,12 +22,9 @@ from typing import Any
 
 from workbench.errors import BadInput
 from workbench.export.flatten import safe_key
-from workbench.export.records import NotebookRecord, RunRecord
+from workbench.export.records import VERDICT_RANK, NotebookRecord, RunRecord
 from workbench.export.safety import component, inside
 from workbench.redact import tracker_text
-from workbench.scorecard import STATUSES
-
-VERDICT_RANK = "verdict_rank"
 
 
 @dataclass
@@ -60,8 +61,8 @@ def export_run(run: RunRecord, logdir: Path) -> TensorBoardExport:
             "choose another --logdir."
         ) from None
     try:
-        walltime = _seconds(run.started_at)
         for notebook in run.notebooks:
+            walltime = _seconds(notebook.end)
             folder = inside(staging / component(notebook.notebook), staging)
             writer = SummaryWriter(log_dir=str(folder))
             try:
@@ -77,23 +78,26 @@ def export_run(run: RunRecord, logdir: Path) -> TensorBoardExport:
 
 def _write_notebook(writer: Any, run: RunRecord, notebook: NotebookRecord, walltime: float) -> None:
     found = notebook.found
-    for key, value in sorted(found.metrics.items()):
-        writer.add_scalar(key, value, 0, walltime=walltime)
     for key, values in sorted(found.series.items()):
         for step, value in enumerate(values, 1):
             writer.add_scalar(key, value, step, walltime=walltime)
         if len(values) > 1:
             writer.add_histogram(f"{key}/histogram", _tensor(values), 0, walltime=walltime)
+    for key, sweep in sorted(found.sweeps.items()):
+        for at, value in sorted(sweep.points.items()):
+            writer.add_scalar(key, value, at, walltime=walltime)
     hparams: dict[str, Any] = {"workload": _hparam(run.workload), "target": _hparam(run.target)}
     hparams.update({safe_key(k): _hparam(v) for k, v in notebook.parameters.items()})
     for path, verdict in found.verdicts.items():
         hparams[f"verdict/{path}" if path != "verdict" else "verdict"] = verdict.status
     if notebook.verdict is None:
         hparams["verdict"] = "none"
-    rank = float(STATUSES.index(notebook.verdict.status)) if notebook.verdict else float("nan")
+    rank = notebook.verdict_rank
+    metrics = {VERDICT_RANK: float("nan") if rank is None else rank}
+    metrics.update((f"headline/{k}", v) for k, v in sorted(notebook.headline_metrics.items()))
     # run_name "." keeps the hparams entry in the notebook's own folder (the default is a new
     # subfolder named by the clock, which TensorBoard would list as one more run).
-    writer.add_hparams(hparams, {VERDICT_RANK: rank}, run_name=".")
+    writer.add_hparams(hparams, metrics, run_name=".")
 
 
 def _hparam(value: Any) -> Any:
@@ -111,8 +115,5 @@ def _tensor(values: list[float]) -> Any:
     return torch.tensor(values, dtype=torch.float64)
 
 
-def _seconds(started_at: str) -> float:
-    try:
-        return datetime.fromisoformat(started_at).timestamp()
-    except ValueError:
-        return datetime.now().timestamp()
+def _seconds(moment: float | None) -> float:
+    return datetime.now().timestamp() if moment is None else moment

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from workbench.export.flatten import KEY_MAX, flatten, safe_key
 from workbench.results import ResultLead
@@ -32,10 +33,35 @@ class Config:
     note: str = ""
 
 
+@dataclass
+class Window:
+    calls: int
+    median: float
+
+
+@dataclass
+class Point:
+    mode: str
+    batch_size: int
+    status: Literal["ok", "failed"]
+    throughput: float
+    windows: list[Window] = field(default_factory=list)
+    discarded: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Run:
+    run: dict[str, Any]  # a spec as the record describes it, with its label
+    role: str
+    deviation: float
+
+
 @dataclass(kw_only=True)
 class Data(ResultLead):
     configs: list[Config]
     per_flavour: dict[str, float]
+    points: list[Point] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
 
 
 def _data() -> Data:
@@ -49,6 +75,12 @@ def _data() -> Data:
             Config("train", "compiled", "failed", [Phase("steady", 2, [0.05])]),
         ],
         per_flavour={"xla": 3, "native": 1.5},
+        points=[
+            Point("eager", 1, "ok", 100.0, [Window(20, 0.5), Window(20, 0.4)], [3, 7]),
+            Point("eager", 8, "ok", 600.0, [Window(20, 0.9), Window(20, 1.0)]),
+            Point("compiled", 8, "failed", 0.0),
+        ],
+        runs=[Run({"label": "cpu bf16-autocast eager", "precision": "bf16"}, "target", 0.01)],
     )
 
 
@@ -81,12 +113,42 @@ def test_the_notebooks_verdict_is_found_with_its_findings():
     assert found.verdicts["verdict"].findings == [Finding("attention", "slow")]
 
 
-def test_items_with_the_same_label_keep_apart_by_position():
+def test_items_with_the_same_label_keep_apart_by_a_count():
     data = _data()
     data.configs[1].mode = "eager"
     found = flatten(data)
-    assert "configs/train_eager_0/phases/steady/first_step" in found.metrics
-    assert "configs/train_eager_1/phases/steady/first_step" in found.metrics
+    assert "configs/train_eager/phases/steady/first_step" in found.metrics
+    assert "configs/train_eager_2/phases/steady/first_step" in found.metrics
+
+
+def test_records_on_an_axis_are_keyed_by_it_and_make_a_sweep_along_it():
+    found = flatten(_data())
+    assert found.metrics["points/eager/batch_size_8/throughput"] == 600.0
+    assert found.metrics["points/compiled/batch_size_8/throughput"] == 0.0
+    sweep = found.sweeps["points/eager/by_batch_size/throughput"]
+    assert (sweep.axis, sweep.points) == ("batch_size", {1: 100.0, 8: 600.0})
+    assert found.sweeps["points/compiled/by_batch_size/throughput"].points == {8: 0.0}
+    assert found.metrics["points/status/ok"] == 2.0
+
+
+def test_records_that_name_nothing_are_series_in_order_and_int_lists_stay_out():
+    found = flatten(_data())
+    assert found.series["points/eager/batch_size_1/windows/median"] == [0.5, 0.4]
+    assert found.series["points/eager/batch_size_8/windows/calls"] == [20.0, 20.0]
+    assert not any("discarded" in key for key in [*found.metrics, *found.series])
+
+
+def test_a_record_opening_with_a_labelled_spec_is_keyed_by_the_label():
+    found = flatten(_data())
+    assert found.metrics["runs/cpu bf16-autocast eager/deviation"] == 0.01
+
+
+def test_no_key_holds_a_list_position():
+    """The keys a chart keeps across runs: no path part is a bare index (`runs/0/...`); the one
+    place a count appears is a second record under the same label (`train_eager_2`)."""
+    found = flatten(_data())
+    keys = [*found.metrics, *found.series, *found.sweeps]
+    assert not [k for k in keys if re.search(r"(^|/)\d+(/|$)", k)]
 
 
 def test_a_lead_alone_exports_its_verdict_and_nothing_else():

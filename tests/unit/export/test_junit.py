@@ -11,7 +11,8 @@ import xmlschema
 from tests.fixtures.export_runs import FINDINGS, OUTSIDE, write_export_run
 from tests.fixtures.run_folders import write_run
 from workbench.export.records import read_run
-from workbench.export.to_junit import junit_xml, write_junit
+from workbench.export.to_junit import junit_xml, stable_name, write_junit
+from workbench.scorecard import Finding
 
 SCHEMA = Path(__file__).resolve().parents[2] / "fixtures" / "junit" / "junit-10.xsd"
 
@@ -43,7 +44,9 @@ def test_attention_is_skipped_with_its_reason_and_several_runs_share_one_file(tm
     text = junit_xml(runs)
     schema.validate(text)
     root = ET.fromstring(text)
-    assert [s.get("name") for s in root] == ["workbench a", "workbench b"]
+    assert [s.get("name") for s in root] == ["workbench seed-mlp on cpu"] * 2
+    folders = [s.find("properties/property[@name='run_folder']").get("value") for s in root]
+    assert [Path(f).name for f in folders] == ["a", "b"]
     skipped = root.find("testsuite/testcase[@name='01_baseline']/skipped")
     assert skipped.get("message") == "01_baseline judged attention"
     assert root.get("failures") == "0"
@@ -56,3 +59,46 @@ def test_a_notebook_that_did_not_finish_is_an_error(tmp_path, schema):
     schema.validate(text)
     error = ET.fromstring(text).find("testsuite/testcase[@name='01_baseline']/error")
     assert error.get("type") == "timeout"
+
+
+def _names(text: str) -> set[tuple[str, str]]:
+    return {(c.get("classname"), c.get("name")) for c in ET.fromstring(text).iter("testcase")}
+
+
+def test_two_nights_of_one_workload_and_target_have_the_same_test_names(tmp_path, schema):
+    """CI follows a test by classname and name: two runs whose folders, times, step times and
+    measured numbers differ give the same set, the numbers staying in the messages."""
+    nights = []
+    for night, (iqr, share) in enumerate(((14.2, 83), (9.5, 7)), 1):
+        findings = [
+            Finding("blocker", f"batch 8 eager: p99 {iqr * 3:.1f} ms over the 20 ms SLO"),
+            Finding(
+                "attention", f"training step (eager): noisy steady state (IQR {iqr}% of the median)"
+            ),
+            Finding(
+                "attention", f"timed on a loaded machine (other processes {share}% of the CPU)"
+            ),
+        ]
+        folder = write_export_run(
+            tmp_path / f"2026120{night}-run",
+            started=f"2026-12-0{night}T02:00:00+00:00",
+            findings=findings,
+            seed=night,
+        )
+        nights.append(junit_xml([read_run(folder)]))
+    for text in nights:
+        schema.validate(text)
+    assert _names(nights[0]) == _names(nights[1])
+    assert ("workbench.seed-mlp.cpu.01_baseline", "01_baseline") in _names(nights[0])
+    assert all("2026120" not in classname for classname, _ in _names(nights[0]))
+    # the numbers are in each night's messages
+    assert "IQR 14.2% of the median" in nights[0] and "IQR 9.5% of the median" in nights[1]
+
+
+def test_a_finding_keeps_the_numbers_of_its_subject_and_masks_the_measured_ones():
+    assert stable_name("batch 8 eager: p99 42.6 ms over the 20 ms SLO") == (
+        "batch 8 eager: p99 N ms over the N ms SLO"
+    )
+    assert stable_name("batch 1 eager: slow") != stable_name("batch 8 eager: slow")
+    assert stable_name("23 op(s) fall back on Trn2") == "N op(s) fall back on Trn2"
+    assert stable_name("layer 0.weight: off by 1.5e-05") == "layer 0.weight: off by N"
