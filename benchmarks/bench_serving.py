@@ -3,15 +3,16 @@
     .venv/bin/python benchmarks/bench_serving.py
 
 1. `timer vs torch.utils.benchmark`: notebook 05's inference timer (measure_windows over
-   ServedCall.timed: one synchronized perf_counter reading per call, windows until stable)
+   ServedCall.request: synchronized perf_counter readings per request, windows until stable)
    against Timer.blocked_autorange() of the same batch-1 call, compiled with Inductor, in the
    same process. Timer gets torch.get_num_threads() (its default is one thread). Interleaved
    A B B A A B ..., each A paired with the B beside it; the ratio is the median of the pair
    ratios of medians, printed with the pairs' 10th-90th percentile spread. Aim: within
    0.95-1.05 on a quiet machine. Other processes' share of the CPU over the interleaved window
    is printed beside it (above 10%: LOADED, not a quiet-machine number).
-2. `overhead`: the whole notebook part (run_serving with its defaults but smaller budgets: the
-   batch sweep, SLO, closed and open loop, host gaps) on seed-mlp and on tiny-transformer:
+2. `overhead`: the whole notebook part (run_serving with its defaults but smaller budgets and
+   0.2 s windows: the batch sweep, SLO, closed and open loop, host gaps) on seed-mlp and on
+   tiny-transformer:
    its wall time against the time its measured calls took (every timed call, and each load
    level's window from first arrival to last completion). Aim: at most 1.5x.
 """
@@ -55,7 +56,10 @@ def timer_ratio() -> None:
     )
 
     def ours() -> float:
-        run = measure_windows(served.timed, requests=160, tolerance=0.10, budget_s=1.0)
+        run = measure_windows(
+            served.request, requests=160, tolerance=0.10, budget_s=1.0, quantile=0.99,
+            min_window_s=0.0,
+        )  # fmt: skip
         return statistics.median(run.latency_samples())
 
     def theirs() -> float:
@@ -87,7 +91,9 @@ def timer_ratio() -> None:
 
 
 def overhead(name: str) -> None:
-    settings = ServingSettings(window_budget_s=3.0, load_budget_s=1.0, gap_requests=100)
+    settings = ServingSettings(
+        window_seconds=0.2, window_budget_s=3.0, load_budget_s=1.0, gap_requests=100
+    )
     workload = load_workload(name)
     target = get_target("cpu")
     start = time.perf_counter()

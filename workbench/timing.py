@@ -24,15 +24,79 @@ FLUCTUATION_WARN = 0.10
 FLUCTUATION_SEVERE = 0.25
 
 
-# MLPerf Inference's early-stopping rule with no sample over the bound: the smallest n with
-# q**n <= 1 - confidence, i.e. n samples all under a latency bound show, at that confidence, that
-# the q-th percentile is under it too (459 for p99, 90 for p95, 44 for p90 at 99%).
+# Tails as MLPerf LoadGen reports them (mlcommons/inference loadgen/early_stopping.cc and
+# results.cc, the single-stream early-stopping estimate): at 99% confidence with tolerance 0, n
+# samples support the q-th percentile from the least n at which one over-latency sample is still
+# allowed (64 for p90, 130 for p95, 662 for p99); past that, LoadGen allows t over-latency
+# samples, the largest t with P(Binomial(n, 1 - q) <= t) < 1 - confidence, and reports the t-th
+# largest sample, printing that it "would discard t - 1 highest latency queries". That is the
+# binomial tail LoadGen's BetaRegularized(q, h, 1 + t) computes, with h = n - t.
 PERCENTILE_CONFIDENCE = 0.99
+TAIL_SOURCE = (
+    "MLPerf LoadGen's early-stopping estimate "
+    "(mlcommons/inference loadgen/early_stopping.cc, results.cc)"
+)
 
 
+@functools.lru_cache(maxsize=512)
+def early_stopping_overlatency(
+    count: int, q: float, confidence: float = PERCENTILE_CONFIDENCE
+) -> int | None:
+    """LoadGen's t for `count` samples and quantile q: how many samples above the q-th percentile
+    the estimate allows (the estimate is the t-th largest); None under LoadGen's minimum count."""
+    if count < 1 or not 0 < q < 1:
+        return None
+    bound = math.log(1 - confidence)
+    log_ratio = math.log((1 - q) / q)
+    log_term = count * math.log(q)  # P(no sample above the percentile)
+    log_cdf = log_term
+    allowed = None
+    for over in range(1, count):
+        log_term += math.log((count - over + 1) / over) + log_ratio
+        high, low = max(log_cdf, log_term), min(log_cdf, log_term)
+        log_cdf = high + math.log1p(math.exp(low - high))
+        if log_cdf >= bound:
+            break
+        allowed = over
+    return allowed
+
+
+@functools.lru_cache(maxsize=64)
 def samples_for_percentile(q: float, confidence: float = PERCENTILE_CONFIDENCE) -> int:
-    """The fewest samples from which the q-th quantile (0 < q < 1) may be claimed."""
-    return math.ceil(math.log(1 - confidence) / math.log(q))
+    """The fewest samples from which the q-th quantile (0 < q < 1) is claimed: LoadGen's minimum
+    query count for early stopping (662 for p99, 130 for p95, 64 for p90 at 99%)."""
+    # With no over-latency sample allowed the bound is q**n <= 1 - confidence; one allowed
+    # needs more, so the search starts there.
+    count = math.ceil(math.log(1 - confidence) / math.log(q))
+    while early_stopping_overlatency(count, q, confidence) is None:
+        count += 1
+    return count
+
+
+def early_stopping_discards(count: int, q: float) -> int | None:
+    """How many of the largest samples LoadGen's estimate passes over ("would discard"), or None
+    where `count` samples do not support the q-th percentile."""
+    over = early_stopping_overlatency(count, q)
+    return None if over is None else over - 1
+
+
+def early_stopping_estimate(sorted_values: Sequence[float], q: float) -> float | None:
+    """LoadGen's early-stopping estimate of the q-th percentile of ascending `sorted_values`: the
+    t-th largest sample (the maximum until t reaches 2); None under the minimum count."""
+    over = early_stopping_overlatency(len(sorted_values), q)
+    return None if over is None else sorted_values[len(sorted_values) - over]
+
+
+def tail_rule() -> str:
+    """The one tail rule, in words, with its counts."""
+    return (
+        f"a percentile is {TAIL_SOURCE}: claimed only from {samples_for_percentile(0.90)} samples "
+        f"for p90, {samples_for_percentile(0.95)} for p95, {samples_for_percentile(0.99)} for "
+        "p99 (99% confidence, one sample above it allowed), and then the order statistic LoadGen "
+        "reports above the sample percentile (the maximum until its count allows discarding the "
+        "largest; from 5,000 samples the p99 passes over the 32 largest); below that count the "
+        "report gives the maximum, named 'max of n'"
+    )
 
 
 def percentile_label(q: float) -> str:
@@ -242,8 +306,9 @@ class Measurement:
     mean: float = field(init=False)
     min: float = field(init=False)
     max: float = field(init=False)
-    p90: float = field(init=False)
-    p99: float = field(init=False)
+    # LoadGen's early-stopping estimates (TAIL_SOURCE); None where the samples are too few.
+    p90: float | None = field(init=False)
+    p99: float | None = field(init=False)
     relative_iqr: float = field(init=False)
     has_warnings: bool = field(init=False)
     warnings: list[str] = field(init=False)
@@ -259,8 +324,8 @@ class Measurement:
         self.mean = sum(ordered) / len(ordered)
         self.min = ordered[0]
         self.max = ordered[-1]
-        self.p90 = quantile(ordered, 0.90)
-        self.p99 = quantile(ordered, 0.99)
+        self.p90 = early_stopping_estimate(ordered, 0.90)
+        self.p99 = early_stopping_estimate(ordered, 0.99)
         self.relative_iqr = self.iqr / self.median if self.median > 0 else math.inf
         deviations = sorted(abs(t - self.median) for t in ordered)
         spread = max(1.4826 * quantile(deviations, 0.5), OUTLIER_FLOOR * self.median)
@@ -287,14 +352,20 @@ class Measurement:
         return self.host is not None and self.host.loaded
 
     def supports(self, q: float) -> bool:
-        """Whether there are enough samples to claim the q-th percentile (MLPerf's counts)."""
+        """Whether there are enough samples to claim the q-th percentile (LoadGen's counts)."""
         return len(self.times) >= samples_for_percentile(q)
 
+    def percentile(self, q: float) -> float | None:
+        """LoadGen's early-stopping estimate of the q-th percentile, None where unsupported."""
+        return early_stopping_estimate(sorted(self.times), q)
+
     def tail(self, q: float) -> tuple[str, float]:
-        """The q-th percentile where the sample count supports it, else the maximum: a label
-        ("p99" or "max of 30") and the value, so no report claims a percentile it cannot."""
-        if self.supports(q):
-            return percentile_label(q), quantile(sorted(self.times), q)
+        """The q-th percentile where the sample count supports it (LoadGen's estimate), else the
+        maximum: a label ("p99" or "max of 30") and the value, so no report claims a percentile
+        it cannot."""
+        value = self.percentile(q)
+        if value is not None:
+            return percentile_label(q), value
         return f"max of {len(self.times)}", self.max
 
 

@@ -21,6 +21,7 @@ SMALL = [
     "-p", "serving_batch_sizes=[1,4]",
     "-p", "latency_slo_ms=50",
     "-p", "window_requests=40",
+    "-p", "window_seconds=0.05",
     "-p", "window_budget_s=2",
     "-p", "concurrency=[1,2]",
     "-p", "arrival_requests=40",
@@ -54,6 +55,11 @@ def test_the_report_answers_the_slo_with_its_samples(serving_run: Path) -> None:
     ]
     one = data["points"][0]
     assert one["compiles"] >= 1 and one["window_compiles"] == 0  # one compile per shape
+    # A request is its input copy, the model and its output read-back, each kept apart.
+    for part in ("input_copy", "infer", "output_copy"):
+        assert len(one[part]["times"]) == len(one["latency"]["times"])
+    assert data["settings"]["window_seconds"] == 0.05
+    assert all(w["seconds"] >= 0.05 for w in one["windows"])
     assert data["slo"]["chosen"] in (1, 4) and data["slo"]["throughput"] > 0
     report = data["benchmark_report"]["batch_1_compiled"]
     assert {"latency_ms_p50", "latency_ms_p99", "latency_ms_p100", "throughput"} <= set(report)

@@ -40,6 +40,8 @@ def xla_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "--out",
             str(out),
             "-p",
+            "window_seconds=0.2",
+            "-p",
             "window_budget_s=2",
             "-p",
             "load_budget_s=1",

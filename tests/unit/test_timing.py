@@ -1,5 +1,6 @@
-"""The shared timing rules: which percentile a sample count supports, and when the machine was
-too busy for a measurement to stand on its own (real /proc/stat readings, real busy processes)."""
+"""The shared timing rules: when the machine was too busy for a measurement to stand on its own
+(real /proc/stat readings, real busy processes). Which percentile a sample count supports:
+test_tails.py."""
 
 from __future__ import annotations
 
@@ -13,30 +14,12 @@ import pytest
 from workbench.timing import (
     MIN_LOAD_WINDOW_S,
     HostLoadProbe,
-    Measurement,
     is_loaded,
-    samples_for_percentile,
 )
 
 # These read the whole machine's load and start busy processes of their own: beside other tests
 # on other xdist workers they would measure those tests.
 pytestmark = pytest.mark.serial
-
-
-def test_percentile_sample_counts_are_mlperfs_early_stopping_counts() -> None:
-    assert samples_for_percentile(0.99) == 459
-    assert samples_for_percentile(0.95) == 90
-    assert samples_for_percentile(0.90) == 44
-
-
-def test_a_tail_is_claimed_only_where_the_samples_support_it() -> None:
-    few = Measurement([0.001 * (i + 1) for i in range(30)])
-    assert few.tail(0.99) == ("max of 30", pytest.approx(0.030))
-    assert not few.supports(0.99)
-    many = Measurement([0.001 * (i + 1) for i in range(459)])
-    label, value = many.tail(0.99)
-    assert label == "p99"
-    assert value < many.max
 
 
 def test_load_rule_marks_busy_or_stolen_time_and_not_a_quiet_machine() -> None:

@@ -23,9 +23,8 @@ from workbench.timing import (
     Measurement,
     WarmupRule,
     format_seconds,
-    percentile_label,
     ratio_of_medians_interval,
-    samples_for_percentile,
+    tail_rule,
 )
 from workbench.torch_messages import MessageGroup
 
@@ -676,12 +675,7 @@ def result_data(result: BaselineResult) -> dict[str, Any]:
                 "timing.HostLoadProbe around every timed phase, kept as its "
                 f"measurement.host: {HOST_LOAD_RULE}"
             ),
-            "tail": (
-                f"a {percentile_label(TAIL_QUANTILE)} is claimed only from at least "
-                f"{samples_for_percentile(TAIL_QUANTILE)} samples (MLPerf's early-stopping "
-                "count); below that the report gives the maximum (measurement.p99 is the raw "
-                "interpolated value, not a claim)"
-            ),
+            "tail": tail_rule(),
             "host_memory": result.host_memory_source,
             "compiler_memory": (
                 "psutil RSS of this process's child processes (compile workers, the C++ "

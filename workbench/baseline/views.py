@@ -129,7 +129,8 @@ def headline(result: BaselineResult) -> None:
             caption=(
                 f"{result.workload['name']}, batch {result.workload['batch_size']}, steady state "
                 f"of {steps} steps (median: the robust median; tail: p99 only from "
-                f"{samples_for_percentile(TAIL_QUANTILE)} samples, else the maximum); the whole "
+                f"{samples_for_percentile(TAIL_QUANTILE)} samples, as MLPerf LoadGen's "
+                "early-stopping estimate, else the maximum); the whole "
                 f"baseline took {format_seconds(result.wall_seconds)}"
             ),
         )

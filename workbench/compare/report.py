@@ -25,6 +25,7 @@ from workbench.compare.timing import HISTORY_SPREAD_RUNS, PAIR_RULE
 from workbench.markup import figure_png
 from workbench.redact import scrub_text
 from workbench.results import write_json_atomic, write_text_atomic
+from workbench.timing import samples_for_percentile
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #1f2328; max-width: 80em; }
@@ -155,7 +156,7 @@ def render(comparison: Comparison) -> str:
 <p>{_e(comparison.cost_note)}</p>
 <table><thead><tr><th>run</th><th>target</th><th>instance</th><th>$/hour</th><th>items/s</th>
 <th>items per $</th><th>hours for the items priced</th>
-<th>inference p99 (s; unknown under 459 steps)</th></tr></thead>
+<th>inference p99 (s; unknown under {samples_for_percentile(0.99)} steps)</th></tr></thead>
 <tbody>{cost}</tbody></table>
 <details><summary>Every other metric compared ({len(others)}: within gate, unchanged, not
 significant, within run-to-run variation, loaded, not comparable or on one side

@@ -9,7 +9,7 @@ from typing import Any
 from workbench.compare.records import CHANGED, UNCHANGED, Change
 from workbench.compare.runs import Run
 from workbench.compare.timing import configs_of, steady_samples
-from workbench.timing import quantile, samples_for_percentile
+from workbench.timing import early_stopping_estimate
 from workbench.tuning.cost import MEASURED
 from workbench.tuning.question import RESULT_FILE as RETUNING_FILE
 from workbench.tuning.records import Recommendation
@@ -37,13 +37,14 @@ def retuning_changes(base_run: Run, new_run: Run) -> list[Change]:
 
 
 def _infer_p99(run: Run) -> float | None:
-    """The inference p99, only where a configuration has the steps to support one (MLPerf's
-    early-stopping count): fewer steps cannot show a p99, and the slowest step is not one."""
-    needed = samples_for_percentile(0.99)
+    """The inference p99, only where a configuration has the steps to support one, as LoadGen's
+    early-stopping estimate (timing.TAIL_SOURCE): fewer steps cannot show a p99, and the slowest
+    step is not one."""
     tails = [
-        quantile(sorted(samples), 0.99)
+        tail
         for (kind, _), c in configs_of(run).items()
-        if kind == "infer" and len(samples := steady_samples(c)) >= needed
+        if kind == "infer"
+        and (tail := early_stopping_estimate(sorted(steady_samples(c)), 0.99)) is not None
     ]
     return min(tails) if tails else None
 

@@ -38,7 +38,7 @@ from workbench.compare.timing import (
 )
 from workbench.serving.question import RESULT_FILE as SERVING_FILE
 from workbench.serving.records import BatchPoint, GapSeries
-from workbench.timing import HostLoad, quantile, samples_for_percentile
+from workbench.timing import HostLoad, early_stopping_estimate, samples_for_percentile
 
 AREA = "serving"
 TAIL_QUANTILE = 0.99
@@ -67,8 +67,7 @@ def _times(point: BatchPoint) -> list[float]:
 
 
 def _p99(point: BatchPoint) -> float | None:
-    times = sorted(_times(point))
-    return quantile(times, TAIL_QUANTILE) if times else None
+    return early_stopping_estimate(sorted(_times(point)), TAIL_QUANTILE)
 
 
 def _max(point: BatchPoint) -> float | None:

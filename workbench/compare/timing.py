@@ -42,7 +42,13 @@ from workbench.compare.records import (
 )
 from workbench.compare.runs import Run
 from workbench.compare.stats import mann_whitney_u, median
-from workbench.timing import HostLoad, Measurement, quantile, samples_for_percentile
+from workbench.timing import (
+    HostLoad,
+    Measurement,
+    early_stopping_estimate,
+    quantile,
+    samples_for_percentile,
+)
 
 STEADY, FIRST_CALL = "steady", "first_call"
 # From this many earlier runs on, a change must also leave the band their values spread over.
@@ -95,8 +101,7 @@ def _steady_median(config: ConfigResult) -> float | None:
 
 
 def _steady_p99(config: ConfigResult) -> float | None:
-    samples = sorted(steady_samples(config))
-    return quantile(samples, TAIL_QUANTILE) if samples else None
+    return early_stopping_estimate(sorted(steady_samples(config)), TAIL_QUANTILE)
 
 
 def _steady_max(config: ConfigResult) -> float | None:
@@ -128,8 +133,8 @@ def _step_gate(gates: Gates) -> float:
 
 
 STEADY_MEDIAN = Metric("steady median", "s", True, _step_gate, _steady_median, True, STEADY)
-# The tail is a p99 only where every run compared has the samples to support one (MLPerf's
-# early-stopping count); otherwise it is the slowest step, and named so.
+# The tail is a p99 only where every run compared has the samples to support one, and then
+# LoadGen's early-stopping estimate (timing.TAIL_SOURCE); otherwise the slowest step, named so.
 STEADY_P99 = Metric("steady p99", "s", True, _step_gate, _steady_p99, True, STEADY)
 STEADY_MAX = Metric("steady max", "s", True, _step_gate, _steady_max, True, STEADY)
 METRICS = (

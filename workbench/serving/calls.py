@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from workbench.errors import describe_error
-from workbench.serving.records import COMPILED
+from workbench.serving.records import COMPILED, RequestTime
 from workbench.targets.base import Target
 from workbench.workload import Inputs, Workload
 
@@ -36,33 +36,47 @@ def build_serving_model(workload: Workload, target: Target) -> nn.Module:
 
 @dataclass
 class ServedCall:
-    """One shape, ready: `call()` serves one request of `batch_size` samples and returns the
-    output (the target is synchronized before it returns)."""
+    """One shape, ready: `request()` serves one request of `batch_size` samples as an inference
+    client sees it: the host inputs copied in to the target's device, the model, the outputs
+    read back to the host (the target is synchronized between the parts)."""
 
     batch_size: int
     mode: str
     model_call: Callable[..., Any]  # the model, or its compiled form
-    inputs: Inputs
+    host_inputs: Inputs  # what a request brings: its inputs in host memory
+    inputs: Inputs  # one device copy of them, for the host-gap series (gaps.py)
     workload: Workload
     target: Target
 
-    def call(self) -> Any:
+    def _infer(self, inputs: Inputs) -> Any:
         # no_grad rather than inference_mode: Dynamo guards on the mode, and notebook 01's
         # compiled inference runs under no_grad too.
         with torch.no_grad():
-            output = self.workload.forward(self.model_call, self.inputs)
+            output = self.workload.forward(self.model_call, inputs)
         # The output stays referenced until the device finished: a lazy target drops the work
         # of a tensor nobody holds.
         self.target.synchronize()
         return output
 
+    def call(self) -> Any:
+        """One request, untimed: its outputs in host memory."""
+        return self.target.to_host(self._infer(self.target.to_device(self.host_inputs)))
+
+    def request(self) -> RequestTime:
+        """One request, timed in its parts (perf_analyzer's compute input, infer, output)."""
+        start = perf_counter()
+        inputs = self.target.to_device(self.host_inputs)
+        copied = perf_counter()
+        output = self._infer(inputs)
+        inferred = perf_counter()
+        on_host = self.target.to_host(output)
+        done = perf_counter()
+        del output, on_host
+        return RequestTime(copied - start, inferred - copied, done - inferred)
+
     def timed(self) -> float:
         """One request, its latency in seconds."""
-        start = perf_counter()
-        output = self.call()
-        elapsed = perf_counter() - start
-        del output
-        return elapsed
+        return self.request().total
 
 
 class ShapeFailed(RuntimeError):
@@ -75,7 +89,7 @@ def prepare_call(
     """`model` served at `batch_size` in `mode`. Compiled mode resets Dynamo's in-process caches
     first, so this shape gets its own compile, as a static-shape target (Neuron) compiles one
     graph per shape."""
-    inputs, _ = workload.batch(target.device, batch_size=batch_size)
+    host_inputs = serving_inputs(workload.batch(batch_size=batch_size)[0])
     model_call: Callable[..., Any] = model
     if mode == COMPILED:
         torch._dynamo.reset()
@@ -83,4 +97,5 @@ def prepare_call(
             model_call = target.compile(model)
         except Exception as exc:
             raise ShapeFailed(describe_error(exc).text.splitlines()[0]) from exc
-    return ServedCall(batch_size, mode, model_call, serving_inputs(inputs), workload, target)
+    device_inputs = target.to_device(host_inputs)
+    return ServedCall(batch_size, mode, model_call, host_inputs, device_inputs, workload, target)

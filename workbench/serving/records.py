@@ -3,7 +3,9 @@
 
 A request is one sample; a call serves a batch of them, and every request in it finishes when
 the call does, so a batch's latency samples are its calls' times and its throughput is requests
-(samples) per second.
+(samples) per second. A call is timed as an inference client sees it (perf_analyzer's compute
+input, compute infer and compute output): the host inputs copied in to the target's device, the
+model, and the outputs read back to the host, each also kept apart.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from workbench.timing import (
     percentile_label,
     quantile,
     samples_for_percentile,
+    tail_rule,
 )
 
 EAGER = "eager"
@@ -34,6 +37,12 @@ TOKEN_CHOICES = ("auto", "on", "off")
 REPORTED_QUANTILES = (0.50, 0.90, 0.95, 0.99)
 # perf_analyzer's stability rule: the last three windows agree within its default 10%.
 STABLE_WINDOWS = 3
+# perf_analyzer's count windows last at least one second (docs/cli.md, --measurement-mode), long
+# enough for periodic interference (a collection, a timer, another process's burst) to land in
+# every window instead of between them.
+WINDOW_SECONDS = 1.0
+# Three windows of this many requests reach LoadGen's minimum count for a p99 (662).
+DEFAULT_WINDOW_REQUESTS = -(-samples_for_percentile(0.99) // STABLE_WINDOWS)
 # A point keeps measuring until at least this long has been timed, so the machine-load reading
 # around it covers a real window (timing.MIN_LOAD_WINDOW_S) instead of sleeping to fill one.
 MIN_MEASURED_S = 0.2
@@ -45,6 +54,8 @@ MAX_STREAMS_PER_CORE = 16
 # which is a large share of a tiny model's call and no finding.
 HOST_GAP_SHARE = 0.10
 HOST_GAP_FLOOR_S = 50e-6
+# A tail this many times its median is set by something besides the compute of one call.
+TAIL_LIMITED_RATIO = 1.5
 # Open-loop rates tried when none are given: shares of the capacity one stream measured.
 RATE_SHARES = (0.3, 0.6, 0.8, 0.95)
 
@@ -64,12 +75,13 @@ class ServingSettings:
     modes: tuple[str, ...] = (COMPILED,)
     latency_slo_ms: float = 0.0  # 0: no SLO
     slo_percentile: float = 99.0
-    window_requests: int = 160
+    window_requests: int = DEFAULT_WINDOW_REQUESTS
+    window_seconds: float = WINDOW_SECONDS
     stability: float = 0.10
-    window_budget_s: float = 5.0
+    window_budget_s: float = 10.0
     concurrency: tuple[int, ...] = (1, 2, 4)
     arrival_rates: tuple[float, ...] = ()
-    arrival_requests: int = 460
+    arrival_requests: int = samples_for_percentile(0.99)
     load_budget_s: float = 3.0
     token_timings: str = "auto"
     prompt_lengths: tuple[int, ...] = (16, 64)
@@ -99,6 +111,7 @@ class ServingSettings:
             "latency_slo_ms",
             "slo_percentile",
             "window_requests",
+            "window_seconds",
             "stability",
             "window_budget_s",
             "arrival_requests",
@@ -136,7 +149,7 @@ class ServingSettings:
         for name in ("window_requests", "arrival_requests", "gap_requests", "token_repeats"):
             if getattr(self, name) < 1:
                 raise BadInput(f"{name} {getattr(self, name)}: use 1 or more.")
-        for name in ("window_budget_s", "load_budget_s"):
+        for name in ("window_seconds", "window_budget_s", "load_budget_s"):
             if getattr(self, name) <= 0:
                 raise BadInput(f"{name} {getattr(self, name)}: use a positive number of seconds.")
         if any(c < 1 for c in self.concurrency):
@@ -159,20 +172,47 @@ class ServingSettings:
 
 
 STABILITY_RULE_WORDS = (
-    "a batch size is measured in windows of {requests} requests; it is stable when the last "
-    f"{STABLE_WINDOWS} windows' throughputs and median latencies each agree within "
-    "{tolerance:.0%} (max/min, perf_analyzer's rule), after at least "
-    f"{MIN_MEASURED_S:g} s of timed calls; a point that is not stable within its "
-    "{budget:g} s budget is reported as measured and marked unstable"
+    "a batch size is measured in count windows of at least {requests} requests and at least "
+    "{seconds:g} s each (perf_analyzer's count windows: --measurement-request-count, and a "
+    "window of at least 1 s); it is stable when the last "
+    f"{STABLE_WINDOWS} windows' throughputs, and their {{label}} latencies (the percentile the "
+    "SLO names: perf_analyzer's --percentile), each agree within {tolerance:.0%} (max/min, "
+    "perf_analyzer's --stability-percentage; triton-inference-server/client "
+    "src/c++/perf_analyzer/docs/cli.md); a point that is not stable within its {budget:g} s "
+    "budget is reported as measured and marked unstable"
 )
 
 
 def stability_rule(settings: ServingSettings) -> str:
     return STABILITY_RULE_WORDS.format(
         requests=settings.window_requests,
+        seconds=settings.window_seconds,
+        label=percentile_label(settings.quantile),
         tolerance=settings.stability,
         budget=settings.window_budget_s,
     )
+
+
+def window_percentile(times: list[float], q: float) -> float:
+    """A window's q-th percentile as perf_analyzer computes the one it stabilises on (its
+    inference_profiler: the sorted latency at index q * (n - 1) rounded to nearest)."""
+    ordered = sorted(times)
+    return ordered[int(q * (len(ordered) - 1) + 0.5)]
+
+
+@dataclass(frozen=True)
+class RequestTime:
+    """One request's time in its parts, as perf_analyzer's server-side breakdown names them:
+    compute input (the host inputs copied in to the device), compute infer (the model, the
+    device synchronized) and compute output (the outputs read back to the host), in seconds."""
+
+    input_copy: float
+    infer: float
+    output_copy: float
+
+    @property
+    def total(self) -> float:
+        return self.input_copy + self.infer + self.output_copy
 
 
 @dataclass
@@ -183,6 +223,7 @@ class Window:
     seconds: float
     throughput: float  # requests (samples) per second over the window
     median: float  # median call latency, s
+    tail: float = 0.0  # the window's latency at the SLO's percentile (window_percentile), s
 
 
 def tail(measurement: Measurement, q: float) -> tuple[str, float, bool]:
@@ -207,6 +248,10 @@ class BatchPoint:
     windows: list[Window] = field(default_factory=list)
     stable: bool = False
     latency: Measurement | None = None  # the last windows' call times, s
+    # The same calls in their parts (RequestTime): input copy, model, output read-back.
+    input_copy: Measurement | None = None
+    infer: Measurement | None = None
+    output_copy: Measurement | None = None
     host_peak_rss: int | None = None  # bytes, while the windows ran
     device_peak_allocated: int | None = None
     error: str = ""  # one sentence, for a point that did not measure
@@ -230,6 +275,36 @@ class BatchPoint:
     @property
     def name(self) -> str:
         return f"batch {self.batch_size} {self.mode}"
+
+
+REQUEST_TIMING = (
+    "time.perf_counter around each request: its host inputs copied in to the target's device "
+    "(Target.to_device, synchronized), the model (synchronized), its outputs read back to the "
+    "host (Target.to_host); the three parts are kept apart as perf_analyzer's compute input, "
+    "compute infer and compute output"
+)
+COMPILED_WHILE_TIMED = "graph(s) compiled while requests were timed"
+JITTER = "jitter from other load, collection pauses, or the host between calls"
+
+
+def tail_cause(point: BatchPoint) -> str:
+    """What sets a point's tail, in the words the headline, the tables and the verdict share:
+    graphs compiled inside the timed windows first (each is a spike, whatever else happened),
+    then a machine the load probe read as loaded, else jitter of unknown source."""
+    if point.window_compiles:
+        return f"{point.window_compiles} {COMPILED_WHILE_TIMED} (each is a latency spike)"
+    if point.latency is not None and point.latency.loaded and point.latency.host:
+        return f"other load on the machine while timed ({point.latency.host.shares()})"
+    return JITTER
+
+
+def tail_limited(point: BatchPoint, q: float) -> bool:
+    """Whether the point's q-th tail is TAIL_LIMITED_RATIO times its median or more, or graphs
+    compiled while it was timed (then the tail is theirs, whatever its ratio)."""
+    found = point.tail(q)
+    if found is None or point.latency is None:
+        return False
+    return bool(point.window_compiles) or found[1] >= TAIL_LIMITED_RATIO * point.latency.median
 
 
 def benchmark_report(point: BatchPoint) -> dict[str, Any]:
@@ -513,13 +588,7 @@ def serving_verdict(result: ServingResult) -> Verdict:
             findings.append(Finding(ATTENTION, f"{point.name}: {point.error}"))
             continue
         if point.window_compiles:
-            findings.append(
-                Finding(
-                    BLOCKER,
-                    f"{point.name}: {point.window_compiles} graph(s) compiled while requests "
-                    "were timed (each is a latency spike in service)",
-                )
-            )
+            findings.append(Finding(BLOCKER, f"{point.name}: {tail_cause(point)}"))
         if not point.stable:
             findings.append(
                 Finding(
@@ -592,17 +661,9 @@ def result_data(result: ServingResult) -> dict[str, Any]:
         "gaps": result.gaps,
         "problems": result.problems,
         "sources": {
-            "timing": (
-                "time.perf_counter around each call, the target synchronized before the clock "
-                "is read"
-            ),
+            "timing": REQUEST_TIMING,
             "stability": stability_rule(settings),
-            "percentiles": (
-                f"a percentile is claimed only from enough samples (MLPerf's early-stopping "
-                f"count: {samples_for_percentile(0.99)} for p99, "
-                f"{samples_for_percentile(0.95)} for p95, {samples_for_percentile(0.90)} for "
-                "p90); below that the report gives the maximum, named 'max of n'"
-            ),
+            "percentiles": tail_rule(),
             "load": (
                 "one model instance serving one request at a time from a queue; closed loop: N "
                 "client streams, each sending its next request when the last returns; open "

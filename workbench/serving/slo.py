@@ -6,12 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from workbench.environment.instance import InstanceType
-from workbench.serving.records import BatchPoint, LoadPoint, SloAnswer
+from workbench.serving.records import BatchPoint, LoadPoint, SloAnswer, tail_cause
 from workbench.timing import percentile_label
 from workbench.tuning.cost import PriceTable
-
-# A tail this many times its median is jitter (host load, collection pauses), not the compute.
-TAIL_LIMITED_RATIO = 1.5
 
 
 def _limit(point: BatchPoint, slo_s: float, q: float) -> str:
@@ -21,6 +18,13 @@ def _limit(point: BatchPoint, slo_s: float, q: float) -> str:
     assert found is not None
     label, value, _ = found
     median = point.latency.median
+    if point.window_compiles:
+        # Compiles inside the windows set both the median and the tail: naming the compute or
+        # jitter would send the reader after the wrong cause.
+        return (
+            f"its median is {median * 1e3:.3g} ms and its {label} {value * 1e3:.3g} ms, set by "
+            f"{tail_cause(point)}"
+        )
     if median > slo_s:
         return (
             f"its median alone is {median * 1e3:.3g} ms, over the SLO: the compute of one call "
@@ -28,8 +32,7 @@ def _limit(point: BatchPoint, slo_s: float, q: float) -> str:
         )
     return (
         f"its median is {median * 1e3:.3g} ms but its {label} is {value / median:.1f}x that: "
-        "the tail limits it (jitter from other load, collection pauses, or the host between "
-        "calls)"
+        f"the tail limits it ({tail_cause(point)})"
     )
 
 

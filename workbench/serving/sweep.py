@@ -64,10 +64,12 @@ def measure_point(
     try:
         with probe:
             run = measure_windows(
-                served.timed,
+                served.request,
                 requests=settings.window_requests,
                 tolerance=settings.stability,
                 budget_s=settings.window_budget_s,
+                quantile=settings.quantile,
+                min_window_s=settings.window_seconds,
                 batch_size=batch_size,
             )
     except Exception as exc:
@@ -78,6 +80,10 @@ def measure_point(
     point.windows = run.windows
     point.stable = run.stable
     point.latency = Measurement(run.latency_samples(), host=probe.result)
+    reported = run.reported()
+    point.input_copy = Measurement([t.input_copy for t in reported])
+    point.infer = Measurement([t.infer for t in reported])
+    point.output_copy = Measurement([t.output_copy for t in reported])
     point.host_peak_rss = host.peak()
     point.device_peak_allocated = target.peak_memory().peak_allocated
     return point, point.first_call + run.timed_seconds

@@ -9,20 +9,23 @@ from IPython.display import display
 from workbench import markup as show
 from workbench.serving.records import (
     REPORTED_QUANTILES,
+    REQUEST_TIMING,
     BatchPoint,
     LoadPoint,
     ServingResult,
     benchmark_report,
     serving_verdict,
     stability_rule,
+    tail_cause,
+    tail_limited,
 )
 from workbench.timing import (
     HOST_LOAD_RULE,
     Measurement,
     format_seconds,
     percentile_label,
-    quantile,
     samples_for_percentile,
+    tail_rule,
 )
 
 
@@ -38,9 +41,10 @@ def _percentile(measurement: Measurement | None, q: float) -> str:
     """The q-th percentile where the samples support it; else how many it needs."""
     if measurement is None:
         return "n/a"
-    if not measurement.supports(q):
+    value = measurement.percentile(q)
+    if value is None:
         return f"— (needs {samples_for_percentile(q)})"
-    return format_seconds(quantile(sorted(measurement.times), q))
+    return format_seconds(value)
 
 
 def _tail(measurement: Measurement | None, q: float) -> str:
@@ -51,7 +55,11 @@ def _tail(measurement: Measurement | None, q: float) -> str:
     return f"{label}: {format_seconds(value)}"
 
 
-def _point_row(point: BatchPoint, unit: str) -> dict[str, Any]:
+def _median(measurement: Measurement | None) -> str:
+    return "n/a" if measurement is None else format_seconds(measurement.median)
+
+
+def _point_row(point: BatchPoint, unit: str, q: float) -> dict[str, Any]:
     latency = point.latency
     row: dict[str, Any] = {"mode": point.mode, "batch": point.batch_size, "status": point.status}
     if point.status != "ok" or latency is None:
@@ -62,8 +70,12 @@ def _point_row(point: BatchPoint, unit: str) -> dict[str, Any]:
     for q in REPORTED_QUANTILES:
         row[percentile_label(q)] = _percentile(latency, q)
     row["max"] = f"{format_seconds(latency.max)} (max of {len(latency.times)})"
+    row["input copy (median)"] = _median(point.input_copy)
+    row["infer (median)"] = _median(point.infer)
+    row["output read-back (median)"] = _median(point.output_copy)
     row[unit] = f"{point.throughput or 0:,.0f}"
     row["stable"] = f"yes, {len(point.windows)} windows" if point.stable else "NO"
+    row["what sets the tail"] = tail_cause(point) if tail_limited(point, q) else ""
     return row
 
 
@@ -85,13 +97,14 @@ def headline(result: ServingResult) -> None:
     display(show.banner(result.headline(), show.VERDICT_BANNER[serving_verdict(result).status]))
     display(
         show.table(
-            [_point_row(p, result.throughput_unit) for p in result.points],
+            [
+                _point_row(p, result.throughput_unit, result.settings.quantile)
+                for p in result.points
+            ],
             caption=(
                 f"{result.workload['name']} on {result.target['name']}: latency per call (every "
-                "request of a batch finishes with its call); a percentile only from enough "
-                f"samples (p90 {samples_for_percentile(0.90)}, p95 "
-                f"{samples_for_percentile(0.95)}, p99 {samples_for_percentile(0.99)}), else "
-                "the maximum; the whole notebook part took "
+                "request of a batch finishes with its call: inputs copied in, the model, outputs "
+                f"read back, each also shown apart); {tail_rule()}; the whole notebook part took "
                 f"{format_seconds(result.wall_seconds)}, {format_seconds(result.measured_seconds)} "
                 "of it in timed calls"
             ),
@@ -110,8 +123,7 @@ def sweep_costs(result: ServingResult) -> None:
     display(
         show.key_values(
             {
-                "timing": "time.perf_counter around each call; the target is synchronized "
-                "before every clock read",
+                "timing": REQUEST_TIMING,
                 "stability": stability_rule(result.settings),
                 "machine": HOST_LOAD_RULE,
                 "host memory": result.host_memory_source,

@@ -72,6 +72,26 @@ class Target(Compiling, CompileCaching, OpCoverage, OutOfMemory, Scaling):
     def synchronize(self) -> None:
         """Block until all queued work on the device has finished (call before reading a clock)."""
 
+    def to_device(self, tree: Any) -> Any:
+        """Every tensor of `tree` (a request's host inputs) copied in to the device, the copy
+        finished: what a served request pays before the model runs. On the CPU the tensors are
+        already where the model reads them, so `.to` returns them as they are."""
+        import torch
+        from torch.utils._pytree import tree_map
+
+        device = self.device
+        moved = tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, tree)
+        self.synchronize()
+        return moved
+
+    def to_host(self, tree: Any) -> Any:
+        """Every tensor of `tree` (a request's outputs) read back to host memory: what a served
+        request pays after the model ran (`.to("cpu")` waits for the device's copy)."""
+        import torch
+        from torch.utils._pytree import tree_map
+
+        return tree_map(lambda t: t.to("cpu") if isinstance(t, torch.Tensor) else t, tree)
+
     def manual_seed(self, seed: int) -> None:
         """Seed every random stream a run on this target draws from (dropout, random init).
 

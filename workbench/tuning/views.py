@@ -43,8 +43,8 @@ def _first_line(text: str | None, limit: int = 200) -> str:
 
 
 def _tail(measurement: Measurement | None) -> str:
-    """The p99 step where the sample count supports it (timing.Measurement.tail), else the
-    slowest step, labelled as what it is."""
+    """The p99 step where the sample count supports it (timing.Measurement.tail: MLPerf
+    LoadGen's early-stopping estimate), else the slowest step, labelled as what it is."""
     if measurement is None:
         return "n/a"
     label, value = measurement.tail(0.99)

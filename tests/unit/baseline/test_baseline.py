@@ -169,8 +169,8 @@ def test_measurement_stats_are_derived_from_raw_samples():
     assert m.median == pytest.approx(torch.quantile(as_tensor, 0.5).item())
     q25, q75 = torch.quantile(as_tensor, torch.tensor([0.25, 0.75], dtype=torch.float64))
     assert m.iqr == pytest.approx((q75 - q25).item())
-    assert m.p90 == pytest.approx(torch.quantile(as_tensor, 0.9).item())
-    assert m.p99 == pytest.approx(torch.quantile(as_tensor, 0.99).item())
+    # Ten samples support no tail (LoadGen's early-stopping counts: 64 for p90, 662 for p99).
+    assert m.p90 is None and m.p99 is None
     assert (m.mean, m.min, m.max) == (pytest.approx(0.55), 0.1, 1.0)
     assert m.relative_iqr == pytest.approx(m.iqr / m.median)
     assert m.has_warnings and "IQR" in m.warnings[0]

@@ -212,7 +212,7 @@ def test_the_tail_is_a_p99_only_with_the_samples_to_support_it(tmp_path: Path) -
     assert "train/eager steady max" in names and "train/eager steady p99" not in names
     long = compare_runs(
         [
-            write_run(tmp_path / f"l{i}", started=f"2026-11-0{i + 1}", steady=samples(i, 0.01, 459))
+            write_run(tmp_path / f"l{i}", started=f"2026-11-0{i + 1}", steady=samples(i, 0.01, 662))
             for i in range(2)
         ]
     )
