@@ -10,13 +10,14 @@ import importlib
 import importlib.util
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
 
+from workbench import __version__
 from workbench.errors import (
     EXIT_BAD_INPUT,
     EXIT_BLOCKING_FINDINGS,
@@ -117,13 +118,24 @@ def _request(args: argparse.Namespace) -> Any:
     )
 
 
+# The runner's last line names the run's index page; a script capturing stdout gets that path
+# alone, and everything else the runner says goes to stderr.
+_REPORT_LINE = re.compile(r"report: (?P<path>.+) \(exit \d+\)")
+
+
+def _run_progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+    report = _REPORT_LINE.fullmatch(line)
+    if report:
+        print(report["path"], flush=True)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     if args.matrix or args.index is not None:
         return _run_matrix_item(args)
     from workbench.runner import run
 
-    request = _request(args)
-    return run(request, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    return run(_request(args), progress=_run_progress)
 
 
 def cmd_open(args: argparse.Namespace) -> int:
@@ -171,7 +183,7 @@ def _run_matrix_item(args: argparse.Namespace) -> int:
 def cmd_prewarm(args: argparse.Namespace) -> int:
     from workbench.compile_cache.prewarm import prewarm
 
-    return prewarm(args.workload, args.target, args.compile_cache, args.steps, args.param)
+    return prewarm(args.workload, args.target, args.compile_cache, args.steps, args.param or [])
 
 
 def cmd_env_pin(args: argparse.Namespace) -> int:
@@ -247,6 +259,41 @@ def cmd_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+class ParamAction(argparse.Action):
+    """`-p KEY=VALUE`, or papermill's own `-p KEY VALUE`; kept as KEY=VALUE either way."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        words = [str(v) for v in (values or [])] if not isinstance(values, str) else [values]
+        if len(words) == 1 and "=" in words[0]:
+            pair = words[0]
+        elif len(words) == 2 and "=" not in words[0]:
+            pair = f"{words[0]}={words[1]}"
+        else:
+            raise argparse.ArgumentError(
+                self, f"give KEY=VALUE or KEY VALUE (papermill's form), not {' '.join(words)!r}"
+            )
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest, None) or []), pair])
+
+
+def add_param_option(parser: argparse.ArgumentParser | Any, help: str) -> None:
+    """The one -p of `run`, `open`, `plan`, `prewarm` and `rehearse`."""
+    parser.add_argument(
+        "-p",
+        "--param",
+        action=ParamAction,
+        nargs="+",
+        dest="param",
+        metavar=("KEY=VALUE", "VALUE"),  # usage: -p KEY=VALUE [VALUE ...]
+        help=f"{help}: KEY=VALUE, or KEY VALUE as papermill takes it; repeat for more",
+    )
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage mistakes are bad input like any other: one sentence on stderr and exit 2."""
 
@@ -300,13 +347,7 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
         "--target", metavar="T", help="auto, cpu, cuda, xla or neuron (default auto)"
     )
     group.add_argument("--only", metavar="NN,NN", help="notebook numbers, e.g. 00,01 (default all)")
-    group.add_argument(
-        "-p",
-        "--param",
-        action="append",
-        metavar="KEY=VALUE",
-        help="a notebook parameter; repeat for more (see `workbench list`)",
-    )
+    add_param_option(group, "a notebook parameter (see `workbench list`)")
     group.add_argument("--config", metavar="FILE", help="YAML file with the same settings")
     group.add_argument(
         "--compile-cache",
@@ -350,7 +391,7 @@ def _prewarm_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default="auto", help="auto, cpu, cuda, xla or neuron")
     parser.add_argument("--compile-cache", default="", metavar="DIR")
     parser.add_argument("--steps", type=int, default=2, help="steps per configuration (2)")
-    parser.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE")
+    add_param_option(parser, "a workload parameter")
 
 
 def _open_arguments(parser: argparse.ArgumentParser) -> None:
@@ -637,6 +678,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "them in JupyterLab, pin environments, compare runs.",
         epilog=exit_codes_line(),
     )
+    parser.add_argument("--version", action="version", version=f"workbench {__version__}")
     _add_commands(parser, COMMANDS, "command", command)
     return parser
 

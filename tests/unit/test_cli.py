@@ -31,6 +31,8 @@ def _one_error_line(capsys) -> str:
         (["run", "--workload"], "--workload: expected one argument"),
         (["env"], "required: env_command"),
         (["env", "diff", "only-one.json"], "required: new"),
+        (["run", "-p", "steady_steps"], "give KEY=VALUE or KEY VALUE (papermill's form)"),
+        (["run", "-p", "a=1", "b=2"], "not 'a=1 b=2'"),
     ],
 )
 def test_argument_errors_are_one_sentence_and_exit_2(capsys, tmp_path, monkeypatch, argv, fragment):
@@ -47,7 +49,7 @@ def test_argument_errors_are_one_sentence_and_exit_2(capsys, tmp_path, monkeypat
     ("argv", "fragment"),
     [
         (["run", "--target", "tpu"], "Unknown target 'tpu'"),
-        (["run", "-p", "steady_steps"], "Parameter 'steady_steps' is not of the form key=value."),
+        (["run", "-p", "=5"], "Parameter '=5' is not of the form key=value."),
         (["run", "--config", "missing.yaml"], "Config missing.yaml cannot be read"),
     ],
 )
@@ -239,3 +241,35 @@ def test_compare_gate_defaults_are_those_of_compares_gates():
     shown = {a.dest: a.help for a in subcommands.choices["compare"]._actions}
     for name, value in options.items():
         assert f"({value:.2f})" in shown[name], (name, shown[name])
+
+
+def test_version_is_the_packages(capsys):
+    from workbench import __version__
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == EXIT_OK
+    assert capsys.readouterr().out == f"workbench {__version__}\n"
+
+
+def test_papermills_two_word_parameters_equal_key_value_ones(requests):
+    """papermill's `-p NAME VALUE` and the workbook's `-p NAME=VALUE` give the same request,
+    mixed on one line; a value holding '=' (hf_config) stays whole."""
+    assert main(["run", "-p", "steady_steps", "7", "-p", "modes=eager"]) == EXIT_OK
+    assert main(["run", "-p", "hf_config", "n_layer=2,n_embd=64"]) == EXIT_OK
+    two_words, with_equals = requests
+    assert two_words.parameters == {"steady_steps": "7", "modes": "eager"}
+    assert with_equals.parameters == {"hf_config": "n_layer=2,n_embd=64"}
+
+
+def test_run_prints_the_report_path_alone_on_stdout(capsys, monkeypatch):
+    def run(request: RunRequest, progress) -> int:
+        progress("[1/1] 00_environment ok in 1.0 s")
+        progress("report: /tmp/reports/x/index.html (exit 0)")
+        return EXIT_OK
+
+    monkeypatch.setattr(workbench.runner, "run", run)
+    assert main(["run"]) == EXIT_OK
+    captured = capsys.readouterr()
+    assert captured.out == "/tmp/reports/x/index.html\n"
+    assert "00_environment ok" in captured.err and "report: /tmp/reports/x" in captured.err
