@@ -16,6 +16,12 @@ they could not agree); everything else stays in training mode, so batch norm nor
 batch statistics. Every run seeds the target's generators with the workload's seed before its
 first step, so whatever else draws random numbers (functional dropout such as
 scaled_dot_product_attention's dropout_p) draws the same stream in every run on one device.
+
+fp16 under autocast trains as torch.amp's recipe trains it: fp32 weights and optimizer state,
+and a torch.amp.GradScaler that scales the loss before backward, unscales the gradients before
+they are read or applied, and skips a step whose gradients overflowed (halving its scale). fp16
+without it underflows small gradients, and no fp16 recipe trains that way. bf16 keeps fp32's
+exponent range and needs no scaling; a cast run (16-bit weights) has none either.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ class Precision:
     name: str
     dtype: torch.dtype
     method: str  # AS_BUILT, CAST or AUTOCAST
+    loss_scaling: bool = False  # a torch.amp.GradScaler scales the loss (fp16 autocast)
 
     @property
     def is_low(self) -> bool:
@@ -62,11 +69,14 @@ PRECISIONS: dict[str, Precision] = {
         FP32,
         Precision("bf16-autocast", torch.bfloat16, AUTOCAST),
         Precision("bf16-cast", torch.bfloat16, CAST),
-        Precision("fp16-autocast", torch.float16, AUTOCAST),
+        Precision("fp16-autocast", torch.float16, AUTOCAST, loss_scaling=True),
         Precision("fp16-cast", torch.float16, CAST),
         FP64,
     )
 }
+
+
+LOSS_SCALE_INIT = 2.0**16  # torch.amp.GradScaler's default initial scale
 
 
 class AutocastUnavailable(RuntimeError):
@@ -125,6 +135,15 @@ class RunSpec:
             )
         return context
 
+    def grad_scaler(self) -> torch.amp.GradScaler:
+        """torch.amp's loss scaler for this recipe; a disabled one (no scaling, every step
+        taken) for a recipe without loss scaling, as torch.amp's `enabled=` idiom has it."""
+        return torch.amp.GradScaler(
+            self.target.autocast_device_type,
+            init_scale=LOSS_SCALE_INIT,
+            enabled=self.precision.loss_scaling,
+        )
+
     def forward_of(self, model: nn.Module) -> Callable[..., Any]:
         if not self.compiled:
             return model
@@ -150,6 +169,11 @@ class RunSpec:
                     "dtype": str(self.precision.dtype).removeprefix("torch."),
                 }
                 if self.precision.method == AUTOCAST
+                else None
+            ),
+            "loss_scaling": (
+                f"torch.amp.GradScaler (initial scale {LOSS_SCALE_INIT:g}, halved on overflow)"
+                if self.precision.loss_scaling
                 else None
             ),
             "compiled": self.compiled,
@@ -333,6 +357,8 @@ class TrainingCapture:
     held_out_after: Any = None  # and after all N updates
     # Where each of `outputs` sits in the model's output ("logits", "outputs[1]"), same order.
     output_names: list[str] = field(default_factory=list)
+    # Steps (1-based) whose update the loss scaler skipped because gradients overflowed.
+    skipped_steps: list[int] = field(default_factory=list)
 
 
 def as_fp32_cpu(outputs: Any) -> Any:
@@ -384,12 +410,15 @@ def capture_training(
     `evaluate(model, forward)` scores held-out data after the last update, through the same
     (possibly compiled) forward, and before the first step unless `score_initial` is False."""
     optimizer = make_optimizer(model)
+    scaler = spec.grad_scaler()
     forward = spec.forward_of(model)
     held_out_before = evaluate(model, forward) if evaluate and score_initial else None
     spec.target.manual_seed(seed)
     losses: list[torch.Tensor] = []
     first: dict[str, Any] = {}
     last_outputs: Any = None
+    skipped: list[int] = []
+    take_gradients = True
     for step in range(steps):
         optimizer.zero_grad(set_to_none=True)
         # Hooks record the first step's forward: in eager mode they change nothing that runs.
@@ -398,22 +427,35 @@ def capture_training(
             with recording:
                 outputs = call_model(forward, inputs)
             loss = loss_fn(outputs, targets)
-        loss.backward()
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)  # gradients at their true size before anything reads them
         if step == 0:
             spec.target.synchronize()
             named = named_float_tensors(outputs)
             first["outputs"] = [t.detach().to("cpu", copy=True) for _, t in named]
             first["output_names"] = [name for name, _ in named]
             first["loss"] = loss.detach().to("cpu", copy=True)
+            first["task"] = _task_metric(task_metric, outputs, targets)
+            first["predictions"] = _predictions(outputs)
+        if take_gradients:
             first["gradients"] = {
                 normalize_name(n): p.grad.detach().to("cpu", copy=True)
                 for n, p in model.named_parameters()
                 if p.grad is not None
             }
-            first["task"] = _task_metric(task_metric, outputs, targets)
-            first["predictions"] = _predictions(outputs)
+            # A step whose scaled gradients overflowed changes no weight (the scaler skips it),
+            # so the next step computes the gradients of the same weights on the same batch at
+            # half the scale: those are the run's first gradients.
+            take_gradients = scaler.is_enabled() and not all(
+                bool(torch.isfinite(g).all()) for g in first["gradients"].values()
+            )
         if step < steps - 1 or evaluate is not None:
-            optimizer.step()  # the last update is only observed by the held-out score
+            # The last update is only observed by the held-out score.
+            scale = scaler.get_scale()
+            scaler.step(optimizer)
+            scaler.update()
+            if scaler.get_scale() < scale:
+                skipped.append(step + 1)
         # A lazy-tensor target cuts its graph here: one graph per step, as a training loop runs.
         spec.target.synchronize()
         losses.append(loss.detach())
@@ -429,4 +471,5 @@ def capture_training(
         held_out_before=held_out_before,
         held_out_after=evaluate(model, forward) if evaluate else None,
         output_names=first["output_names"],
+        skipped_steps=skipped,
     )

@@ -4,7 +4,10 @@ A run whose loss turns NaN or Inf is replayed (every run is seeded, so the repla
 same values) with a check after every tensor the training loop produces, in the order it
 produces them: each leaf module's output in the forward, the loss, each parameter's gradient,
 and each parameter after the optimizer update. The first one that holds a NaN or Inf is named.
-Only failing runs pay for the replay and its device synchronizations.
+Only failing runs pay for the replay and its device synchronizations. Under loss scaling
+(fp16 autocast, torch.amp.GradScaler) an overflowed gradient is how the scaler finds its scale:
+it skips that step and changes no weight, so gradients are not named there; a NaN loss or
+parameter still is.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ def find_first_nonfinite(
     """Replay the trajectory of the placed `model` (fresh initial weights) up to its first
     NaN/Inf loss, checking every tensor in the order training computes it."""
     optimizer = make_optimizer(model)
+    scaler = spec.grad_scaler()
     forward = spec.forward_of(model)
     found: list[tuple[str, str]] = []  # (tensor, where): only the first is kept
     current = {"step": 0}
@@ -94,12 +98,16 @@ def find_first_nonfinite(
                 if not found:
                     found.append(("the loss", f"the loss of step {step}"))
                 break
-            loss.backward()
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
             for name, parameter in model.named_parameters():
-                if not found and parameter.grad is not None and not _finite(parameter.grad):
+                if scaler.is_enabled() or found or parameter.grad is None:
+                    continue
+                if not _finite(parameter.grad):
                     gradient = f"gradient of {normalize_name(name)}"
                     found.append((gradient, f"{gradient}, in the backward of step {step}"))
-            optimizer.step()
+            scaler.step(optimizer)
+            scaler.update()
             for name, parameter in model.named_parameters():
                 if not found and not _finite(parameter.detach()):
                     tensor = f"parameter {normalize_name(name)}"

@@ -20,7 +20,7 @@ from workbench.numerics.acceptance_records import (
     GateResult,
     RunAcceptance,
 )
-from workbench.numerics.capture import CAST, FP64, PRECISIONS
+from workbench.numerics.capture import CAST, FP64, LOSS_SCALE_INIT, PRECISIONS
 from workbench.numerics.metrics import (
     DTYPE_TOLERANCES,
     LossFloor,
@@ -36,14 +36,21 @@ from workbench.numerics.nonfinite import NonFinite, first_nonfinite_step
 from workbench.numerics.validation import DEFAULT_VALIDATION_BATCHES, HeldOutScore
 from workbench.scorecard import ATTENTION, BLOCKER, PASS, Finding, judge
 
-DEFAULT_PRECISIONS = ("fp32", "bf16-autocast", "bf16-cast", "fp16-autocast", "fp16-cast")
+# The migration's own precisions, judged: fp32, and bf16 as Trainium trains in it (autocast
+# with fp32 weights, or bf16 weights; neuron.md 2.3). fp16 is no Trainium default.
+DEFAULT_PRECISIONS = ("fp32", "bf16-autocast", "bf16-cast")
+# Shown beside them and never part of the verdict: fp16 as torch.amp trains it (autocast with a
+# GradScaler), the recipe a GPU model often comes from. fp16-cast (fp16 weights and optimizer
+# state, as no torch.amp recipe trains) runs where a user names it.
+DEFAULT_INFORMATIVE_PRECISIONS = ("fp16-autocast",)
 DEFAULT_COMPILED_PRECISIONS = ("fp32", "bf16-autocast")
 DEFAULT_STEPS = 20
 # The acceptance set and the convergence study (AWS's equivalence skill uses 5 fixed prompts).
 DEFAULT_PROMPTS = 5
 DEFAULT_PROMPT_TOKENS = 8
 DEFAULT_GENERATED_TOKENS = 32
-DEFAULT_CONVERGENCE_SEEDS = 3
+# Runs of the convergence study (the reference trains twice as many): MLPerf's smallest count.
+DEFAULT_CONVERGENCE_SEEDS = 5
 DEFAULT_CONVERGENCE_STEPS = 20
 TARGET_PRECISIONS = tuple(name for name in PRECISIONS if name != FP64.name)
 
@@ -72,6 +79,9 @@ JudgementStatus = Literal["pass", "fail", "trivially true", "not judged"]
 class NumericsSettings:
     precisions: tuple[str, ...] = DEFAULT_PRECISIONS  # eager runs on the target
     compiled_precisions: tuple[str, ...] = DEFAULT_COMPILED_PRECISIONS  # compiled runs
+    # Eager runs shown for comparison: measured and judged alike, never in the verdict. One
+    # also in `precisions` is the user's choice, judged there, and not run twice.
+    informative_precisions: tuple[str, ...] = DEFAULT_INFORMATIVE_PRECISIONS
     steps: int = DEFAULT_STEPS  # optimizer steps in each loss trajectory
     rule: VerdictRule = field(default_factory=VerdictRule)
     cost: PrecisionCostRule = field(default_factory=PrecisionCostRule)
@@ -85,6 +95,11 @@ class NumericsSettings:
     convergence_seeds: int = DEFAULT_CONVERGENCE_SEEDS  # seeds of the convergence study
     convergence_steps: int = DEFAULT_CONVERGENCE_STEPS  # optimizer steps per seed
 
+    @property
+    def informative_only(self) -> tuple[str, ...]:
+        """informative_precisions not also chosen in precisions: the runs that only inform."""
+        return tuple(p for p in self.informative_precisions if p not in self.precisions)
+
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> NumericsSettings:
         """The settings from notebook 03's parameters; rtol and atol of 0 mean per-dtype values."""
@@ -94,6 +109,9 @@ class NumericsSettings:
             precisions=tuple(params.get("precisions", default.precisions)),
             compiled_precisions=tuple(
                 params.get("compiled_precisions", default.compiled_precisions)
+            ),
+            informative_precisions=tuple(
+                params.get("informative_precisions", default.informative_precisions)
             ),
             steps=params.get("steps", default.steps),
             rule=VerdictRule(
@@ -130,6 +148,7 @@ class NumericsSettings:
         for name, values in (
             ("precisions", self.precisions),
             ("compiled_precisions", self.compiled_precisions),
+            ("informative_precisions", self.informative_precisions),
         ):
             unknown = [v for v in values if v not in TARGET_PRECISIONS]
             if unknown:
@@ -152,7 +171,7 @@ class NumericsSettings:
                 raise BadInput(f"{name} {getattr(self, name)}: use at least 1.")
         if self.convergence_seeds < 1:
             raise BadInput(
-                f"convergence_seeds {self.convergence_seeds}: use at least 1 (2 or more to test)."
+                f"convergence_seeds {self.convergence_seeds}: use at least 1 (3 or more to test)."
             )
 
 
@@ -345,6 +364,11 @@ class RunResult:
     verdict: NumericsRunVerdict | None = None
     seconds: float = 0.0
     acceptance: RunAcceptance | None = None  # AWS's gates and convergence parity (target runs)
+    # A precision the migration uses (precisions, compiled_precisions); False for one of
+    # informative_precisions, judged alike but never part of the notebook's verdict.
+    chosen: bool = True
+    # Steps (1-based) whose update torch.amp's GradScaler skipped: gradients overflowed.
+    skipped_steps: list[int] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -408,6 +432,16 @@ class NumericsResult:
     def target_runs(self) -> list[RunResult]:
         return [r for r in self.runs if r.role == ROLE_TARGET]
 
+    @property
+    def chosen_runs(self) -> list[RunResult]:
+        """The target runs of the migration's own precisions: what the verdict judges."""
+        return [r for r in self.target_runs if r.chosen]
+
+    @property
+    def informative_runs(self) -> list[RunResult]:
+        """The target runs of informative_precisions: shown, never in the verdict."""
+        return [r for r in self.target_runs if not r.chosen]
+
     def run(self, label: str) -> RunResult | None:
         return next((r for r in self.runs if r.label == label), None)
 
@@ -436,6 +470,28 @@ def short_label(run: RunResult) -> str:
     return f"{run.run['precision']} {'compiled' if run.run['compiled'] else 'eager'}"
 
 
+# What to do when a run's error builds up over training with no single layer to blame, by
+# precision recipe (the Trainium bf16 recipes: neuron.md 2.3).
+_DRIFT_ADVICE = {
+    "bf16-cast": (
+        "bf16 weights without stochastic rounding drift: on Trainium train them with "
+        "NEURON_RT_STOCHASTIC_ROUNDING_EN=1 or fp32 master weights, or use bf16-autocast"
+    ),
+}
+_DRIFT_DEFAULT = "keep fp32 (or autocast) for this model"
+
+
+def cost_advice(run: RunResult) -> str:
+    """What to do about a failed precision cost, in a few words: the layer's remedy where one
+    layer diverges on its own, else the recipe's remedy for error that builds up in training;
+    either way a difference the user accepts is stated with loss_tolerance or metric_tolerance."""
+    if run.first_divergence is not None:
+        remedy = own_advice(run)
+    else:
+        remedy = _DRIFT_ADVICE.get(run.run["precision"], _DRIFT_DEFAULT)
+    return f"{remedy}; or accept the difference with loss_tolerance or metric_tolerance"
+
+
 def own_advice(run: RunResult) -> str:
     precision = run.run["precision"]
     if precision.startswith("fp16"):
@@ -447,7 +503,9 @@ def own_advice(run: RunResult) -> str:
 
 NUMERICS_RULE = (
     "blocker: a run computes NaN/Inf or fails device fidelity; attention: a run's precision cost "
-    "exceeds its tolerance, or a run could not run; pass otherwise"
+    "exceeds its tolerance, or a run could not run; pass otherwise; only runs of the precisions "
+    "this migration uses count (precisions, compiled_precisions): informative_precisions' runs "
+    "are judged alike and reported, never in the verdict"
 )
 
 
@@ -459,7 +517,7 @@ def numerics_rule(settings: NumericsSettings) -> str:
     )
     return (
         f"{NUMERICS_RULE}; blocker also: a run fails an acceptance gate ({gates}); the "
-        "convergence parity gate, and notebook 04's batch trained over the same seeds, need "
+        "convergence parity gate, and notebook 04's batch trained to the same target, need "
         "attention when they fail"
     )
 
@@ -468,7 +526,7 @@ def first_gate_failure(result: NumericsResult) -> tuple[RunResult, GateResult] |
     """The gate that fails first, in the gates' order, and the first run failing it."""
     failing = [
         (GATE_ORDER.index(gate.gate), index, run, gate)
-        for index, run in enumerate(result.target_runs)
+        for index, run in enumerate(result.chosen_runs)
         if run.acceptance is not None
         for gate in run.acceptance.gates
         if gate.failed
@@ -488,7 +546,7 @@ def acceptance_headline(result: NumericsResult) -> str:
             f"Acceptance: {gate.gate} fails first, in {short_label(run)}: {gate.measured} "
             f"(gate: {gate.threshold})"
         )
-    judged = [r for r in result.target_runs if r.acceptance is not None and r.acceptance.gates]
+    judged = [r for r in result.chosen_runs if r.acceptance is not None and r.acceptance.gates]
     skipped = sorted(
         {g.gate for r in judged for g in r.acceptance.gates if g.status != "pass"}  # type: ignore[union-attr]
     )
@@ -506,19 +564,20 @@ def _recommended_finding(result: NumericsResult) -> Finding | None:
 
 
 def notebook_verdict(result: NumericsResult) -> scorecard.Verdict:
-    """Notebook 03's verdict over its target runs, by numerics_rule."""
+    """Notebook 03's verdict over the runs of the migration's own precisions, by numerics_rule:
+    an informative run is reported (headline, runs table, reading) and judges nothing."""
     findings = []
     recommended = _recommended_finding(result)
     if recommended is not None:
         findings.append(recommended)
-    for run in result.target_runs:
+    for run in result.chosen_runs:
         if run.verdict is None:
             continue
         if run.verdict.status == BLOCKER:
             findings.append(Finding(BLOCKER, run.verdict.reason))
         elif run.verdict.status in (ATTENTION, COULD_NOT_RUN):
             findings.append(Finding(ATTENTION, run.verdict.reason))
-    judged = sum(run.verdict is not None for run in result.target_runs)
+    judged = sum(run.verdict is not None for run in result.chosen_runs)
     return judge(
         findings,
         numerics_rule(result.settings),
@@ -532,8 +591,9 @@ def _count(runs: list[RunResult], judged: str, status: str) -> int:
 
 
 def headline(result: NumericsResult) -> str:
-    """One line: blockers first (NaN/Inf with their step and tensor), then both verdicts."""
-    runs = result.target_runs
+    """One line: blockers first (NaN/Inf with their step and tensor), then both verdicts, over
+    the migration's own precisions; informative runs last, said to be outside the verdict."""
+    runs = result.chosen_runs
     ok = [r for r in runs if r.status == "ok"]
     parts = [
         f"Blocker: {r.nonfinite.sentence(short_label(r))}" for r in ok if r.nonfinite is not None
@@ -560,7 +620,13 @@ def headline(result: NumericsResult) -> str:
     parts.append(fidelity + (", ".join(pieces) or "not judged"))
     within = [r for r in ok if r.precision_cost and r.precision_cost.passed]
     cost = f"precision cost: {len(within)} of {len(runs)} runs within tolerance"
-    attention = [r for r in ok if r.verdict and r.verdict.status == ATTENTION]
+    # A gate's failure is said in the acceptance part: here only a failed precision cost.
+    attention = [
+        r
+        for r in ok
+        if r.verdict and r.verdict.status == ATTENTION and r.precision_cost
+        if not r.precision_cost.passed
+    ]
     if attention:
         first = attention[0]
         # The first failed rule only: the run's row and the reading give the rest.
@@ -573,18 +639,33 @@ def headline(result: NumericsResult) -> str:
     recommended = _recommended_finding(result)
     if recommended is not None:
         parts.append(recommended.reason)
+    informative = [informative_outcome(r) for r in result.informative_runs]
+    if informative:
+        parts.append(
+            f"informative, not in the verdict (not in precisions): {', '.join(informative)}"
+        )
     return "; ".join(parts) + "."
+
+
+def informative_outcome(run: RunResult) -> str:
+    """An informative run's outcome in a few words: "fp16-autocast eager pass"."""
+    if run.status != "ok":
+        return f"{short_label(run)} could not run ({run.failed_phase})"
+    if run.nonfinite is not None and run.nonfinite.step is not None:
+        return f"{short_label(run)} turns NaN/Inf at step {run.nonfinite.step}"
+    return f"{short_label(run)} {run.verdict.status if run.verdict else 'not judged'}"
 
 
 def run_line(run: RunResult) -> str:
     """A run's verdict and both judgements in a few words: the console prints it, and the
     report's runs table holds the same words, so the two never disagree."""
+    label = run.label if run.chosen else f"{run.label} (informative, not in the verdict)"
     if run.verdict is None:
-        return f"{run.label}: not judged"
+        return f"{label}: not judged"
     if run.status != "ok":
-        return f"{run.label}: could not run ({run.failed_phase})"
+        return f"{label}: could not run ({run.failed_phase})"
     return (
-        f"{run.label}: {run.verdict.status}; device fidelity {judgement_cell(run.fidelity)}; "
+        f"{label}: {run.verdict.status}; device fidelity {judgement_cell(run.fidelity)}; "
         f"precision cost {judgement_cell(run.precision_cost)}"
     )
 
@@ -605,6 +686,14 @@ def run_explanation(run: RunResult) -> str:
         return f"{run.label} could not run ({run.failed_phase}): {first_line}"
     # "status (reason)", never "pass: reason", which reads like a credential to the scrubber.
     parts = [run.label]
+    if not run.chosen:
+        parts.append(
+            f"Informative: {run.run['precision']} is not among this migration's precisions, so "
+            f"its verdict ({run.verdict.status if run.verdict else 'none'}) is not the "
+            "notebook's; name it in precisions to have it judged"
+        )
+    if run.skipped_steps:
+        parts.append(_skipped_sentence(run))
     if run.fidelity is not None:
         parts.append(f"device fidelity {run.fidelity.status} ({run.fidelity.reason})")
     if run.precision_cost is not None:
@@ -612,6 +701,16 @@ def run_explanation(run: RunResult) -> str:
     if run.validation is not None and run.validation.not_evidence:
         parts.append(f"held-out scores after training {run.validation.not_evidence}")
     return ". ".join(parts) + "."
+
+
+def _skipped_sentence(run: RunResult) -> str:
+    steps = ", ".join(str(s) for s in run.skipped_steps)
+    plural = "s" if len(run.skipped_steps) > 1 else ""
+    return (
+        f"torch.amp's GradScaler skipped the update of step{plural} {steps} (gradients "
+        "overflowed at the scale in use; it halves the scale and changes no weight, as fp16 "
+        "training under torch.amp does)"
+    )
 
 
 def _divergence_sentence(run: RunResult) -> str:
@@ -642,10 +741,15 @@ def _run_reading(run: RunResult) -> list[tuple[str, str]]:
         items.append(
             (
                 "fail",
-                f"{run.nonfinite.sentence(run.label)}. Pure 16-bit training keeps weights and "
-                "optimizer state in 16 bits, where small values (Adam's squared gradients, its "
-                "eps 1e-8) underflow and large ones overflow: train with autocast (fp32 "
-                "weights) or bf16.",
+                f"{run.nonfinite.sentence(run.label)}. "
+                + (
+                    "Pure 16-bit training keeps weights and optimizer state in 16 bits, where "
+                    "small values (Adam's squared gradients, its eps 1e-8) underflow and large "
+                    "ones overflow: train with autocast (fp32 weights; for fp16 with a "
+                    "torch.amp.GradScaler, as fp16-autocast runs) or in bf16."
+                    if run.run.get("method") == CAST
+                    else "Keep the layer it names in fp32, or train in bf16 (fp32's range)."
+                ),
             )
         )
     if run.fidelity is not None and run.fidelity.status == JUDGED_FAIL:
@@ -666,9 +770,7 @@ def _run_reading(run: RunResult) -> list[tuple[str, str]]:
                 "warn",
                 f"{run.label}: no single layer is to blame, the error builds up over "
                 f"{'training' if 'loss trajectory' in cost.failed else 'the model'}: compare "
-                "its loss curve with the reference's, and keep fp32 (or autocast) for this "
-                "model unless the difference is acceptable, then say so with loss_tolerance "
-                "or metric_tolerance.",
+                f"its loss curve with the reference's; {cost_advice(run)}.",
             )
         )
     return items
@@ -686,8 +788,13 @@ def reading(result: NumericsResult) -> list[tuple[str, str]]:
             first_line = (run.error or "").splitlines()[0] if run.error else ""
             items.append(("fail", f"{run.label} could not run ({run.failed_phase}): {first_line}"))
             continue
-        if run.role == ROLE_TARGET:
+        if run.role == ROLE_TARGET and run.chosen:
             items += _run_reading(run)
+        elif run.role == ROLE_TARGET:
+            items += [
+                ("info", f"Informative, not in the verdict: {text}")
+                for _, text in _run_reading(run)
+            ]
         if run.unmatched_layers:
             items.append(("warn", f"{run.label}: {run.unmatched_layers.describe('layers')}."))
     items += [("warn", note) for note in result.notes]
@@ -780,7 +887,11 @@ def result_data(result: NumericsResult) -> dict[str, Any]:
             "metric_tolerance": cost.metric_tolerance,
             "max_rel_denominator": "max(|reference|, atol)",
             "cast_means": f"{CAST}: weights and float inputs converted with .to(dtype)",
-            "loss_scaling": "none: fp16 runs use no GradScaler, so gradient underflow shows",
+            "loss_scaling": (
+                "fp16-autocast: torch.amp.GradScaler, as torch.amp trains fp16 (initial scale "
+                f"{LOSS_SCALE_INIT:g}, halved on overflow, a skipped step changes no weight); "
+                "every other precision: none, so fp16-cast's gradient underflow shows"
+            ),
         },
         "reference": {
             "run": result.reference_label,
@@ -795,6 +906,7 @@ def result_data(result: NumericsResult) -> dict[str, Any]:
         "settings": {
             "precisions": list(result.settings.precisions),
             "compiled_precisions": list(result.settings.compiled_precisions),
+            "informative_precisions": list(result.settings.informative_precisions),
             "steps": result.settings.steps,
             "validation_batches": result.settings.validation_batches,
         },

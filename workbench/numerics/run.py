@@ -130,6 +130,7 @@ def compare_run(
             recorder = LayerRecorder(model)
         phase = "training"
         training = train_run(model, spec, batch, workload, settings.steps, recorder, refs.held_out)
+        result.skipped_steps = training.skipped_steps
         if recorder is not None:
             layers = recorder.capture()
         phase = "layers"
@@ -190,23 +191,27 @@ def compare_run(
 def plan_runs(
     target: Target, reference_target: Target, settings: NumericsSettings
 ) -> list[tuple[RunSpec, str]]:
-    """Eager runs on the target, CPU eager baselines for low precisions the target runs do not
-    already provide, then compiled runs (slowest last, so the others are on record first)."""
-    plan = [(RunSpec(target, PRECISIONS[p]), ROLE_TARGET) for p in settings.precisions]
+    """Eager runs on the target (the migration's precisions, then the informative ones), CPU
+    eager baselines for low precisions the target runs do not already provide, then compiled
+    runs (slowest last, so the others are on record first)."""
+    eager = settings.precisions + settings.informative_only
+    plan = [(RunSpec(target, PRECISIONS[p]), ROLE_TARGET) for p in eager]
     same_device = target.device == reference_target.device
-    low = [
-        p
-        for p in dict.fromkeys(settings.precisions + settings.compiled_precisions)
-        if PRECISIONS[p].is_low
-    ]
+    low = [p for p in dict.fromkeys(eager + settings.compiled_precisions) if PRECISIONS[p].is_low]
     for name in low:
-        if not (same_device and name in settings.precisions):
+        if not (same_device and name in eager):
             plan.append((RunSpec(reference_target, PRECISIONS[name]), ROLE_PRECISION_BASELINE))
     plan += [
         (RunSpec(target, PRECISIONS[p], compiled=True), ROLE_TARGET)
         for p in settings.compiled_precisions
     ]
     return plan
+
+
+def is_chosen(spec: RunSpec, settings: NumericsSettings) -> bool:
+    """Whether a target run is of a precision the migration uses: every compiled run is, an
+    eager one where `precisions` names its precision."""
+    return spec.compiled or spec.precision.name in settings.precisions
 
 
 def run_numerics(
@@ -246,6 +251,7 @@ def run_numerics(
         result = compare_run(
             spec, build, batch, refs, workload, settings, role=role, calls_out=calls
         )
+        result.chosen = role != ROLE_TARGET or is_chosen(spec, settings)
         if result.status == "ok":
             result.precision_cost = verdicts.precision_cost(
                 result, settings.cost, refs.trajectory_spread, refs.metric_spread

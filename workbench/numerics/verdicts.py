@@ -43,6 +43,7 @@ from workbench.numerics.records import (
     JudgementStatus,
     NumericsRunVerdict,
     RunResult,
+    cost_advice,
 )
 
 
@@ -164,7 +165,9 @@ def run_verdict(run: RunResult) -> NumericsRunVerdict:
         return NumericsRunVerdict(BLOCKER, f"{label}: {_gate_sentence(blocking[0])}")
     if not run.precision_cost.passed:
         return NumericsRunVerdict(
-            ATTENTION, f"{label}: precision cost fails: {run.precision_cost.reason}"
+            ATTENTION,
+            f"{label}: precision cost fails: {run.precision_cost.reason}; "
+            f"to do: {cost_advice(run)}",
         )
     attention = [g for g in gates if g.failed]
     if attention:

@@ -4,6 +4,7 @@ NaN as a blocker, the held-out metric, recorded settings, and bad input. Real to
 the compiled test uses real torch.compile (inductor) on the CPU."""
 
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -76,7 +77,9 @@ DEEP = Workload(
     optimizer_factory=lambda params: torch.optim.AdamW(params, lr=1e-3),
     batch_size=8,
 )
-SETTINGS = NumericsSettings(precisions=("fp32",), compiled_precisions=(), steps=STEPS)
+SETTINGS = NumericsSettings(
+    precisions=("fp32",), informative_precisions=(), compiled_precisions=(), steps=STEPS
+)
 
 
 @pytest.fixture(scope="module")
@@ -250,8 +253,11 @@ def test_fp32_against_fp32_passes_everything(deep):
 
 @pytest.fixture(scope="module")
 def seed_mlp():
-    """seed-mlp in every eager precision on the CPU, with the notebook's default tolerances."""
-    settings = NumericsSettings(compiled_precisions=())
+    """seed-mlp eager on the CPU with the notebook's default tolerances: the default precisions
+    and fp16-cast named by the user (so judged), and fp16-autocast, the default informative run."""
+    settings = NumericsSettings(
+        precisions=("fp32", "bf16-autocast", "bf16-cast", "fp16-cast"), compiled_precisions=()
+    )
     return numerics.run_numerics(load_workload("seed-mlp"), CPU, settings, log=lambda _: None)
 
 
@@ -296,6 +302,49 @@ def test_fp16_cast_nan_leads_the_headline_as_a_blocker(seed_mlp):
     assert verdict.status == BLOCKER and "fp16-cast" in verdict.reason
     rows = {r["run"]: r for r in numerics_views.verdict_rows(seed_mlp)}
     assert f"step {nonfinite.step}" in rows["cpu fp16-cast eager"]["NaN/Inf"]
+
+
+def test_a_nan_in_an_informative_precision_is_reported_not_a_blocker(seed_mlp):
+    """The same fp16-cast NaN in a precision the user did not choose (informative_precisions):
+    the verdict is about the migration's precisions, so it is no blocker there, and the
+    headline, the runs table and the reading say why. Chosen, it blocks (the test above)."""
+    runs = [dataclasses.replace(r, chosen=r.label != "cpu fp16-cast eager") for r in seed_mlp.runs]
+    informative = dataclasses.replace(seed_mlp, runs=runs)
+    step = informative.run("cpu fp16-cast eager").nonfinite.step
+    assert informative.run("cpu fp16-cast eager").verdict.status == BLOCKER  # what it measured
+    verdict = numerics_records.notebook_verdict(informative)
+    assert verdict.status != BLOCKER and "fp16-cast" not in verdict.reason
+    assert all("fp16-cast" not in f.reason for f in verdict.findings)
+    headline = numerics_records.headline(informative)
+    assert not headline.startswith("Blocker") and "fp16-cast eager needs" not in headline
+    assert (
+        "informative, not in the verdict (not in precisions): "
+        f"fp16-cast eager turns NaN/Inf at step {step}"
+    ) in headline
+    rows = {r["run"]: r for r in numerics_views.verdict_rows(informative)}
+    assert rows["cpu fp16-cast eager"]["verdict"] == "BLOCKER (informative, not in the verdict)"
+    about = [
+        (kind, text) for kind, text in numerics_records.reading(informative) if "fp16-cast" in text
+    ]
+    assert about and all(kind == "info" for kind, _ in about)
+    assert about[0][1].startswith("Informative, not in the verdict: cpu fp16-cast eager: loss")
+    explanation = numerics_records.run_explanation(informative.run("cpu fp16-cast eager"))
+    assert "name it in precisions to have it judged" in explanation
+
+
+def test_fp16_autocast_trains_as_torch_amp_does_and_stays_finite(seed_mlp):
+    """fp16 under autocast with torch.amp's GradScaler (fp32 weights) trains seed-mlp for 20
+    steps without a NaN and within its precision cost, where fp16-cast (no scaler, fp16
+    weights) turns NaN at step 2; it is the default informative run, outside the verdict."""
+    run = seed_mlp.run("cpu fp16-autocast eager")
+    assert not run.chosen and run.role == numerics_records.ROLE_TARGET
+    assert run.run["loss_scaling"].startswith("torch.amp.GradScaler")
+    assert seed_mlp.run("cpu fp16-cast eager").run["loss_scaling"] is None
+    assert len(run.losses) == 20 and all(math.isfinite(v) for v in run.losses)
+    assert run.nonfinite is None and run.skipped_steps == []
+    assert run.precision_cost.passed, run.precision_cost.reason
+    assert run.verdict.status != BLOCKER
+    assert f"fp16-autocast eager {run.verdict.status}" in numerics_records.headline(seed_mlp)
 
 
 def test_a_loss_that_degrades_beyond_tolerance_fails_the_precision_cost(seed_mlp):
@@ -499,7 +548,9 @@ class NoCompilerCpu(CpuTarget):
 
 
 def test_a_run_that_cannot_run_is_reported_and_the_others_compared():
-    settings = NumericsSettings(precisions=("fp32",), compiled_precisions=("fp32",), steps=2)
+    settings = NumericsSettings(
+        precisions=("fp32",), informative_precisions=(), compiled_precisions=("fp32",), steps=2
+    )
     result = numerics.run_numerics(DEEP, NoCompilerCpu(), settings, log=lambda _: None)
     eager, compiled = result.runs
     assert eager.status == "ok" and eager.verdict.passed
@@ -589,7 +640,10 @@ def test_the_baseline_artifact_batch_is_used_when_it_matches(tmp_path, deep):
 
 def test_result_data_saves_as_json_with_rule_settings_and_every_run(tmp_path, deep):
     settings = NumericsSettings(
-        precisions=("fp32", "bf16-cast"), compiled_precisions=(), steps=STEPS
+        precisions=("fp32", "bf16-cast"),
+        informative_precisions=(),
+        compiled_precisions=(),
+        steps=STEPS,
     )
     result = numerics.run_numerics(DEEP, CPU, settings, log=lambda _: None)
     data = numerics_records.result_data(result)
@@ -640,17 +694,33 @@ def test_a_target_on_another_device_gets_cpu_baselines_for_its_16_bit_runs():
     assert plan == [
         ("other fp32 eager", numerics_records.ROLE_TARGET),
         ("other bf16-autocast eager", numerics_records.ROLE_TARGET),
+        ("other fp16-autocast eager", numerics_records.ROLE_TARGET),  # the default informative
         ("cpu bf16-autocast eager", numerics_records.ROLE_PRECISION_BASELINE),
+        ("cpu fp16-autocast eager", numerics_records.ROLE_PRECISION_BASELINE),
         ("cpu fp16-cast eager", numerics_records.ROLE_PRECISION_BASELINE),
         ("other fp16-cast compiled", numerics_records.ROLE_TARGET),
     ]
+    chosen = [
+        numerics.is_chosen(spec, settings)
+        for spec, role in numerics.plan_runs(_OtherDevice(), CPU, settings)
+        if role == numerics_records.ROLE_TARGET
+    ]
+    assert chosen == [True, True, False, True]
     on_cpu = [spec.label for spec, _ in numerics.plan_runs(CPU, CPU, settings)]
     assert on_cpu == [
         "cpu fp32 eager",
         "cpu bf16-autocast eager",
+        "cpu fp16-autocast eager",
         "cpu fp16-cast eager",
         "cpu fp16-cast compiled",
     ]
+    # Named in precisions too, a precision is the user's choice: judged, and run once.
+    named = dataclasses.replace(settings, precisions=("fp32", "fp16-autocast"))
+    assert [s.label for s, _ in numerics.plan_runs(CPU, CPU, named)][:2] == [
+        "cpu fp32 eager",
+        "cpu fp16-autocast eager",
+    ]
+    assert numerics.is_chosen(RunSpec(CPU, PRECISIONS["fp16-autocast"]), named)
 
 
 def test_a_16_bit_run_is_also_judged_against_the_cpu_run_of_its_precision(deep):
@@ -868,7 +938,9 @@ def test_no_float_outputs_and_no_task_metric_are_one_sentence_each_and_the_rest_
         task_metric=None,
         evaluation_batches=lambda: held_out,
     )
-    settings = NumericsSettings(precisions=("fp32", "bf16-autocast"), compiled_precisions=())
+    settings = NumericsSettings(
+        precisions=("fp32", "bf16-autocast"), informative_precisions=(), compiled_precisions=()
+    )
     result = numerics.run_numerics(workload, CPU, settings, log=lambda _: None)
     assert len(result.notes) == 4
     assert result.notes[0].startswith("The model of workload 'opaque' returns no floating-point")
