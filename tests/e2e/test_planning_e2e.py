@@ -4,6 +4,7 @@ shared by every test here), rank by rank against one process, and a planted wron
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -48,15 +49,27 @@ def _plan(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_llama_8b_on_trn1_does_not_fit_one_core_and_gets_a_tp_zero1_plan() -> None:
+def test_llama_8b_on_trn1_takes_aws_tp32_layout_as_json_and_nothing_else() -> None:
     done = _plan(
-        "--workload", f"hf:{LLAMA_8B}", "--instance", "trn1.32xlarge", "--global-batch", "1024"
+        "--workload",
+        f"hf:{LLAMA_8B}",
+        "--instance",
+        "trn1.32xlarge",
+        "--seq-len",
+        "8192",
+        "--global-batch",
+        "1024",
+        "--json",
     )
     assert done.returncode == 0, done.stderr
-    first = done.stdout.splitlines()[0]
-    assert "cannot hold" in first
-    assert "ZeRO-1" in first and "TP" in first
-    assert "AWS's published layout" in done.stdout
+    plan = json.loads(done.stdout)  # stdout is the plan's record and nothing else
+    assert "cannot hold" in plan["headline"] and plan["fits"] and plan["complete"]
+    # AWS's tp_zero1_llama3_8B_hf_pretrain.sh: TP32, kv_replicator 4, SP, selective recompute.
+    assert plan["chosen"]["layout"]["tp"] == 32
+    assert plan["chosen"]["layout"]["sequence_parallel"] and plan["chosen"]["layout"]["selective"]
+    assert plan["published"].startswith("Agrees with running Llama-3-8B")
+    assert plan["batch"]["data_parallel"] == 1 and plan["batch"]["global_batch"] == 1024
+    assert "USDT" not in done.stderr and "profiler_start" not in done.stderr
 
 
 def test_bad_instance_and_indivisible_global_batch_are_one_sentence() -> None:

@@ -11,8 +11,15 @@ step peak over all probes is the fit's stated error.
 Under tensor parallelism, a tensor saved inside an attention or MLP block (other than the input
 a column-parallel projection keeps) is split across the TP ranks, as are the logits when the LM
 head is split by vocabulary (a vocabulary-parallel loss); the rest (norms, residual stream)
-stays whole. With activation checkpointing a layer keeps only its input and recomputes the rest
-during the backward, one layer at a time.
+stays whole. With sequence parallelism those too are split, along the sequence, so a layer's
+whole share is divided by the TP degree (Korthikanti et al. 2022, "Reducing Activation
+Recomputation in Large Transformer Models": per layer s*b*h*(34 + 5*a*s/h) bytes without it,
+divided by t with TP and SP). Selective recomputation drops the attention core's saved tensors,
+the ones that grow with the square of the sequence (the 5*a*s/h term), and recomputes them in
+the backward; where the probe's attention keeps no such tensor (a fused SDPA kernel, as flash
+attention on Trainium), it saves nothing more. With full recomputation (activation
+checkpointing) a layer keeps only its input and recomputes the rest during the backward, one
+layer at a time.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ class SavedTerm:
     floating: bool
     element_size: int
     formula: Formula
+    expert: bool = False  # saved inside a mixture of experts' experts (scaled by expert_share)
 
 
 @dataclass(frozen=True)
@@ -98,10 +106,17 @@ class ActivationModel:
     fixed_seq: int | None  # a workload's own sequence length; None where seq is a dimension
     optimizer: OptimizerProfile
     unsized: list[str] = field(default_factory=list)
+    # A mixture of experts' probe routes every token to every expert; the full model top-k.
+    expert_share: float = 1.0
 
     @property
     def fit_error(self) -> float:
         return max((p.error for p in self.points), default=0.0)
+
+    @property
+    def attention_core_terms(self) -> int:
+        """Saved tensors of the layer stack that grow with the square of the sequence."""
+        return sum(1 for t in self.terms if t.layer and _quadratic_in_seq(t.formula))
 
     def _dims(self, batch: int, seq: int | None) -> dict[str, float]:
         return {**self.full_dims, symbols.BATCH: batch, symbols.SEQ: seq or 1}
@@ -116,29 +131,63 @@ class ActivationModel:
         checkpointing: bool = False,
         layer_share: float = 1.0,
         outside_share: float = 1.0,
+        sequence_parallel: bool = False,
+        selective: bool = False,
     ) -> ActivationEstimate:
         """Saved bytes for a micro-batch of `batch` at `seq` tokens over `layers` layers,
         split by `tp`, floats at `float_bytes` each. `layer_share` and `outside_share` scale
         the stack's and the rest's part (a pipeline stage holds some layers, and some of the
-        rest, for several micro-batches)."""
+        rest, for several micro-batches). `sequence_parallel` splits a layer's unsharded
+        tensors by `tp` too; `selective` leaves out the attention core's (module docstring)."""
         dims = self._dims(batch, seq)
 
         def size(term: SavedTerm) -> float:
             element = float_bytes if term.floating else term.element_size
-            split = tp if term.sharded else 1
-            return term.formula.value(dims) * element / split
+            split = tp if term.sharded or (sequence_parallel and term.layer) else 1
+            share = self.expert_share if term.expert else 1.0
+            return term.formula.value(dims) * element * share / split
 
-        per_layer = sum(size(t) for t in self.terms if t.layer) / max(self.probe_layers, 1)
+        def kept(term: SavedTerm) -> bool:
+            return term.layer and not (selective and _quadratic_in_seq(term.formula))
+
+        per_layer = sum(size(t) for t in self.terms if kept(t)) / max(self.probe_layers, 1)
         outside = sum(size(t) for t in self.terms if not t.layer)
         if checkpointing and self.layer_input is not None and layers > 0:
-            kept = self.layer_input.value(dims) * float_bytes
-            stack = layers * kept + per_layer
+            # With SP the checkpointed input is kept split along the sequence, as NxD does.
+            split = tp if sequence_parallel else 1
+            kept_input = self.layer_input.value(dims) * float_bytes / split
+            recomputed = sum(size(t) for t in self.terms if t.layer) / max(self.probe_layers, 1)
+            stack = layers * kept_input + recomputed
         else:
             stack = layers * per_layer
         largest = max((size(t) for t in self.terms), default=0.0)
         return ActivationEstimate(
             stack * layer_share + outside * outside_share, largest, self.kappa
         )
+
+
+def _quadratic_in_seq(formula: Formula) -> bool:
+    return any(name == symbols.SEQ and power >= 2 for name, power in formula.powers)
+
+
+def korthikanti_layer_bytes(
+    seq: int,
+    batch: int,
+    hidden: int,
+    heads: int,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    selective: bool = False,
+) -> float:
+    """Activation bytes one transformer layer keeps for the backward in 16-bit precision, by
+    Korthikanti et al. 2022 (Table 2): s*b*h*(10 + 24/t + 5*a*s/(h*t)) with TP, all of it over
+    t with SP; selective recomputation drops the 5*a*s/h term. The planner's own numbers are
+    measured (module docstring); this is the published reference they are checked against."""
+    sbh = seq * batch * hidden
+    attention_core = 0.0 if selective else 5 * heads * seq / hidden
+    if sequence_parallel:
+        return sbh * (34 + attention_core) / tp
+    return sbh * (10 + 24 / tp + attention_core / tp)
 
 
 @dataclass
@@ -237,6 +286,7 @@ def fit_model(
     probe_layers: int,
     optimizer_name: str,
     source: str,
+    expert_share: float = 1.0,
 ) -> ActivationModel:
     """Formulas from the first run, checked on the others; kappa fitted over all (least
     squares of the working set above the saved tensors against the largest saved tensor)."""
@@ -256,6 +306,7 @@ def fit_model(
                 tensor.floating,
                 tensor.element_size,
                 formula,
+                ".experts." in f".{tensor.module}.",
             )
         )
     layer_input = decode(first.layer_input, run_atoms) if first.layer_input else None
@@ -273,11 +324,12 @@ def fit_model(
             first.optimizer_bytes / max(first.parameter_bytes, 1),
             first.step_peak / max(first.parameter_bytes, 1),
         ),
+        expert_share=expert_share,
     )
     # Evaluate the formulas at each probe's own sizes: the probe's widths, not the full ones.
     probe_dims = {name: float(prime) for prime, name in atoms.items()}
     probe_dims[symbols.HALF_HEAD_DIM] = float(symbols.WIDTH_ATOMS[symbols.HALF_HEAD_DIM])
-    probe_view = ActivationModel(**{**model.__dict__, "full_dims": probe_dims})
+    probe_view = ActivationModel(**{**model.__dict__, "full_dims": probe_dims, "expert_share": 1.0})
     measured = []
     for run in runs:
         estimate = probe_view.estimate(run.batch, run.seq, probe_layers, float_bytes=4)

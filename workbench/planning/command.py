@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from workbench.errors import EXIT_OK
 from workbench.planning.instances import DEFAULT_INSTANCE, HERE, INSTANCES
 from workbench.planning.layouts import PRECISIONS
 from workbench.planning.lines import plan_lines
-from workbench.planning.planner import MODES, make_plan
+from workbench.planning.planner import MODES, make_plan, plan_data
 from workbench.workloads import DEFAULT_WORKLOAD
 
 
@@ -38,6 +39,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--mode", choices=MODES, help="training, or inference (inf2's default)")
     parser.add_argument("--all", action="store_true", help="list every layout, not the best few")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="write the plan as one JSON record on stdout (the shape 04_retuning.json keeps "
+        'under "plan"), nothing else',
+    )
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -51,6 +58,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         micro_batch=args.micro_batch,
         mode=args.mode or "",
     )
+    if args.json:
+        print(json.dumps(plan_data(plan), indent=2, allow_nan=False))
+        return EXIT_OK
     for line in plan_lines(plan, every=args.all):
         print(line)
     return EXIT_OK

@@ -31,6 +31,8 @@ _KV_KEYS = ("num_key_value_heads",)
 _INTERMEDIATE_KEYS = ("intermediate_size", "n_inner", "ffn_dim")
 _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
 _POSITION_KEYS = ("max_position_embeddings", "n_positions")
+_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+_TOP_K_KEYS = ("num_experts_per_tok", "moe_top_k", "top_k")
 
 
 @dataclass
@@ -157,6 +159,8 @@ class Probe:
     atoms: dict[int, str]  # prime -> dimension name
     full_dims: dict[str, float]  # dimension name -> full-size value (batch and seq excluded)
     unsized: list[str]
+    eager_experts: bool = False  # a mixture of experts: built with the eager experts path
+    expert_share: float = 1.0  # top-k / experts: the full model's routed share of the probe's
 
 
 def probe_config(model: HfModel) -> Probe:
@@ -167,6 +171,18 @@ def probe_config(model: HfModel) -> Probe:
     unsized: list[str] = []
     _set(config, _LAYER_KEYS, PROBE_LAYERS)
     _set(config, _POSITION_KEYS, 2 * max(seq for _, seq in symbols.HF_PROBES))
+    # transformers' grouped_mm experts need every stride a multiple of 16 bytes, which prime
+    # widths never are ("strides should be multiple of 16 bytes"): the probe builds a mixture
+    # of experts with the eager path instead, each expert run on its routed tokens in turn.
+    # Every token is routed to every expert in the probe, so each expert's saved tensors are
+    # batch x sequence x a width and read as formulas; the full model routes each token to
+    # top-k of them, top-k / experts of that, whatever the balance between experts.
+    experts, top_k = _first(config, _EXPERT_KEYS), _first(config, _TOP_K_KEYS)
+    moe = experts is not None
+    expert_share = 1.0
+    if experts is not None and top_k is not None:
+        expert_share = top_k[1] / experts[1]
+        setattr(config, top_k[0], experts[1])
     if "heads" in sizes and "head_dim" in sizes:
         heads, kv, head_dim = sizes["heads"], sizes["kv_heads"], sizes["head_dim"]
         groups = heads // kv
@@ -197,4 +213,4 @@ def probe_config(model: HfModel) -> Probe:
         for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
             if isinstance(getattr(config, key, None), int):
                 setattr(config, key, 0)
-    return Probe(config, atoms, full, unsized)
+    return Probe(config, atoms, full, unsized, moe, expert_share)

@@ -8,7 +8,7 @@ from typing import Any
 from workbench import markup as show
 from workbench.planning.instances import human_bytes
 from workbench.planning.planner import Plan
-from workbench.planning.recommend import HEADROOM, Candidate
+from workbench.planning.recommend import Candidate
 from workbench.planning.recommend import ranked as rank_candidates
 
 SHOWN = 8  # candidates listed unless every one is asked for
@@ -35,8 +35,8 @@ def candidate_row(c: Candidate) -> dict[str, Any]:
         "KV cache": _gib(m.kv_cache),
         "step temporaries": _gib(m.step_temporaries),
         "peak per rank": _gib(m.peak),
-        "fits": "yes" if c.fits else "no",
-        "headroom": f"{c.headroom:.0%}",
+        "fits": "yes" if c.fits else "no" if c.complete else "unknown",
+        "free": f"{c.headroom:.0%}",
         "largest micro-batch": c.largest_micro_batch,
         "note": c.note,
     }
@@ -63,6 +63,11 @@ def plan_lines(plan: Plan, every: bool = False) -> list[str]:
     if plan.instance_reason:
         lines.append(f"instance chosen: {plan.instance_reason}")
     lines.append(f"host: {plan.host.sentence()}")
+    reserve = human_bytes(plan.single_rank.reserve)
+    lines.append(f"runtime reserve per rank: {reserve} ({plan.reserve_source})")
+    if plan.chosen is not None:
+        collectives = "; ".join(plan.chosen.layout.collectives(plan.mode == "training"))
+        lines.append(f"collectives of {plan.chosen.layout.name}: {collectives or 'none'}")
     if plan.kv_budget:
         lines.append(f"{plan.kv_budget.sentence()} ({plan.kv_budget.source})")
     for item in plan.unsized:
@@ -71,8 +76,8 @@ def plan_lines(plan: Plan, every: bool = False) -> list[str]:
     rows = ranked(plan)
     shown = rows if every else rows[:SHOWN]
     lines.append(
-        f"layouts ({len(shown)} of {len(rows)}; rule: the least TP x PP that leaves "
-        f"{HEADROOM:.0%} free; --all lists every one):"
+        f"layouts ({len(shown)} of {len(rows)}; rule: the least TP x PP whose peak fits a "
+        "rank's memory less the runtime's reserve; --all lists every one):"
     )
     table = show.table([candidate_row(c) for c in shown])
     lines.extend("  " + line for line in table.plain.splitlines())

@@ -39,14 +39,18 @@ from workbench.planning.layouts import (
     rank_memory,
 )
 from workbench.planning.probe import measure_hf, measure_workload
+from workbench.planning.published import RUNNING, TABLE, Match, match, model_named
 from workbench.planning.recommend import (
-    HEADROOM,
+    RUNTIME_RESERVE_SOURCE,
+    SERVING_TP_SOURCE,
+    TRAINING_TP_SOURCE,
     BatchPlan,
     Candidate,
     availability,
     batch_plan,
     choose,
     largest_micro_batch,
+    reserve_for,
 )
 from workbench.planning.shapes import ModelShape, read_shape
 from workbench.workload import Workload, WorkloadSpec
@@ -57,61 +61,57 @@ MAX_INSTANCES = 64
 MODES = (TRAINING, INFERENCE)
 
 
-@dataclass(frozen=True)
-class PublishedLayout:
-    instance_prefix: str
-    min_parameters: float
-    max_parameters: float
-    layout: str
-    tp: int
-    sharding: str
-    source: str
-
-
-PUBLISHED = (
-    PublishedLayout(
-        "trn1",
-        6e9,
-        9e9,
-        "TP 8 + ZeRO-1, micro-batch 1, sequence 4096, bf16 mixed precision",
-        8,
-        "zero1",
-        "AWS NxD Llama2-7B pretraining script (TP_DEGREE=8, USE_ZERO_1=1, MBS=1, SEQ_LEN=4096)",
-    ),
-    PublishedLayout(
-        "trn2.48xlarge",
-        6e9,
-        9e9,
-        "TP 4 x FSDP 16 with selective activation checkpointing",
-        4,
-        "fsdp",
-        "AWS TorchTitan tutorial config qwen3_8b_tp4_fsdp16_sac on one trn2.48xlarge",
-    ),
+# Share of the host's memory the model's copies may take while it is built, compiled and loaded:
+# the rest is the OS's, the framework's and neuronx-cc's. Checked against public reports of
+# Llama-3.1-8B (2 x 14.96 GiB) killed on trn1.2xlarge's 32 GiB (neuronx-distributed issue 53,
+# nki-samples issue 87, aws-neuron-sdk issue 1222).
+HOST_USABLE_SHARE = 0.90
+HOST_SOURCE = (
+    "NxD builds the model on the host and hands each rank its shard: the checkpoint read whole "
+    "plus this instance's shards must fit in 90% of host memory (public reports: Llama-3.1-8B "
+    "killed compiling on trn1.2xlarge, neuronx-distributed issue 53, nki-samples issue 87)"
 )
 
 
 @dataclass
 class HostNeed:
-    """Host memory while the ranks build and load the model before it reaches the device."""
+    """Host memory while the ranks build, compile and load the model before it reaches the
+    device: the weights read whole from the checkpoint, plus the shards of this instance's
+    ranks built from them (HOST_SOURCE)."""
 
     every_rank_builds_whole: float  # each process materializes the whole model on the CPU
     shards_only: float  # built on the meta device, each rank loads its own shard
     host_memory: int | None
+    whole_model: float = 0.0  # the checkpoint's weights, read once on each host
+    instance_shards: float = 0.0  # parameter bytes of this instance's ranks, together
+
+    @property
+    def needed(self) -> float:
+        return self.whole_model + self.instance_shards
+
+    @property
+    def usable(self) -> float | None:
+        return None if self.host_memory is None else self.host_memory * HOST_USABLE_SHARE
+
+    @property
+    def fits(self) -> bool:
+        """True where the host memory is unknown: nothing to judge (the sentence says so)."""
+        return self.usable is None or self.needed <= self.usable
 
     def sentence(self) -> str:
-        whole = f"{self.every_rank_builds_whole / GiB:,.1f} GiB"
+        need = (
+            f"the checkpoint read whole ({self.whole_model / GiB:,.1f} GiB) and this instance's "
+            f"shards ({self.instance_shards / GiB:,.1f} GiB) need {self.needed / GiB:,.1f} GiB"
+        )
         if self.host_memory is None:
-            return (
-                f"every rank building the whole model on the host needs {whole} "
-                "(host memory unknown)"
-            )
+            return f"{need} of host memory (host memory unknown: not judged)"
         host = f"{self.host_memory / GiB:,.0f} GiB"
-        if self.every_rank_builds_whole <= self.host_memory:
-            return f"every rank building the whole model on the host needs {whole} of its {host}"
+        usable = f"{HOST_USABLE_SHARE:.0%} of its {host}"
+        if self.fits:
+            return f"{need} of {usable}"
         return (
-            f"every rank building the whole model on the host needs {whole}, more than its "
-            f"{host}: build on the meta device and load shards ({self.shards_only / GiB:,.1f} "
-            "GiB), as NxD does"
+            f"{need}, more than {usable}: the compile and load are OOM-killed on this host "
+            "(use an instance with more host memory)"
         )
 
 
@@ -145,6 +145,9 @@ class Plan:
     seconds: float = 0.0
     kv_budget: KvBudget | None = None  # inference of a decoder: vLLM Neuron's default budget
     instance_reason: str = ""  # why this instance, where the caller chose it (notebook 04)
+    published_model: str = ""  # the published table's name for this model; "" where none
+    rule_choice: str = ""  # the rule's own pick, where a published layout was taken instead
+    reserve_source: str = RUNTIME_RESERVE_SOURCE
     # What the numbers were computed from, for views that compute more (not in the result file).
     shape: ModelShape | None = field(default=None, repr=False)
     activations: ActivationModel | None = field(default=None, repr=False)
@@ -153,6 +156,16 @@ class Plan:
     def fits_one_rank(self) -> bool:
         return self.single_rank.fits
 
+    @property
+    def complete(self) -> bool:
+        """Whether every term of a rank's memory was sized (else each number is a floor)."""
+        return self.single_rank.complete
+
+    @property
+    def fits(self) -> bool:
+        """A layout fits the ranks' memory and the host holds the build and load."""
+        return self.chosen is not None and self.host.fits
+
     def headline(self) -> str:
         where = (
             f"{self.instances} x {self.instance.name}" if self.instances > 1 else self.instance.name
@@ -160,30 +173,44 @@ class Plan:
         one = "one NeuronCore" if not self.instance.is_here else "one rank"
         serving = self.mode == INFERENCE
         at = f"with one sequence of {self.seq} tokens" if serving else "at micro-batch 1"
+        rank = f"A single rank ({one}, {self.instance.hbm_per_rank_bytes / GiB:.3g} GiB)"
+        needs = f"{human_bytes(self.single_rank.memory.peak)} {at}"
+        what = f"{self.model} ({_count(self.parameters)} parameters, {self.precision.name})"
+        if not self.complete:
+            return (
+                f"{rank} needs at least {needs} for {what}. Whether it fits on {where} cannot "
+                f"be said: the plan could not size {'; '.join(self.unsized) or 'activations'}, "
+                "so every number is a lower bound."
+            )
         single = (
-            f"A single rank ({one}, {self.instance.hbm_per_rank_bytes / GiB:.3g} GiB) "
-            f"{'can' if self.fits_one_rank else 'cannot'} hold {self.model} "
-            f"({_count(self.parameters)} parameters, {self.precision.name}): it needs "
-            f"{human_bytes(self.single_rank.memory.peak)} {at}."
+            f"{rank} {'can' if self.fits_one_rank else 'cannot'} hold {what}: it needs {needs}."
         )
+        if not self.host.fits:
+            return f"{single} It does not fit on {where}: {self.host.sentence()}."
         if self.chosen is None:
             more = ""
             if self.minimum_instances:
                 count, layout = self.minimum_instances
                 more = f" It needs at least {count} instances ({layout})."
-            return f"{single} No layout on {where} leaves {HEADROOM:.0%} headroom.{more}"
+            return (
+                f"{single} No layout on {where} fits a rank's HBM less the runtime's reserve "
+                f"({human_bytes(self.single_rank.reserve)}).{more}"
+            )
         chosen = self.chosen
+        whose = f"AWS's published layout, {chosen.layout.name}" if self.rule_choice else ""
+        named = whose or chosen.layout.name
         if serving:
             return (
-                f"{single} Plan for serving on {where}: {chosen.layout.name}, "
+                f"{single} Plan for serving on {where}: {named}, "
                 f"{human_bytes(chosen.memory.peak)} per rank with one sequence "
-                f"({chosen.headroom:.0%} headroom), up to "
+                f"({chosen.headroom:.0%} of the usable memory free), up to "
                 f"{chosen.largest_micro_batch} sequences at once."
             )
         text = (
-            f"{single} Plan for {where}: {chosen.layout.name}, "
+            f"{single} Plan for {where}: {named}, "
             f"{human_bytes(chosen.memory.peak)} per rank at micro-batch 1 "
-            f"({chosen.headroom:.0%} headroom), micro-batches up to {chosen.largest_micro_batch}"
+            f"({chosen.headroom:.0%} of the usable memory free), micro-batches up to "
+            f"{chosen.largest_micro_batch}"
         )
         if self.batch:
             text += f"; {self.batch.equation()}"
@@ -198,18 +225,26 @@ def _count(parameters: int) -> str:
     return f"{parameters:,}"
 
 
-def _load_shape(
-    spec: str | Workload, seq: int | None
-) -> tuple[ModelShape, ActivationModel | None, list[str], int | None, str]:
+@dataclass
+class _Loaded:
+    shape: ModelShape
+    activations: ActivationModel | None
+    unsized: list[str]
+    seq: int | None
+    precision: str
+    published_model: str  # the published table's name for the model; "" where none
+
+
+def _load_shape(spec: str | Workload, seq: int | None) -> _Loaded:
     """The model's shape, its measured activations, what could not be sized, the sequence
-    length and the default precision. A Workload already loaded is planned as it is."""
+    length, the default precision and its name in the published table. A Workload already
+    loaded is planned as it is."""
     if isinstance(spec, str) and spec.startswith(HF_PREFIX):
         model = load_hf_model(spec)
         shape = read_shape(
             model.build_meta(), spec, "config.json, built on the meta device", model.sizes
         )
         shape.keeps_kv_cache = model.keeps_kv_cache
-        activations, unsized = measure_hf(model)
         positions = model.sizes.get("positions")
         chosen = seq or min(positions or DEFAULT_HF_SEQ, DEFAULT_HF_SEQ)
         if positions and chosen > positions:
@@ -217,7 +252,9 @@ def _load_shape(
                 f"Sequence length {chosen} is longer than the {positions} positions {spec!r} "
                 "has; use at most that."
             )
-        return shape, activations, unsized, chosen, "bf16-mixed"
+        activations, unsized = measure_hf(model)
+        name = model_named(model.sizes, str(getattr(model.config, "model_type", "")), shape.experts)
+        return _Loaded(shape, activations, unsized, chosen, "bf16-mixed", name)
     workload = WorkloadSpec(spec=spec).load() if isinstance(spec, str) else spec
     if seq and seq != workload.sequence_length:
         raise BadInput(
@@ -234,7 +271,7 @@ def _load_shape(
         source = "the workload's model"
     shape = read_shape(meta, workload.name, source)
     activations, unsized = measure_workload(workload, shape)
-    return shape, activations, unsized, workload.sequence_length, "fp32"
+    return _Loaded(shape, activations, unsized, workload.sequence_length, "fp32", "")
 
 
 def _candidate(
@@ -247,27 +284,26 @@ def _candidate(
     training: bool,
 ) -> Candidate:
     capacity = instance.hbm_per_rank_bytes
-
+    reserve = reserve_for(instance)
     in_flight = GLOO_LAYERS_IN_FLIGHT if instance.is_here else FSDP_LAYERS_IN_FLIGHT
 
     def memory_at(micro: int) -> RankMemory:
         return rank_memory(shape, activations, layout, precision, micro, seq, training, in_flight)
 
-    def fits_with_headroom(micro: int) -> bool:
-        return memory_at(micro).peak <= capacity * (1 - HEADROOM)
+    def fits_within_reserve(micro: int) -> bool:
+        return memory_at(micro).peak <= capacity - reserve
 
+    note = availability(layout, instance, training)
     return Candidate(
         layout,
         memory_at(1),
         capacity,
-        largest_micro_batch(fits_with_headroom) if activations else 0,
-        *_available(layout, instance),
+        largest_micro_batch(fits_within_reserve) if activations else 0,
+        not note,
+        note,
+        reserve,
+        activations is not None,
     )
-
-
-def _available(layout: Layout, instance: InstanceSpec) -> tuple[bool, str]:
-    note = availability(layout, instance)
-    return not note, note
 
 
 def _candidates(
@@ -313,8 +349,10 @@ def make_plan(
     ):
         if value is not None and value < (1 if name == "instances" else 0):
             raise BadInput(f"The {name} must be a positive whole number, not {value}.")
-    shape, activations, unsized, seq, default_precision = _load_shape(workload, seq_len)
+    loaded = _load_shape(workload, seq_len)
+    shape, activations, unsized, seq = loaded.shape, loaded.activations, loaded.unsized, loaded.seq
     training = mode == TRAINING
+    default_precision = loaded.precision
     if not training and default_precision == "bf16-mixed":
         default_precision = "bf16"  # served weights need no fp32 master copy
     chosen_precision = PRECISIONS[precision or default_precision]
@@ -329,6 +367,11 @@ def make_plan(
     problem = shape.tp_problem()
     if problem:
         unsized.append(f"tensor parallelism ({problem})")
+    notes.append(
+        f"TP degrees: {TRAINING_TP_SOURCE if training else SERVING_TP_SOURCE}"
+        if shape.tp_planned
+        else "TP degrees: none (no TP plan)"
+    )
     if not training and shape.kv_per_token_layer() is None:
         unsized.append(
             "the KV cache (counted for hf: causal-LM configs, which give their KV heads and head "
@@ -341,11 +384,24 @@ def make_plan(
     )
     candidates = _candidates(shape, activations, chosen_precision, seq, spec, instances, training)
     chosen = choose(candidates)
+    found = match(loaded.published_model, spec.name, instances, mode, seq)
+    published, rule_choice, chosen = _published(
+        found,
+        spec,
+        instances,
+        chosen,
+        candidates,
+        shape,
+        activations,
+        chosen_precision,
+        seq,
+        training,
+    )
     batch = None
     if chosen is not None and training and global_batch:
         batch = batch_plan(chosen, global_batch, micro_batch)
     minimum = None
-    if chosen is None:
+    if chosen is None and activations is not None:
         count = instances * 2
         while count <= MAX_INSTANCES and minimum is None:
             more = choose(
@@ -355,9 +411,15 @@ def make_plan(
                 minimum = (count, more.layout.name)
             count *= 2
     param_bytes = shape.total * chosen_precision.parameter
-    host = HostNeed(param_bytes * spec.ranks, param_bytes, spec.host_memory_bytes)
-    kv_budget = None
     served = chosen or single
+    host = HostNeed(
+        param_bytes * spec.ranks,
+        param_bytes,
+        spec.host_memory_bytes,
+        whole_model=float(param_bytes),
+        instance_shards=served.memory.parameters * min(spec.ranks, served.layout.ranks),
+    )
+    kv_budget = None
     per_sequence = kv_bytes_per_sequence(shape, served.layout, chosen_precision, seq)
     if not training and per_sequence and seq:
         kv_budget = vllm_budget(served, per_sequence, seq)
@@ -386,57 +448,77 @@ def make_plan(
         minimum_instances=minimum,
         unsized=unsized,
         notes=notes,
-        published=_published(shape, spec, chosen, candidates),
+        published=published,
         seconds=perf_counter() - started,
         kv_budget=kv_budget,
+        published_model=loaded.published_model,
+        rule_choice=rule_choice,
         shape=shape,
         activations=activations,
     )
 
 
 def _published(
-    shape: ModelShape,
+    found: Match,
     instance: InstanceSpec,
+    instances: int,
     chosen: Candidate | None,
     candidates: list[Candidate],
-) -> str:
-    """How the choice compares with the layout AWS publishes for a model of this size here."""
-    for published in PUBLISHED:
-        if not instance.name.startswith(published.instance_prefix):
-            continue
-        if not published.min_parameters <= shape.total <= published.max_parameters:
-            continue
-        if chosen is None:
-            return f"AWS's published layout here is {published.layout} ({published.source})."
-        same = chosen.layout.tp == published.tp and chosen.layout.sharding == published.sharding
-        if same:
-            return (
-                f"Consistent with AWS's published layout: {published.layout} ({published.source})."
-            )
-        theirs = [
-            c
-            for c in candidates
-            if c.layout.tp == published.tp
-            and c.layout.sharding == published.sharding
-            and c.layout.pp == 1
-        ]
-        numbers = "; ".join(
-            f"{c.layout.name}: {human_bytes(c.memory.peak)} per rank, {c.headroom:.0%} headroom"
-            for c in theirs
-        )
+    shape: ModelShape,
+    activations: ActivationModel | None,
+    precision: Precision,
+    seq: int | None,
+    training: bool,
+) -> tuple[str, str, Candidate | None]:
+    """How the plan stands against the published table (published.py): the sentence, the
+    rule's own pick where AWS's running layout is taken instead, and the layout chosen. A
+    running layout that fits here is the plan's choice: it is what AWS runs."""
+    if not found.model:
+        return "No published layout for this model (none in " + f"{TABLE}).", "", chosen
+    if not found.exact:
+        others = "; ".join(r.describe() for r in found.elsewhere)
         return (
-            f"Differs from AWS's published layout, {published.layout} ({published.source}). "
-            f"Predicted here: {numbers}. The rule (the least TP x PP leaving {HEADROOM:.0%} "
-            f"free) picks {chosen.layout.name}, with less tensor parallelism; where it adds "
-            "activation checkpointing, each layer's forward runs again in the backward "
-            "(about a third more compute), which the published layout spends on TP "
-            "collectives instead. Memory alone does not weigh that trade."
+            f"No published layout for {found.model} on this instance, mode and sequence; "
+            f"published for it: {others}.",
+            "",
+            chosen,
         )
-    return ""
+    sentences = []
+    taken = chosen
+    rule = ""
+    for row in found.exact:
+        layout = row.layout(instance.ranks * instances)
+        theirs = next((c for c in candidates if c.layout == layout), None)
+        if theirs is None:
+            theirs = _candidate(shape, activations, layout, precision, seq, instance, training)
+        at = theirs.largest_micro_batch
+        verdict = (
+            f"predicted {human_bytes(theirs.memory.peak)} per rank of "
+            f"{human_bytes(theirs.usable)} usable, "
+            + (f"fits up to {at} at once" if theirs.fits else "does not fit")
+        )
+        agrees = (theirs.fits and at >= row.micro_batch) == (row.outcome == RUNNING)
+        if not theirs.complete:
+            verdict, agrees = "not judged: activations could not be sized", True
+        sentences.append(
+            f"{'Agrees with' if agrees else 'Disagrees with'} {row.outcome} {row.describe()}: "
+            f"{verdict}"
+        )
+        if row.outcome == RUNNING and theirs.fits and theirs.available and taken is chosen:
+            if chosen is not None and chosen.layout != theirs.layout:
+                rule = chosen.layout.name
+            taken = theirs
+    if rule:
+        sentences.append(
+            f"The plan takes AWS's layout; the rule alone (the least TP x PP that fits) would "
+            f"pick {rule}, with less TP communication and more memory per rank"
+        )
+    return ". ".join(sentences) + ".", rule, taken
 
 
 def plan_data(plan: Plan) -> dict[str, Any]:
-    """The plan as plain data: what `04_retuning.json` keeps under "plan"."""
+    """The plan as plain data: what `04_retuning.json` keeps under "plan" and `workbench plan
+    --json` prints."""
 
     def candidate(c: Candidate) -> dict[str, Any]:
         return {
@@ -444,11 +526,15 @@ def plan_data(plan: Plan) -> dict[str, Any]:
             "name": c.layout.name,
             "memory": {**asdict(c.memory), "held": c.memory.held, "peak": c.memory.peak},
             "capacity": c.capacity,
+            "reserve": c.reserve,
+            "usable": c.usable,
+            "complete": c.complete,
             "fits": c.fits,
             "headroom": c.headroom,
             "largest_micro_batch": c.largest_micro_batch,
             "available": c.available,
             "note": c.note,
+            "collectives": c.layout.collectives(plan.mode == TRAINING),
         }
 
     return {
@@ -469,22 +555,33 @@ def plan_data(plan: Plan) -> dict[str, Any]:
         "activation_fit_error": plan.activation_fit_error,
         "kappa": plan.kappa,
         "optimizer": plan.optimizer,
+        "fits": plan.fits,
+        "complete": plan.complete,
         "fits_one_rank": plan.fits_one_rank,
         "single_rank": candidate(plan.single_rank),
         "chosen": candidate(plan.chosen) if plan.chosen else None,
         "batch": {**asdict(plan.batch), "equation": plan.batch.equation()} if plan.batch else None,
         "candidates": [candidate(c) for c in plan.candidates],
-        "host": {**asdict(plan.host), "sentence": plan.host.sentence()},
+        "host": {
+            **asdict(plan.host),
+            "needed": plan.host.needed,
+            "fits": plan.host.fits,
+            "sentence": plan.host.sentence(),
+            "source": HOST_SOURCE,
+        },
         "minimum_instances": list(plan.minimum_instances) if plan.minimum_instances else None,
         "unsized": plan.unsized,
         "notes": plan.notes,
         "published": plan.published,
+        "published_model": plan.published_model,
+        "rule_choice": plan.rule_choice,
+        "reserve_source": plan.reserve_source,
         "kv_budget": {**asdict(plan.kv_budget), "sentence": plan.kv_budget.sentence()}
         if plan.kv_budget
         else None,
         "instance_reason": plan.instance_reason,
-        "headroom_rule": f"the least model parallelism (TP x PP) whose peak leaves {HEADROOM:.0%} "
-        "of a rank's memory free",
+        "headroom_rule": "the least model parallelism (TP x PP) whose peak fits a rank's memory "
+        "less the runtime's reserve",
         "predicted": "predicted from shapes and CPU probes, not measured on Trainium",
         "seconds": plan.seconds,
     }

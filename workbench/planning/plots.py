@@ -8,7 +8,7 @@ from matplotlib.figure import Figure
 from workbench.planning.instances import GiB, human_bytes
 from workbench.planning.layouts import RankMemory
 from workbench.planning.planner import Plan
-from workbench.planning.recommend import HEADROOM, Candidate, ranked
+from workbench.planning.recommend import Candidate, ranked
 
 SHOWN = 8  # layouts drawn: the ones the rule reads first
 # Bars past this many times a rank's memory are cut at the axis' edge and labelled with their
@@ -33,7 +33,7 @@ def stack(memory: RankMemory) -> list[tuple[str, float, str]]:
 def memory_by_layout(plan: Plan, shown: int = SHOWN) -> Figure:
     """Per-rank memory at micro-batch 1 (one sequence, served) of the first `shown` layouts the
     rule reads and of a single rank, stacked by kind, against the memory of a rank and the
-    rule's limit (HEADROOM kept free); the chosen layout is marked."""
+    rule's limit (the rank's memory less the runtime's reserve); the chosen layout is marked."""
     candidates: list[Candidate] = ranked(plan.candidates, plan.chosen)[:shown]
     if plan.single_rank not in candidates:
         candidates.append(plan.single_rank)
@@ -68,12 +68,13 @@ def memory_by_layout(plan: Plan, shown: int = SHOWN) -> Figure:
             name = f"{name} (chosen)"
         names.append(name if candidate.available else f"{name} (not offered)")
     ax.axvline(capacity, color="black", lw=1.2, label=f"memory per rank ({capacity:.3g} GiB)")
+    reserve = plan.single_rank.reserve / GiB
     ax.axvline(
-        capacity * (1 - HEADROOM),
+        capacity - reserve,
         color="black",
         lw=1,
         ls="--",
-        label=f"rule's limit ({HEADROOM:.0%} kept free)",
+        label=f"rule's limit ({reserve:.3g} GiB kept for the runtime)",
     )
     ax.set_yticks(range(len(candidates)), names, fontsize=8)
     ax.invert_yaxis()

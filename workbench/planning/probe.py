@@ -78,8 +78,9 @@ def _measure_hf(model: HfModel) -> tuple[ActivationModel | None, list[str]]:
         # One model and optimizer for every probe: the sizes change only the batch, and the
         # state a step holds is the same at each (building and warming up once per probe was
         # most of `workbench plan`'s time).
+        eager = {"experts_implementation": "eager"} if probe.eager_experts else {}
         with seeded(0):
-            built = model.auto_class.from_config(probe.config).float()
+            built = model.auto_class.from_config(probe.config, **eager).float()
         shape = read_shape(built, model.spec, "probe", {})
         optimizer = torch.optim.AdamW(built.parameters(), lr=1e-4)
         stack = _stack_of(built, shape)
@@ -96,6 +97,13 @@ def _measure_hf(model: HfModel) -> tuple[ActivationModel | None, list[str]]:
             f"activations (the scaled-down copy did not train: {describe_error(exc)})",
         ]
     sizes = ", ".join(f"{batch} x {seq}" for batch, seq in symbols.HF_PROBES)
+    experts = (
+        "; experts run one by one (transformers' eager experts path: grouped_mm needs "
+        "16-byte-aligned widths), every token routed to every expert and the experts' tensors "
+        f"scaled by top-k / experts = {probe.expert_share:.3g}"
+        if probe.eager_experts
+        else ""
+    )
     fitted = fit_model(
         runs,
         shape,
@@ -105,7 +113,8 @@ def _measure_hf(model: HfModel) -> tuple[ActivationModel | None, list[str]]:
         PROBE_LAYERS,
         HF_OPTIMIZER,
         f"measured on a scaled-down copy ({PROBE_LAYERS} layers, every width a distinct "
-        f"prime) at batch x sequence {sizes}, on this machine's CPU",
+        f"prime) at batch x sequence {sizes}, on this machine's CPU{experts}",
+        probe.expert_share,
     )
     return fitted, probe.unsized
 

@@ -14,8 +14,13 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import re
+import sys
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -89,13 +94,46 @@ class StepMemory:
         return self.held.total + max(self.phase_peaks.values(), default=0)
 
 
+# Kineto, torch's profiler backend, writes "USDT:<time> <pid>:<tid> SyncActivityProfilerHandler
+# .cpp:52] profiler_start" (and "STAGE:" lines) to the process's stderr from C++ each time a
+# profile starts and stops; no log level silences the USDT ones (KINETO_LOG_LEVEL does not).
+_KINETO_LINE = re.compile(rb"^(USDT|STAGE):\S+ \S+ \d+:\d+ \S+\.cpp:\d+\] ")
+
+
+@contextlib.contextmanager
+def without_kineto_lines() -> Iterator[None]:
+    """Points fd 2 at a temporary file while kineto starts or stops, then passes on every line
+    written there but kineto's own (any other warning still reaches stderr)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            kept = [line for line in sink.read().splitlines(True) if not _KINETO_LINE.match(line)]
+            if kept:
+                sys.stderr.write(b"".join(kept).decode(errors="replace"))
+
+
 @contextlib.contextmanager
 def tracked_step(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[StepMemory]:
     """Profile the allocations of the code inside, which marks its phases with `phase(name)`."""
     measured = StepMemory(held_bytes(model, optimizer))
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with without_kineto_lines():
+        prof.start()
+    try:
         yield measured
-    events = prof.profiler.kineto_results.events() if prof.profiler else []
+    finally:
+        with without_kineto_lines():
+            prof.stop()
+    results = prof.profiler.kineto_results if prof.profiler else None
+    events: list[Any] = list(results.events()) if results is not None else []
     marks = {e.name(): (e.start_ns(), e.end_ns()) for e in events if e.name() in PHASES}
     memory = sorted((e for e in events if e.name() == "[memory]"), key=lambda e: e.start_ns())
     live = 0

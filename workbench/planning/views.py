@@ -8,7 +8,6 @@ from workbench import markup as show
 from workbench.planning.lines import SHOWN, candidate_row, ranked
 from workbench.planning.planner import Plan
 from workbench.planning.plots import memory_by_layout
-from workbench.planning.recommend import HEADROOM
 
 
 def headline(plan: Plan) -> None:
@@ -41,7 +40,9 @@ def details(plan: Plan) -> None:
                 "KV cache": plan.kv_budget.sentence() if plan.kv_budget else "not counted",
                 "could not size": "; ".join(plan.unsized) or "nothing",
                 "notes": "; ".join(plan.notes) or "none",
-                "rule": f"the least TP x PP that leaves {HEADROOM:.0%} of a rank's memory free",
+                "runtime reserve": f"{plan.single_rank.reserve / 2**30:.3g} GiB per rank "
+                f"({plan.reserve_source})",
+                "rule": "the least TP x PP whose peak fits a rank's memory less the reserve",
             },
             caption="Memory-fit plan (predicted from shapes and CPU probes, not measured on "
             "Trainium)",

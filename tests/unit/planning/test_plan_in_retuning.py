@@ -20,6 +20,7 @@ from workbench.planning.instances import DEFAULT_INSTANCE, GiB
 from workbench.planning.layouts import RankMemory
 from workbench.planning.planner import Plan
 from workbench.planning.plots import memory_by_layout
+from workbench.planning.recommend import RUNTIME_RESERVE
 from workbench.planning.retuning import TrialBeside, beside_trials, instance_for_run, per_sample
 from workbench.results import save_result
 from workbench.scorecard import ATTENTION, BLOCKER
@@ -108,7 +109,8 @@ def test_figure_stacks_each_layout_to_its_peak_against_the_memory_per_rank(plan:
     labels = [tick.get_text() for tick in ax.get_yticklabels()]
     assert labels[0] == "DP32 + ZeRO-1 (chosen)" and labels[-1] == "one rank alone"
     lines = sorted(line.get_xdata()[0] for line in ax.lines)
-    assert lines == pytest.approx([16 * 0.9, 16])  # the rule's limit, then a rank's HBM
+    # The rule's limit (a rank's HBM less the runtime's reserve), then a rank's HBM.
+    assert lines == pytest.approx([16 - RUNTIME_RESERVE / GiB, 16])
     chosen = [bar for bar in ax.patches if bar.get_y() < 0.5 and bar.get_y() > -0.5]
     assert sum(bar.get_width() for bar in chosen) == pytest.approx(plan.chosen.memory.peak / GiB)
     alone = [bar for bar in ax.patches if bar.get_y() + bar.get_height() / 2 == len(labels) - 1]

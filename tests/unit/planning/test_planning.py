@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -49,22 +51,42 @@ def test_a_stack_of_layers_is_found_and_no_tp_plan_is_invented() -> None:
     assert "no TP plan" in shape.tp_problem()
 
 
-def _candidate(layout: Layout, peak: float, capacity: int = 100) -> Candidate:
-    return Candidate(layout, RankMemory(peak, 0, 0, 0, 0, 0), capacity, 4, True, "")
+def _candidate(layout: Layout, peak: float, capacity: int = 100, reserve: int = 0) -> Candidate:
+    return Candidate(layout, RankMemory(peak, 0, 0, 0, 0, 0), capacity, 4, True, "", reserve)
 
 
-def test_the_rule_takes_the_least_model_parallelism_with_headroom() -> None:
-    tight = _candidate(Layout(1, 1, 8, ZERO1, False), 95)  # fits, but 5 % headroom
-    tp2 = _candidate(Layout(2, 1, 4, ZERO1, False), 60)
-    tp4 = _candidate(Layout(4, 1, 2, ZERO1, False), 30)
-    assert choose([tight, tp4, tp2]) is tp2
+def test_the_rule_takes_the_least_model_parallelism_within_the_runtime_reserve() -> None:
+    past_reserve = _candidate(Layout(1, 1, 8, ZERO1, False), 85, reserve=20)  # 85 > 100 - 20
+    tp2 = _candidate(Layout(2, 1, 4, ZERO1, False), 60, reserve=20)
+    tp4 = _candidate(Layout(4, 1, 2, ZERO1, False), 30, reserve=20)
+    assert not past_reserve.fits and tp2.fits
+    assert choose([past_reserve, tp4, tp2]) is tp2
+    # Less recomputation first among equal model parallelism: none, then selective, then full.
+    full = _candidate(Layout(2, 1, 4, ZERO1, True), 40, reserve=20)
+    selective = _candidate(Layout(2, 1, 4, ZERO1, False, selective=True), 50, reserve=20)
+    assert choose([full, selective]) is selective
 
 
-def test_fsdp_is_not_offered_on_trn1() -> None:
+def test_a_floor_never_fits() -> None:
+    floor = _candidate(Layout(8, 1, 4, ZERO1, False), 10)
+    floor = Candidate(floor.layout, floor.memory, 100, 0, True, "", 0, complete=False)
+    assert not floor.fits and choose([floor]) is None
+
+
+def test_training_rules_fsdp_on_trn1_and_tp_in_chip_with_fsdp_on_trn2() -> None:
+    trn1, trn2 = get_instance("trn1.32xlarge"), get_instance("trn2.48xlarge")
     layout = Layout(1, 1, 32, FSDP, False)
-    assert "Trn1" in availability(layout, get_instance("trn1.32xlarge"))
-    assert availability(layout, get_instance("trn2.48xlarge")) == ""
-    assert "chip" in availability(Layout(8, 1, 8, NONE, False), get_instance("trn2.48xlarge"))
+    assert "Trn1" in availability(layout, trn1)
+    assert availability(layout, trn2) == ""
+    assert "chip" in availability(Layout(8, 1, 8, FSDP, False), trn2)
+    # NxD Training runs TP32 x PP4 with ZeRO-1 across chips on trn2 (hf_llama3_70B_trn2_config).
+    assert availability(Layout(32, 4, 4, ZERO1, False, True, True), trn2) == ""
+
+
+def test_serving_is_not_held_to_the_training_rules() -> None:
+    trn2 = get_instance("trn2.48xlarge")
+    assert availability(Layout(8, 1, 8, FSDP, False), trn2, training=True)
+    assert availability(Layout(64, 1, 1, NONE, False), trn2, training=False) == ""
 
 
 def test_global_batch_must_divide_by_dp_times_micro_batch() -> None:
@@ -87,3 +109,25 @@ def test_the_memory_check_passes_a_prediction_within_its_aim_and_fails_one_outsi
     assert not check(1_000_000, 790_000).memory_within_aim  # one rank off fails the layout
     assert not check(1_210_000).memory_within_aim
     assert not LayoutCheck("fsdp2", 2, "FSDP2", 0.0, 0.0, 0.0, "").memory_within_aim
+
+
+def test_kineto_lines_are_kept_off_stderr_and_other_lines_pass(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    from workbench.planning.tracking import without_kineto_lines
+
+    raw = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    raw.start()
+    raw.stop()
+    assert "profiler_start" in capfd.readouterr().err  # what torch's profiler writes unasked
+    quiet = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with without_kineto_lines():
+        quiet.start()
+        print("a warning of the model's own", file=sys.stderr)
+    with without_kineto_lines():
+        quiet.stop()
+    err = capfd.readouterr().err
+    assert "USDT" not in err and "profiler_st" not in err
+    assert "a warning of the model's own" in err
