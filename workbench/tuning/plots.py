@@ -35,24 +35,48 @@ def _empty(ax: Axes, text: str) -> None:
 
 
 def throughput_and_memory(result: RetuneResult) -> Figure:
-    """Left: steady-state throughput per batch size (the chosen batch ringed). Right: every
-    trial's peak memory with the budget and the margin-reduced limit drawn; failed trials sit
-    on the limit line, marked by why they failed."""
+    """Left: steady-state throughput per batch size, the batch the plan uses ringed (the one
+    the plans and the recommendation name) and, where the sweep's fastest is another batch, that
+    one marked apart with what may explain it (noise, load). Right: every trial's peak memory
+    with the budget and the margin-reduced limit drawn; failed trials sit on the limit line,
+    marked by why they failed."""
     figure, (left, right) = _row(2)
     ok = [(t.batch_size, t.throughput) for t in result.sweep if t.throughput]
     if ok:
         left.plot([size for size, _ in ok], [rate for _, rate in ok], marker="o")
-        if result.choice:
+        rates = dict(ok)
+        chosen = result.chosen_batch
+        if chosen is not None:
+            if chosen in rates:
+                left.scatter(
+                    [chosen],
+                    [rates[chosen]],
+                    s=180,
+                    facecolors="none",
+                    edgecolors="tab:red",
+                    label=f"the plan's per-core batch: {chosen}",
+                    zorder=3,
+                )
+            else:  # a per-core batch the sweep did not time (the global batch set it)
+                left.axvline(
+                    chosen, color="tab:red", lw=1, label=f"the plan's per-core batch: {chosen}"
+                )
+        fastest = result.choice.best_batch_size if result.choice else None
+        if fastest is not None and fastest != chosen and fastest in rates:
+            caveat = result.sweep_caveat(fastest)
             left.scatter(
-                [result.choice.batch_size],
-                [result.choice.throughput],
-                s=180,
+                [fastest],
+                [rates[fastest]],
+                s=120,
+                marker="^",
                 facecolors="none",
-                edgecolors="tab:red",
-                label=f"chosen: {result.choice.batch_size}",
+                edgecolors="tab:gray",
+                label=f"fastest measured: {fastest}, not chosen"
+                + (f" ({caveat})" if caveat else ""),
                 zorder=3,
             )
-            left.legend(loc="lower right")
+        if chosen is not None or fastest is not None:
+            left.legend(loc="lower right", fontsize=8)
         left.set_xscale("log", base=2)
         left.set_xlabel("batch size per step (log2)")
         left.set_ylabel(result.throughput_unit)

@@ -243,7 +243,7 @@ class RetuneResult:
         if self.choice:
             text += "; " + self._choice_clause()
         if self.plans:
-            text += f"; the plan is {self.plans[0].equation()}{self._plan_reason()}"
+            text += f"; the plan is {self.plans[0].equation()}{self.plan_reason()}"
         if rec.dataloader_workers is not None:
             text += f" with {rec.dataloader_workers} DataLoader worker(s)"
         if rec.buckets:
@@ -283,7 +283,26 @@ class RetuneResult:
             f"{choice.best_throughput:,.0f} {unit} ({timing})"
         )
 
-    def _plan_reason(self) -> str:
+    @property
+    def chosen_batch(self) -> int | None:
+        """The per-core batch the plan uses: the one batch the sweep's figure and banner, the
+        plans and the recommendation name as chosen (the sweep's own pick only feeds it)."""
+        return self.plans[0].per_core_batch if self.plans else None
+
+    def sweep_caveat(self, batch: int) -> str:
+        """Why the sweep's figure at `batch` may be noise or load rather than the batch: its IQR
+        above the re-measuring limit, the machine loaded while timed; empty when neither."""
+        trial = next((t for t in self.sweep if t.batch_size == batch and t.steady), None)
+        if trial is None or trial.steady is None:
+            return ""
+        measurement, parts = trial.steady, []
+        if measurement.relative_iqr > self.remeasure.limit:
+            parts.append(f"IQR {measurement.relative_iqr:.0%}")
+        if measurement.loaded and measurement.host is not None:
+            parts.append(f"timed on a loaded machine: {measurement.host.shares()}")
+        return "; ".join(parts)
+
+    def plan_reason(self) -> str:
         """Why the plan's per-core batch is not the fastest one, when it is not."""
         plan = self.plans[0]
         if self.choice is None or plan.per_core_batch == self.choice.batch_size:

@@ -227,17 +227,31 @@ def sweep(result: RetuneResult) -> None:
         )
     )
     if result.choice:
-        choice = result.choice
-        display(
-            show.banner(
-                f"Chosen per-core batch: {choice.batch_size} "
-                f"({_rate(choice.throughput, result.throughput_unit)}; the fastest was "
-                f"{choice.best_batch_size} at {_rate(choice.best_throughput)}; indistinguishable "
-                f"from it: {', '.join(map(str, choice.within_noise))}). Rule: {choice.rule}.",
-                "info",
-            )
-        )
+        display(show.banner(sweep_choice(result), "info"))
     display(show.banner(f"Re-measuring: {result.remeasure.rule()}.", "info"))
+
+
+def sweep_choice(result: RetuneResult) -> str:
+    """The per-core batch the plan uses (the figure rings the same one), then what the sweep
+    measured and its rule, with the noise or load that may explain a faster batch."""
+    choice = result.choice
+    assert choice is not None
+    unit = result.throughput_unit
+    chosen = result.chosen_batch
+    lead = (
+        f"The plan's per-core batch: {chosen}{result.plan_reason()}. "
+        if chosen is not None
+        else "No plan was made. "
+    )
+    caveat = result.sweep_caveat(choice.best_batch_size)
+    return (
+        f"{lead}The sweep's pick by its rule: {choice.batch_size} "
+        f"({_rate(choice.throughput, unit)}); the fastest measured was {choice.best_batch_size} "
+        f"at {_rate(choice.best_throughput)}"
+        + (f" ({caveat}: provisional)" if caveat else "")
+        + f"; indistinguishable from it: {', '.join(map(str, choice.within_noise))}. "
+        f"Rule: {choice.rule}."
+    )
 
 
 def accumulation(result: RetuneResult) -> None:

@@ -9,15 +9,19 @@ from pathlib import Path
 
 import matplotlib
 import pytest
+import torch
 from matplotlib.figure import Figure
 
-from tests.fixtures.retune_results import make_result
+from tests.fixtures.retune_results import make_result, trial
 from workbench.results import write_json_atomic
+from workbench.timing import HostLoad, Measurement
 from workbench.tuning import plots as tuning_plots
 from workbench.tuning import records as tuning_records
 from workbench.tuning import views as tuning_views
+from workbench.tuning.plan import plan_global_batch
+from workbench.tuning.recommend import recommend
 from workbench.tuning.records import RetuneSettings
-from workbench.tuning.trials import OOM
+from workbench.tuning.trials import OK, OOM, choose_batch
 
 
 @pytest.fixture(autouse=True)
@@ -102,3 +106,40 @@ def test_views_render_without_a_kernel(capsys: pytest.CaptureFixture[str]) -> No
     assert "Data-parallel sweep skipped: collectives unavailable" in shown
     assert "projection" not in shown and "measured on this machine (cpu)" in shown
     assert "says nothing about what a sample costs on Trainium" in shown
+
+
+def test_the_chart_rings_the_plans_batch_and_not_a_spike_that_load_explains() -> None:
+    """Notebook 04 under load: batch 128 timed at a spike (a step 50x shorter than batch 64's,
+    with a wide spread, other processes on the CPU) while the plan keeps the recipe's global
+    batch of 64. The figure rings the plan's batch, the one the plans table and the
+    recommendation name, and marks the spike apart as not chosen, saying what explains it."""
+    result = make_result()
+    spike = trial("sweep", 128, OK, 0.00002)
+    spike.steady = Measurement(
+        [0.00002, 0.0004, 0.00001], host=HostLoad(2, 2, 1.0, 0.83, 0.0, None, True)
+    )
+    result.sweep[1] = spike
+    result.choice = choose_batch(result.sweep)
+    assert result.choice is not None and result.choice.best_batch_size == 128
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    result.plans = [
+        plan_global_batch("the target global batch", 64, result.choice.largest_within_noise, 1, 64,
+                          optimizer)
+    ]  # fmt: skip
+    result.recommendation = recommend(result)
+    assert result.recommendation.per_core_batch == result.chosen_batch == 64
+    left, _ = tuning_plots.throughput_and_memory(result).axes
+    ringed, fastest = left.collections
+    assert ringed.get_offsets()[0][0] == result.recommendation.per_core_batch
+    assert fastest.get_offsets()[0][0] == 128
+    labels = [text.get_text() for text in left.get_legend().get_texts()]
+    assert labels[0] == "the plan's per-core batch: 64"
+    assert labels[1].startswith("fastest measured: 128, not chosen (IQR")
+    assert "timed on a loaded machine: other processes 83% of the CPU" in labels[1]
+    banner = tuning_views.sweep_choice(result)
+    assert banner.startswith("The plan's per-core batch: 64, not 128 per core")
+    assert "(IQR" in banner and "provisional" in banner
+    # A plan that takes the fastest batch: one ring, nothing marked apart.
+    result.plans = [plan_global_batch("the target global batch", 128, 128, 1, 64, optimizer)]
+    (only,) = tuning_plots.throughput_and_memory(result).axes[0].collections
+    assert only.get_offsets()[0][0] == result.chosen_batch == 128
