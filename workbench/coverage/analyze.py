@@ -30,6 +30,7 @@ from workbench.coverage.records import (
 )
 from workbench.coverage.risks import (
     capture_flags,
+    composite_note,
     optimizer_sync_note,
     prefetch_builtin_namespaces,
 )
@@ -159,7 +160,8 @@ def analyze_coverage(
     reference = capture_training_step(workload)
     variants, shapes = _shape_variants(workload, reference)
     compiled = explain_forward(workload)
-    flags = capture_flags(reference)
+    changes = shapes.changed_ops()
+    flags = capture_flags(reference, changes)
     tables = load_tables()
 
     measured = measure_on_target(workload, target) if measure else None
@@ -182,6 +184,11 @@ def analyze_coverage(
             flag_kinds[f.op].append(f.kind)
     for row in rows:
         row.flags = flag_kinds.get(row.op, [])
+        record = reference.ops.get(row.op)
+        inside_note = composite_note(record, changes.get(row.op)) if record else ""
+        data_dependent = bool(row.data_dependence) or (
+            row.op in changes and "dynamic_output_shape" in row.tags
+        )
         for flavour in flavours:
             measured_here = measurement is not None and measurement.flavour == flavour
             if SEEN_REFERENCE not in row.seen_in and not measured_here:
@@ -191,8 +198,9 @@ def analyze_coverage(
                 flavour,
                 tables.get(flavour, []),
                 measurement,
-                tags=row.tags,
+                data_dependent=data_dependent,
                 forward_ops=row.forward_ops,
+                inside_note=inside_note,
             )
     return CoverageReport(
         workload=workload.name,

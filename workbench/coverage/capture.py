@@ -10,6 +10,18 @@ workbench machinery. Backward ops run from the autograd engine, with no workload
 stack, so they get the site of the forward call that created their autograd node: every forward
 op notes the sequence number the autograd engine gives the next node, and a backward op looks up
 the sequence number of the node it runs in (`torch._C._current_autograd_node()`).
+
+A composite op (one whose only kernel is CompositeExplicitAutograd, e.g. aten::_grouped_mm) runs
+the same C++ decomposition on every backend without a kernel of its own, and that decomposition
+dispatches ops of its own: host reads, slices, per-group matmuls. The mode sees them by running
+the composite kernel with itself active again; they are kept apart from the op list (the model
+dispatched the composite, not them), on the composite's record (`inside`) and in the trace
+marked with the composite, so that host reads and shapes are counted where a target without the
+kernel meets them.
+
+Whether an op's output size depends on tensor values is read from the call's arguments, not from
+the op's `dynamic_output_shape` tag: aten::index.Tensor with integer indices gathers a size its
+index tensors fix, with a boolean mask it keeps as many values as the mask has True entries.
 """
 
 from __future__ import annotations
@@ -26,6 +38,7 @@ from types import CodeType, FrameType
 from typing import Any, NamedTuple
 
 import torch
+from torch._C import DispatchKey
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 
@@ -207,6 +220,17 @@ class OpRecord:
     dtype_sites: dict[str, CallSite | None] = field(default_factory=dict)  # first call per dtype
     int64_max_abs: int | None = None  # largest |value| in int64 tensors (checked on CPU only)
     int64_beyond_int32_site: CallSite | None = None
+    # Calls whose output size follows tensor values, by their arguments (a boolean-mask index,
+    # nonzero), and the first reason why; the op's tag alone says only that it may.
+    data_dependent_calls: int = 0
+    data_dependence: str = ""
+    # A composite op: the kernel it ran through (CompositeExplicitAutograd: no kernel of its own
+    # for this device), the ops that kernel dispatched (any depth) with their calls, and how
+    # many of those read a value back to the host or made a data-dependent size.
+    composite_kernel: str = ""
+    inside: dict[str, int] = field(default_factory=dict)
+    inside_host_reads: int = 0
+    inside_data_dependent: int = 0
 
     @property
     def total_calls(self) -> int:
@@ -228,6 +252,10 @@ class TraceEntry(NamedTuple):
     # inputs and outputs. False for what torch's library code ran inside a module or function
     # (a kernel's workspace, the autograd engine's backward ops, the optimizer's step).
     model_code: bool = True
+    # The composite op whose kernel dispatched this call ("" for the ops the step dispatched):
+    # its decomposition is the same on every backend without a kernel of its own, so its calls
+    # count as the composite's call does.
+    inside: str = ""
 
 
 @dataclass
@@ -306,6 +334,84 @@ def shape_text(shapes: tuple[tuple[int, ...], ...]) -> str:
     return ", ".join("x".join(map(str, s)) if s else "scalar" for s in shapes) or "no tensors"
 
 
+# Ops whose output size is a count over the data's values, whatever their arguments (the
+# packet names of the overloads torch tags dynamic_output_shape).
+_COUNTS_OF_VALUES = {
+    "aten::nonzero": "as many rows as nonzero entries",
+    "aten::argwhere": "as many rows as nonzero entries",
+    "aten::masked_select": "as many values as the mask has True entries",
+    "aten::_unique": "as many values as distinct ones",
+    "aten::_unique2": "as many values as distinct ones",
+    "aten::unique_dim": "as many slices as distinct ones",
+    "aten::unique_consecutive": "as many values as runs of equal ones",
+    "aten::unique_dim_consecutive": "as many slices as runs of equal ones",
+    "aten::bincount": "as many bins as the largest value plus one",
+    "aten::_ctc_loss": "a size read from the target lengths' values",
+    "aten::linalg_lstsq": "sizes that follow the solver's rank",
+}
+_MASK_DTYPES = (torch.bool, torch.uint8)
+
+
+def data_dependent_size(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """Why this call's output size follows tensor values, read from its arguments; None when
+    they fix it (an integer index, repeat_interleave given its output_size, one_hot given its
+    class count)."""
+    packet = name.split(".", 1)[0]
+    reason = _COUNTS_OF_VALUES.get(packet)
+    if reason is not None:
+        return f"{packet}: {reason}"
+    if packet == "aten::index":
+        indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+        if any(isinstance(i, torch.Tensor) and i.dtype in _MASK_DTYPES for i in indices):
+            return "boolean-mask index: keeps as many values as the mask has True entries"
+        return None
+    if packet == "aten::repeat_interleave":
+        if kwargs.get("output_size") is None:
+            return "repeat_interleave with repeats in a tensor: the output size is their sum"
+        return None
+    if packet == "aten::one_hot":
+        classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
+        if classes == -1:
+            return "one_hot without num_classes: as many classes as the largest value plus one"
+        return None
+    return None
+
+
+_BACKEND_KEYS = {"cpu": "CPU", "cuda": "CUDA", "xla": "XLA", "meta": "Meta"}
+_COMPOSITE_KEYS = (
+    DispatchKey.CompositeExplicitAutograd,
+    DispatchKey.CompositeExplicitAutogradNonFunctional,
+)
+
+
+def composite_kernel(name: str, device_type: str) -> DispatchKey | None:
+    """The composite kernel `name` runs through on this device type: where the device has no
+    kernel of its own for it, the CompositeExplicitAutograd one (the same for every such
+    backend); None where it has its own, or for a device this cannot tell."""
+    key = _BACKEND_KEYS.get(device_type)
+    if key is None and device_type == torch._C._get_privateuse1_backend_name():
+        key = "PrivateUse1"
+    if key is None or torch._C._dispatch_has_kernel_for_dispatch_key(name, key):
+        return None
+    for composite in _COMPOSITE_KEYS:
+        if torch._C._dispatch_has_kernel_for_dispatch_key(name, composite.name):
+            return composite
+    return None
+
+
+# Ops that allocate without writing: their int64 outputs hold whatever the memory held, which
+# says nothing about the values the step computes (those are read where they are used).
+_UNINITIALIZED_OUTPUTS = frozenset(
+    {
+        "aten::empty.memory_format",
+        "aten::empty_like",
+        "aten::empty_strided",
+        "aten::new_empty",
+        "aten::new_empty_strided",
+    }
+)
+
+
 def _int64_max_abs(tensor: torch.Tensor) -> int | None:
     if tensor.dtype != torch.int64 or tensor.device.type != "cpu" or tensor.numel() == 0:
         return None
@@ -340,25 +446,104 @@ class OpCaptureMode(TorchDispatchMode):
         self._get_sequence_nr: Callable[[], int] | None = getattr(
             torch._C._autograd, "_get_sequence_nr", None
         )
+        # Composite kernels running, outermost first: (op, its site). Ops dispatched while one
+        # runs belong to the outermost.
+        self._composites: list[tuple[str, CallSite | None]] = []
+        self._composite_keys: dict[tuple[Any, str], DispatchKey | None] = {}
+        self._dynamic_tagged: dict[Any, bool] = {}
+
+    def _composite_for(
+        self, func: Any, name: str, inputs: list[torch.Tensor]
+    ) -> DispatchKey | None:
+        # A view's composite kernel only makes another view (as_strided): nothing a device
+        # meets. A composite already running is not entered again: its kernel may call itself
+        # (aten::detach does).
+        if not inputs or func.is_view or any(name == c[0] for c in self._composites):
+            return None
+        device_type = inputs[0].device.type
+        key = (func, device_type)
+        if key not in self._composite_keys:
+            self._composite_keys[key] = composite_kernel(name, device_type)
+        return self._composite_keys[key]
+
+    def _run(self, func: Any, composite: DispatchKey | None, args: Any, kwargs: Any) -> Any:
+        """The op's kernel; a composite one with this mode active again, so that the ops its
+        decomposition dispatches are seen."""
+        if composite is None:
+            return func(*args, **kwargs)
+        with self:
+            return func._op_dk(composite, *args, **kwargs)
+
+    def _data_dependence(self, func: Any, name: str, args: Any, kwargs: Any) -> str | None:
+        tagged = self._dynamic_tagged.get(func)
+        if tagged is None:
+            tags = getattr(func, "tags", ())
+            tagged = self._dynamic_tagged[func] = torch.Tag.dynamic_output_shape in tags
+        return data_dependent_size(name, args, kwargs) if tagged else None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
         name = self._names.get(func)
         if name is None:
             name = self._names[func] = op_name(func)
-        # f_back is None when the op comes straight from C++ on a thread with no Python
-        # caller: the autograd engine runs a non-CPU device's backward on a worker thread.
-        site, forward_op, direct = self._locate(sys._getframe().f_back, name)
         inputs = _tensors(args)
         if kwargs:
             inputs += _tensors(kwargs.values())
+        if self._composites:
+            return self._dispatch_inside(func, name, inputs, args, kwargs)
+        # f_back is None when the op comes straight from C++ on a thread with no Python
+        # caller: the autograd engine runs a non-CPU device's backward on a worker thread.
+        site, forward_op, direct = self._locate(sys._getframe().f_back, name)
+        record = self._record_for(func, name, site)
+        composite = self._composite_for(func, name, inputs)
         self.current_op = name
-        result = func(*args, **kwargs)
+        if composite is None:
+            result = func(*args, **kwargs)
+        else:
+            record.composite_kernel = composite.name
+            self._composites.append((name, site))
+            try:
+                result = self._run(func, composite, args, kwargs)
+            finally:
+                self._composites.pop()
         self.current_op = None
+        reason = self._data_dependence(func, name, args, kwargs)
+        if reason is not None:
+            record.data_dependent_calls += 1
+            record.data_dependence = record.data_dependence or reason
         outputs = _tensors(result if isinstance(result, (list, tuple)) else (result,))
-        self._record(func, name, site, inputs, outputs, direct)
-        if forward_op is not None and forward_op not in self.ops[name].forward_ops:
-            self.ops[name].forward_ops.append(forward_op)
+        self._record(record, name, site, inputs, outputs, direct)
+        if forward_op is not None and forward_op not in record.forward_ops:
+            record.forward_ops.append(forward_op)
+        return result
+
+    def _dispatch_inside(
+        self, func: Any, name: str, inputs: list[torch.Tensor], args: Any, kwargs: Any
+    ) -> Any:
+        """An op a composite kernel dispatched: counted on the outermost composite's record and
+        traced under its name, at its site."""
+        outer, site = self._composites[0]
+        record = self.ops[outer]
+        record.inside[name] = record.inside.get(name, 0) + 1
+        if torch.Tag.data_dependent_output in getattr(func, "tags", ()):
+            record.inside_host_reads += 1
+        if self._data_dependence(func, name, args, kwargs) is not None:
+            record.inside_data_dependent += 1
+        composite = self._composite_for(func, name, inputs)
+        if composite is not None:
+            self._composites.append((name, site))
+        try:
+            result = self._run(func, composite, args, kwargs)
+        finally:
+            if composite is not None:
+                self._composites.pop()
+        outputs = _tensors(result if isinstance(result, (list, tuple)) else (result,))
+        shapes = tuple([t.shape for t in inputs]) + tuple([t.shape for t in outputs])
+        # Compared in the forward, whoever called the composite (a torch wrapper such as
+        # F.grouped_mm too): its decomposition is no kernel's private choice. The backward's
+        # follow from the forward's, as the autograd engine's own ops do.
+        compared = self.phase == PHASE_FORWARD
+        self.trace.append(TraceEntry(name, self.phase, shapes, site, compared, outer))
         return result
 
     def _locate(
@@ -393,15 +578,7 @@ class OpCaptureMode(TorchDispatchMode):
             found = self._via_sites[key] = replace(site, via=via)
         return found
 
-    def _record(
-        self,
-        func: Any,
-        name: str,
-        site: CallSite | None,
-        inputs: list[torch.Tensor],
-        outputs: list[torch.Tensor],
-        direct: bool,
-    ) -> None:
+    def _record_for(self, func: Any, name: str, site: CallSite | None) -> OpRecord:
         record = self.ops.get(name)
         if record is None:
             record = self.ops[name] = OpRecord(
@@ -413,6 +590,17 @@ class OpCaptureMode(TorchDispatchMode):
             self._sites[name] = {}
             self._shape_sets[name] = set()
             self._tensor_kinds[name] = set()
+        return record
+
+    def _record(
+        self,
+        record: OpRecord,
+        name: str,
+        site: CallSite | None,
+        inputs: list[torch.Tensor],
+        outputs: list[torch.Tensor],
+        direct: bool,
+    ) -> None:
         record.calls[self.phase] = record.calls.get(self.phase, 0) + 1
 
         # torch.Size is a tuple: kept as it is, it hashes and compares like one.
@@ -436,6 +624,7 @@ class OpCaptureMode(TorchDispatchMode):
                 record.sites.append(count)
 
         kinds = self._tensor_kinds[name]
+        read_values = self.check_values and name not in _UNINITIALIZED_OUTPUTS
         for tensor in (*inputs, *outputs):
             # Most calls repeat the tensor kinds already seen; only a new kind is described.
             dtype = tensor.dtype
@@ -443,7 +632,7 @@ class OpCaptureMode(TorchDispatchMode):
             if kind not in kinds:
                 kinds.add(kind)
                 self._note_tensor(record, tensor, site)
-            if dtype is torch.int64 and self.check_values:
+            if dtype is torch.int64 and read_values:
                 self._note_int64(record, tensor, site)
 
     def _note_tensor(self, record: OpRecord, tensor: torch.Tensor, site: CallSite | None) -> None:

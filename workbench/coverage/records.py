@@ -61,6 +61,11 @@ class OpRow:
     forward_ops: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     verdicts: dict[str, OpVerdict] = field(default_factory=dict)
+    # Why its output size follows tensor values, from its arguments ("" when they fix it).
+    data_dependence: str = ""
+    # A composite op: the kernel it ran through, and the ops that kernel dispatched (calls).
+    composite_kernel: str = ""
+    inside: dict[str, int] = field(default_factory=dict)
 
     @property
     def total_calls(self) -> int:
@@ -81,6 +86,9 @@ def op_row(record: OpRecord, seen_in: str) -> OpRow:
         sites=list(record.sites),
         seen_in=[seen_in],
         forward_ops=list(record.forward_ops),
+        data_dependence=record.data_dependence,
+        composite_kernel=record.composite_kernel,
+        inside=dict(record.inside),
     )
 
 
@@ -252,6 +260,9 @@ def report_data(report: CoverageReport) -> dict[str, Any]:
                 "flags": r.flags,
                 "seen_in": r.seen_in,
                 "forward_ops": r.forward_ops,
+                "data_dependence": r.data_dependence,
+                "composite_kernel": r.composite_kernel,
+                "inside": r.inside,
                 "first_site": _site_data(r.first_site),
                 "sites": [{"calls": s.calls, **(_site_data(s.site) or {})} for s in r.sites],
                 "verdicts": {
@@ -290,6 +301,7 @@ def report_data(report: CoverageReport) -> dict[str, Any]:
         ],
         "shape_stability": {
             "stable": report.shapes.stable,
+            "unrolled": report.shapes.unrolled_status() if report.shapes.unrolled else "",
             "sentence": report.shapes.sentence(),
             "reference": report.shapes.reference,
             "comparisons": report.shapes.comparisons,
@@ -324,8 +336,8 @@ def report_data(report: CoverageReport) -> dict[str, Any]:
 COVERAGE_RULE = (
     "blocker: the step failed mid-capture, an op falls back or fails on a chosen Neuron flavour, "
     "a custom op has no Neuron kernel, or the CUDA scan found blocking code; attention: ops with "
-    "unknown support, other high- or medium-severity risk flags, or shapes that change beyond "
-    "the batch; pass otherwise"
+    "unknown support, other high- or medium-severity risk flags, shapes that change beyond "
+    "the batch, or a Python loop over a dimension that unrolls the graph; pass otherwise"
 )
 
 
@@ -359,6 +371,8 @@ def coverage_verdict(report: CoverageReport, scan: ScanReport | None) -> scoreca
         )
     if not report.shapes.stable:
         findings.append(Finding(ATTENTION, report.shapes.status()))
+    elif report.shapes.unrolled:
+        findings.append(Finding(ATTENTION, report.shapes.unrolled_status()))
     for summary in report.summaries().values():
         if summary.distinct[UNKNOWN]:
             findings.append(

@@ -1,8 +1,13 @@
 """Risk flags for Neuron, read from PyTorch's own metadata about each captured op.
 
 Rules (reference methods.md c10, neuron.md section 3): custom ops are those whose namespace a
-fresh `import torch` does not register; dynamic and data-dependent shapes, host reads and random
-ops come from the op's `torch.Tag`s; dtype and layout risks from the tensors each op really saw.
+fresh `import torch` does not register; host reads and random ops come from the op's
+`torch.Tag`s; a data-dependent output size from the call's arguments (a boolean-mask index,
+nonzero: see capture.data_dependent_size) or from sizes observed to change between the shape
+check's steps, never from the `dynamic_output_shape` tag alone, which aten::index.Tensor carries
+for integer indices too; dtype and layout risks from the tensors each op really saw. A composite
+op is flagged for what its kernel dispatched (capture.py): host reads and data-dependent sizes
+inside it are met by every target that runs that kernel.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -25,6 +31,7 @@ from workbench.coverage.capture import (
     OpRecord,
     is_profiler_marker,
 )
+from workbench.coverage.shapes import ShapeChange
 from workbench.coverage.support import is_cpu_kernel_choice
 
 HIGH = "high"  # wrong results, a failure or a CPU round trip on every step
@@ -57,13 +64,6 @@ _TAG_RULES = (
         "a Python if on a tensor): a device sync on native Neuron, a graph cut on XLA",
     ),
     (
-        "dynamic_output_shape",
-        DYNAMIC_SHAPE,
-        HIGH,
-        "output shape depends on tensor values: no static graph; torch-xla runs it on the CPU "
-        "and recompiles per shape, native torch.compile cannot capture it",
-    ),
-    (
         "nondeterministic_seeded",
         RANDOM,
         LOW,
@@ -71,6 +71,12 @@ _TAG_RULES = (
         "CPU's, and native RNG ops are reported to run on the CPU",
     ),
 )
+
+DYNAMIC_SHAPE_WHY = (
+    "output shape depends on tensor values: no static graph; torch-xla runs it on the CPU and "
+    "recompiles per shape, native torch.compile cannot capture it"
+)
+HOST_READ_WHY = "a device sync on native Neuron, a graph cut on XLA, each time the kernel runs"
 
 _DTYPE_RULES = (
     # (dtype name pattern, flag, severity, why)
@@ -174,13 +180,48 @@ def custom_op_origin(op: str) -> str:
     return f"compiled extension (registered at {where})"
 
 
-def op_flags(record: OpRecord, builtin: frozenset[str]) -> list[RiskFlag]:
-    """Every risk one captured op carries."""
+def _counts(inside: dict[str, int], names: list[str]) -> str:
+    return ", ".join(f"{inside[name]} {name}" for name in names)
+
+
+def composite_note(record: OpRecord, change: ShapeChange | None = None) -> str:
+    """What a composite op's kernel dispatched that a target running that kernel meets: host
+    reads and sizes that follow the data, with the dispatch observed under it; "" when it
+    dispatched nothing of the kind."""
+    if not record.composite_kernel or not (
+        record.inside_host_reads or record.inside_data_dependent or change is not None
+    ):
+        return ""
+    ranked = sorted(record.inside, key=lambda name: -record.inside[name])
+    parts = [
+        f"its {record.composite_kernel} kernel (what a backend without a kernel of its own "
+        f"runs) dispatched {_counts(record.inside, ranked[:6])} in this step"
+    ]
+    if record.inside_host_reads:
+        parts.append(f"{record.inside_host_reads} of those read a value back to the host")
+    if record.inside_data_dependent:
+        parts.append(f"{record.inside_data_dependent} made a data-dependent size")
+    if change is not None:
+        parts.append(
+            f"sizes inside it follow the data ({change.op}: {change.reference} at the "
+            f"reference, {change.variant} at {change.variant_label})"
+        )
+    return "; ".join(parts)
+
+
+def op_flags(
+    record: OpRecord, builtin: frozenset[str], change: ShapeChange | None = None
+) -> list[RiskFlag]:
+    """Every risk one captured op carries; `change`: the first change of its sizes (or, for a
+    composite, of sizes inside it) the shape check could not explain by batch or sequence."""
     flags: list[RiskFlag] = []
     calls = record.total_calls
 
-    def flag(kind: str, severity: str, detail: str, site: CallSite | None = None) -> None:
-        flags.append(RiskFlag(kind, severity, record.op, detail, site or record.first_site, calls))
+    def flag(
+        kind: str, severity: str, detail: str, site: CallSite | None = None, count: int = 0
+    ) -> None:
+        where = site or record.first_site
+        flags.append(RiskFlag(kind, severity, record.op, detail, where, count or calls))
 
     if record.namespace not in builtin:
         flag(
@@ -191,7 +232,39 @@ def op_flags(record: OpRecord, builtin: frozenset[str]) -> list[RiskFlag]:
         )
     for tag, kind, severity, why in _TAG_RULES:
         if record.has_tag(tag):
-            flag(kind, severity, why)
+            # The optimizer's own reads are its note (optimizer_sync_note), not the model's.
+            model = sum(n for phase, n in record.calls.items() if phase != PHASE_OPTIMIZER)
+            flag(kind, severity, why, count=model if kind == HOST_SYNC else 0)
+    if record.data_dependent_calls:
+        flag(
+            DYNAMIC_SHAPE,
+            HIGH,
+            f"{record.data_dependence}: {DYNAMIC_SHAPE_WHY}",
+            count=record.data_dependent_calls,
+        )
+    elif change is not None and record.has_tag("dynamic_output_shape"):
+        flag(
+            DYNAMIC_SHAPE,
+            HIGH,
+            f"its output size changed between steps otherwise than the {change.variant_label} "
+            f"explains ({change.reference} -> {change.variant}): {DYNAMIC_SHAPE_WHY}",
+        )
+    note = composite_note(record, change)
+    if record.inside_host_reads:
+        flag(
+            HOST_SYNC,
+            MEDIUM,
+            f"{note}: {HOST_READ_WHY} on a target without its own kernel for {record.op}",
+            count=record.inside_host_reads,
+        )
+    if record.inside_data_dependent or (change is not None and record.composite_kernel):
+        flag(
+            DYNAMIC_SHAPE,
+            HIGH,
+            f"{note}: on a target without its own kernel for {record.op}, "
+            "each new size is a new graph to compile",
+            count=record.inside_data_dependent or calls,
+        )
     for dtype in record.dtypes:
         for pattern, kind, severity, why in _DTYPE_RULES:
             if pattern.search(dtype):
@@ -265,15 +338,19 @@ def optimizer_sync_note(capture: Capture) -> str | None:
     )
 
 
-def capture_flags(capture: Capture) -> list[RiskFlag]:
+def capture_flags(
+    capture: Capture, changes: Mapping[str, ShapeChange] | None = None
+) -> list[RiskFlag]:
     """All flags of a capture, most severe first, then by calls; profiler bookkeeping and the
-    optimizer's own host reads (see `optimizer_sync_note`) are left out."""
+    optimizer's own host reads (see `optimizer_sync_note`) are left out. `changes`: per op (a
+    composite for the ops inside it), the first size the shape check could not explain."""
     builtin = builtin_namespaces()
+    changes = changes or {}
     flags = [
         f
         for record in capture.ops.values()
         if not is_profiler_marker(record.op)
-        for f in op_flags(record, builtin)
+        for f in op_flags(record, builtin, changes.get(record.op))
         if not (f.kind == HOST_SYNC and is_optimizer_internal_sync(record))
     ]
     flags.sort(key=lambda f: (SEVERITIES.index(f.severity), -f.calls, f.op))

@@ -16,12 +16,24 @@ the CPU kernel's own choices that a Neuron device does not make. Nor are layout 
 strides ask for it, which a compiler decides for itself; a copy has its input's shape, and a
 reshape is compared as aten::view whichever way eager PyTorch ran it.
 
+The ops a composite kernel dispatches (aten::_grouped_mm's per-group slices and matmuls, see
+capture.py) are compared too, under the composite's name: its decomposition is what a backend
+without a kernel of its own runs, so the sizes it makes are sizes that target compiles.
+
 A dimension that changed is explained when it scaled by the batch (or sequence) ratio, or a
 power of it (B*T flattened, T x T attention scores flattened). Along the sequence a size may
 also follow the length with a small fixed offset per row: a causal language model's shifted
-labels make T - 1 (and B*(T - 1) flattened), a BOS token T + 1. Those sizes are affine in the
-length, known for every length, so they compile like the length itself. Anything else means a
-shape depends on something else: the data, or Python control flow.
+labels make T - 1 (and B*(T - 1) flattened), a BOS token T + 1, a causal convolution's padding
+T + kernel - 1. Those sizes are affine in the length, known for every length, so they compile
+like the length itself.
+
+A Python loop over the sequence (a recurrence stepped token by token, as Mamba's scan without
+its CUDA kernels is) runs its ops once per position: their call counts grow by a whole number
+per position, and the list its steps are gathered into (aten::stack of T tensors) grows the same
+way. Every shape still follows the length, but a graph target traces the loop unrolled: one
+graph per length, whose size and compile time grow with it. That is reported as what it is, not
+as a shape that depends on data. Anything else means a shape depends on something else: the
+data, or Python control flow.
 """
 
 from __future__ import annotations
@@ -41,8 +53,13 @@ from workbench.coverage.capture import (
 MAX_CHANGES_KEPT = 25
 MAX_POWER = 3  # a dimension may flatten up to three scaled dimensions together
 # Tokens a row may gain or lose against the sequence length and still follow it: shifted labels
-# drop one, BOS/EOS add one or two.
-MAX_SEQUENCE_OFFSET = 2
+# drop one, BOS/EOS add one or two, a causal convolution pads kernel - 1 (Mamba's 4-wide conv
+# makes T + 3; kernels up to 9 wide are covered).
+MAX_SEQUENCE_OFFSET = 8
+# Positions two sizes must differ by before call counts that differ by a whole multiple of it
+# are read as a loop over the dimension: with 4 and 2 any even change would qualify, with 32
+# and 16 a count that merely moves with the data rarely lands on a multiple of 16.
+MIN_LOOP_EVIDENCE = 8
 
 
 def other_batch_size(batch_size: int) -> int:
@@ -66,6 +83,7 @@ class ShapeChange:
     variant: str
     variant_label: str
     site: CallSite | None
+    inside: str = ""  # the composite op whose kernel made this call, "" for the step's own
 
 
 @dataclass
@@ -84,6 +102,11 @@ class VariantComparison:
     unexplained_calls: int = 0
     call_count_changes: list[str] = field(default_factory=list)
     failure: str | None = None
+    # A Python loop over this dimension: ops whose call count grows by a whole number per
+    # position ("op: calls at one size, calls at the other"), and calls whose tensor list
+    # (the loop's steps gathered) grows the same way.
+    per_position_ops: list[str] = field(default_factory=list)
+    gathered_calls: int = 0
 
 
 @dataclass
@@ -91,12 +114,32 @@ class ShapeStability:
     reference: str
     comparisons: list[VariantComparison]
 
+    def changed_ops(self) -> dict[str, ShapeChange]:
+        """The first unexplained change per op, an op a composite dispatched under the
+        composite's name: the sizes observed to move with something but the batch/sequence."""
+        found: dict[str, ShapeChange] = {}
+        for comparison in self.comparisons:
+            for change in comparison.unexplained:
+                found.setdefault(change.inside or change.op, change)
+        return found
+
     @property
     def stable(self) -> bool:
+        """No shape depends on anything but the batch and sequence sizes (a loop over the
+        sequence, unrolled, keeps that; `unrolled` says so apart)."""
         return all(
             c.failure is None and not c.unexplained_calls and not c.call_count_changes
             for c in self.comparisons
         )
+
+    @property
+    def unrolled(self) -> list[VariantComparison]:
+        """The comparisons that found a Python loop over their dimension."""
+        return [c for c in self.comparisons if c.per_position_ops]
+
+    def unrolled_status(self) -> str:
+        dims = " and ".join(sorted({c.dimension for c in self.unrolled}))
+        return f"a Python loop over the {dims} unrolls the graph per position"
 
     def status(self) -> str:
         """A few words for a headline."""
@@ -104,9 +147,32 @@ class ShapeStability:
             return "shapes not checked"
         if any(c.failure for c in self.comparisons):
             return "shape check incomplete (the step failed at another size)"
+        loop = f"; {self.unrolled_status()}" if self.unrolled else ""
         if self.stable:
-            return "shapes follow batch/sequence only"
-        return "shapes change beyond batch/sequence"
+            return f"shapes follow batch/sequence only{loop}"
+        return f"shapes change beyond batch/sequence{loop}"
+
+    def unrolled_sentence(self) -> str:
+        """What a loop over a dimension means on a graph target; "" when there is none."""
+        if not self.unrolled:
+            return ""
+        parts = []
+        for c in self.unrolled:
+            shown = "; ".join(c.per_position_ops[:3])
+            more = len(c.per_position_ops) - 3
+            tail = f"; and {more} more" if more > 0 else ""
+            parts.append(
+                f"along the {c.dimension}, {len(c.per_position_ops)} op(s) run a whole number of "
+                f"times per position ({shown}{tail})"
+            )
+        dims = " and ".join(sorted({c.dimension for c in self.unrolled}))
+        return (
+            f"The model's code loops over the {dims} in Python: {'; '.join(parts)}. A graph "
+            f"target traces the loop unrolled: one graph per {dims} size, whose op count and "
+            "compile time grow with it (XLA retraces, native torch.compile builds one NEFF per "
+            "size). A scan the compiler sees as one op, or a loop over fixed-size chunks, keeps "
+            "the graph the same size."
+        )
 
     def sentence(self) -> str:
         if not self.comparisons:
@@ -117,11 +183,12 @@ class ShapeStability:
         if failed:
             return "The step failed at " + "; ".join(f"{c.label}: {c.failure}" for c in failed)
         if self.stable:
-            return (
+            sentence = (
                 f"Only the {dims} dimension{plural} change{'' if plural else 's'} shapes: every "
                 f"{dims} size you run is one more compile on Neuron, so pad or bucket to a few "
                 "fixed sizes."
             )
+            return f"{sentence} {self.unrolled_sentence()}".rstrip()
         unexplained = sum(c.unexplained_calls for c in self.comparisons)
         recounted = sum(len(c.call_count_changes) for c in self.comparisons)
         parts = []
@@ -129,10 +196,11 @@ class ShapeStability:
             parts.append(f"{unexplained} call(s) change shape beyond the {dims} dimension")
         if recounted:
             parts.append(f"{recounted} op(s) run a different number of times")
-        return (
+        sentence = (
             "; ".join(parts) + ": shapes depend on data or control flow, so Neuron recompiles "
             "(or falls back) on steps that differ."
         )
+        return f"{sentence} {self.unrolled_sentence()}".rstrip()
 
 
 def _scaled(a: tuple[int, ...], b: tuple[int, ...], ratios: set[Fraction]) -> bool:
@@ -158,22 +226,70 @@ def _offset(a: tuple[int, ...], b: tuple[int, ...], sizes: tuple[int, int]) -> b
     return all(x == y or _follows_with_offset(x, y, sizes) for x, y in zip(a, b, strict=True))
 
 
+def follows_per_position(count: int, other: int, sizes: tuple[int, int]) -> bool:
+    """`count` calls (or list entries) at the reference size and `other` at the variant's are
+    k * size + c with a whole k >= 1 and c >= 0: k of them per position, c outside the loop."""
+    first, second = sizes
+    if abs(second - first) < MIN_LOOP_EVIDENCE:
+        return False
+    slope = Fraction(other - count, second - first)
+    return slope.denominator == 1 and slope >= 1 and count - slope * first >= 0
+
+
+def _runs(shapes: tuple[tuple[int, ...], ...]) -> list[tuple[tuple[int, ...], int]]:
+    """Consecutive equal shapes as (shape, how many)."""
+    runs: list[tuple[tuple[int, ...], int]] = []
+    for shape in shapes:
+        if runs and runs[-1][0] == shape:
+            runs[-1] = (shape, runs[-1][1] + 1)
+        else:
+            runs.append((shape, 1))
+    return runs
+
+
+def _gathered(
+    a: tuple[tuple[int, ...], ...],
+    b: tuple[tuple[int, ...], ...],
+    sizes: tuple[int, int],
+    ratios: set[Fraction],
+) -> bool:
+    """A call that gathers a loop's steps (aten::stack of one tensor per position): the same
+    shapes in the same order, each following the dimension, with runs of equal tensors whose
+    lengths grow per position."""
+    ours, theirs = _runs(a), _runs(b)
+    if len(ours) != len(theirs) or len(a) == len(b):
+        return False
+    return all(
+        (n == m or follows_per_position(n, m, sizes))
+        and (p == q or _scaled(p, q, ratios) or _offset(p, q, sizes))
+        for (p, n), (q, m) in zip(ours, theirs, strict=True)
+    )
+
+
 # Eager PyTorch's copy for a layout, and the reshape it makes after such a copy (see above).
 _LAYOUT_COPIES = frozenset({"aten::clone"})
 _RESHAPE_AS_VIEW = {"aten::_unsafe_view": "aten::view", "aten::_reshape_alias": "aten::view"}
 
 
 def _compared(entry: TraceEntry) -> bool:
-    return entry.model_code and entry.op not in _LAYOUT_COPIES
+    # What a layout copy dispatches inside is as much eager's choice as the copy itself.
+    return (
+        entry.model_code
+        and entry.op not in _LAYOUT_COPIES
+        and entry.inside not in _LAYOUT_COPIES
+        and entry.inside not in _RESHAPE_AS_VIEW
+    )
 
 
 def _model_calls_by_op(trace: list[TraceEntry]) -> dict[str, list[TraceEntry]]:
     """The calls compared (see the module's docstring), per op, in order; a reshape under one
-    name whether eager PyTorch viewed or copied."""
+    name whether eager PyTorch viewed or copied; an op a composite dispatched under the
+    composite's name."""
     grouped: dict[str, list[TraceEntry]] = defaultdict(list)
     for entry in trace:
         if _compared(entry):
-            grouped[_RESHAPE_AS_VIEW.get(entry.op, entry.op)].append(entry)
+            op = _RESHAPE_AS_VIEW.get(entry.op, entry.op)
+            grouped[f"{op} inside {entry.inside}" if entry.inside else op].append(entry)
     return grouped
 
 
@@ -195,9 +311,11 @@ def compare_captures(
     for op in sorted(ours.keys() | theirs.keys()):
         a, b = ours.get(op, []), theirs.get(op, [])
         if len(a) != len(b) and variant.failure is None:
-            comparison.call_count_changes.append(
-                f"{op}: {len(a)} call(s) at {reference.label}, {len(b)} at {variant.label}"
-            )
+            counts = f"{op}: {len(a)} call(s) at {reference.label}, {len(b)} at {variant.label}"
+            if follows_per_position(len(a), len(b), sizes):
+                comparison.per_position_ops.append(counts)
+            else:
+                comparison.call_count_changes.append(counts)
             continue
         # After a failure the variant stops early: compare the calls both captures have.
         for n, (x, y) in enumerate(zip(a, b, strict=False), start=1):
@@ -214,6 +332,8 @@ def compare_captures(
                 and all(_offset(p, q, sizes) for p, q in zip(x.shapes, y.shapes, strict=True))
             ):
                 comparison.offset_calls += 1
+            elif _gathered(x.shapes, y.shapes, sizes, ratios):
+                comparison.gathered_calls += 1
             else:
                 comparison.unexplained_calls += 1
                 if len(comparison.unexplained) < MAX_CHANGES_KEPT:
@@ -226,6 +346,7 @@ def compare_captures(
                             shape_text(y.shapes),
                             variant.label,
                             x.site,
+                            x.inside,
                         )
                     )
     return comparison

@@ -275,7 +275,11 @@ class OpVerdict:
 
 
 def _table_verdict(
-    op: str, tags: list[str], forward_ops: list[str], tables: list[SupportTable]
+    op: str,
+    data_dependent: bool,
+    forward_ops: list[str],
+    tables: list[SupportTable],
+    inside_note: str = "",
 ) -> tuple[OpStatus, list[str]] | None:
     for table in tables:
         replaced_by = [f for f in forward_ops if f in table.autograd_overrides]
@@ -298,7 +302,7 @@ def _table_verdict(
     detail = table.detail(op)
     words = f"{table.wording(status)} ({detail})" if detail else table.wording(status)
     evidence = [f"{words} ({table.citation()})"]
-    if verdict == SUPPORTED and "dynamic_output_shape" in tags and status == "lowered":
+    if verdict == SUPPORTED and data_dependent and status == "lowered":
         # torch-xla's kernels for data-dependent shapes send the op to the CPU unless its
         # dynamic-shape experiments are on (measured for nonzero and masked_select on XLA:CPU).
         verdict = UNKNOWN
@@ -306,6 +310,14 @@ def _table_verdict(
             0,
             "the output shape depends on data: torch-xla has a kernel but runs such ops on the "
             "CPU unless dynamic shapes are enabled",
+        )
+    if verdict == SUPPORTED and inside_note and status == "decomposes":
+        # No kernel of its own: the target runs the composite kernel whose dispatch the capture
+        # saw, host reads and data-dependent sizes included. It runs, but not as one graph.
+        verdict = UNKNOWN
+        evidence.insert(
+            0,
+            f"runs as its decomposition here, which is not plainly supported: {inside_note}",
         )
     evidence += [f"also: {t.wording(s)} ({t.citation()})" for t, s in named[1:]]
     return verdict, evidence
@@ -343,15 +355,25 @@ def verdict(
     tables: list[SupportTable],
     measurement: TargetReading | None,
     *,
-    tags: Sequence[str] = (),
+    data_dependent: bool = False,
     forward_ops: Sequence[str] = (),
+    inside_note: str = "",
 ) -> OpVerdict:
-    """The verdict for one op on one flavour, with its evidence, strongest first. `tags` are
-    the op's torch.Tag names; `forward_ops`, for a backward op, the ops whose nodes ran it."""
-    table = _table_verdict(op, list(tags), list(forward_ops), tables) if tables else None
+    """The verdict for one op on one flavour, with its evidence, strongest first.
+    `data_dependent`: its output size was found to follow tensor values (by its arguments or
+    observed); `forward_ops`, for a backward op, the ops whose nodes ran it; `inside_note`, for
+    a composite op, the host reads and data-dependent sizes its kernel was seen to dispatch
+    (risks.composite_note)."""
+    table = (
+        _table_verdict(op, data_dependent, list(forward_ops), tables, inside_note)
+        if tables
+        else None
+    )
     evidence = table[1] if table else []
     if not tables and flavour == FLAVOUR_NATIVE:
         evidence = [NO_NATIVE_TABLE]
+        if inside_note:
+            evidence.append(f"a target without its own kernel for it meets this: {inside_note}")
     if measurement is not None and measurement.flavour == flavour:
         measured = _measured_verdict(op, measurement)
         if measured is not None:

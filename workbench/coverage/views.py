@@ -189,6 +189,17 @@ def ops_by_verdict(report: CoverageReport) -> None:
     display(show.table(rows, caption="Ops grouped by verdict, evidence once per group"))
 
 
+MAX_INSIDE_SHOWN = 4
+
+
+def _inside(row: OpRow) -> str:
+    """What a composite op's kernel dispatched in the step, most calls first."""
+    ranked = sorted(row.inside.items(), key=lambda item: -item[1])
+    shown = ", ".join(f"{calls} {op}" for op, calls in ranked[:MAX_INSIDE_SHOWN])
+    more = len(ranked) - MAX_INSIDE_SHOWN
+    return f"{shown}, and {more} more" if more > 0 else shown
+
+
 def ops_by_phase(report: CoverageReport) -> None:
     """Every op per phase (calls, dtypes, shapes, site, verdicts), folded under one line."""
     tables = []
@@ -207,6 +218,7 @@ def ops_by_phase(report: CoverageReport) -> None:
                 "distinct shapes (all phases)": row.distinct_shapes,
                 "called from": _site(row.first_site),
                 "flags": ", ".join(row.flags),
+                "its composite kernel dispatched": _inside(row),
                 **cells,
             }
             for row, cells in zip(phase_rows, verdicts, strict=True)
@@ -281,7 +293,8 @@ def risk_flags(report: CoverageReport) -> None:
 
 def shape_stability(report: CoverageReport) -> None:
     stability = report.shapes
-    display(show.banner(stability.sentence(), "ok" if stability.stable else "warn"))
+    calm = stability.stable and not stability.unrolled
+    display(show.banner(stability.sentence(), "ok" if calm else "warn"))
     if not stability.comparisons:
         return
     display(
@@ -298,15 +311,18 @@ def shape_stability(report: CoverageReport) -> None:
                     f"{c.dimension} plus or minus a few": c.offset_calls,
                     "changed otherwise": c.unexplained_calls,
                     "ops run a different number of times": len(c.call_count_changes),
+                    f"ops run per {c.dimension} position": len(c.per_position_ops),
+                    f"lists gathered per {c.dimension} position": c.gathered_calls,
                     "failure": c.failure or "",
                 }
                 for c in stability.comparisons
             ],
             caption="Shape stability: each call the model's own code makes (ops it calls "
-            "directly, every module's inputs and outputs) against the same call at another "
-            "size; what torch runs inside a module or function (a kernel's workspace, the "
-            "autograd engine's backward, the optimizer) follows from those, and eager layout "
-            "copies depend on strides only: neither is compared",
+            "directly, every module's inputs and outputs, and in the forward what a composite "
+            "op's kernel dispatches) against the same call at another size; what torch runs "
+            "inside a module or function (a kernel's workspace, the autograd engine's "
+            "backward, the optimizer) follows from those, and eager layout copies depend on "
+            "strides only: neither is compared",
         )
     )
     changes = [
@@ -330,6 +346,19 @@ def shape_stability(report: CoverageReport) -> None:
     ]
     if recounted:
         display(show.table(recounted, caption="Ops run a different number of times"))
+    per_position = [
+        {"compared with": c.label, "op": text}
+        for c in stability.comparisons
+        for text in c.per_position_ops
+    ]
+    if per_position:
+        display(
+            show.table(
+                per_position,
+                caption="Ops a Python loop runs a whole number of times per position: the "
+                "graph a static-shape target traces is unrolled and grows with the size",
+            )
+        )
 
 
 def graph_breaks(report: CoverageReport) -> None:

@@ -427,10 +427,15 @@ def test_sizes_that_follow_the_sequence_with_a_small_offset_are_not_data_depende
     comparison = compare_captures(reference, shifted, "sequence", 16, 8)
     assert (comparison.offset_calls, comparison.scaled_calls) == (3, 1)
     assert comparison.unexplained_calls == 0
-    # A slope that is not whole, or an offset of more than a couple of tokens a row, is not the
-    # sequence's: flagged.
-    reference = _trace_capture(4, 16, (4, 10), (4, 20))
-    other = _trace_capture(4, 8, (4, 3), (4, 12))
+    # A causal convolution's padding (kernel - 1 = 3 for Mamba's conv) follows the length too.
+    padded = compare_captures(
+        _trace_capture(4, 16, (4, 64, 19)), _trace_capture(4, 8, (4, 64, 11)), "sequence", 16, 8
+    )
+    assert padded.offset_calls == 1 and padded.unexplained_calls == 0
+    # A slope that is not whole, or an offset of more than MAX_SEQUENCE_OFFSET tokens a row, is
+    # not the sequence's: flagged.
+    reference = _trace_capture(4, 16, (4, 10), (4, 26))
+    other = _trace_capture(4, 8, (4, 3), (4, 18))
     assert compare_captures(reference, other, "sequence", 16, 8).unexplained_calls == 2
     # Along the batch, only scaling explains a change: B + 1 rows stays flagged.
     reference = _trace_capture(8, 16, (9, 3))

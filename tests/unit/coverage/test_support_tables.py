@@ -97,9 +97,18 @@ def test_table_verdicts_and_their_evidence() -> None:
     )
     assert addmm.evidence[1].startswith("also: on the official list (Neuron legacy XLA")
     assert verdict("aten::histc", FLAVOUR_XLA, xla, None).status == FALLS_BACK
-    # A kernel for a data-dependent shape still runs on the CPU unless dynamic shapes are on.
-    nonzero = verdict("aten::nonzero", FLAVOUR_XLA, xla, None, tags=["dynamic_output_shape"])
+    # A kernel for a data-dependent shape still runs on the CPU unless dynamic shapes are on;
+    # an integer index, whose size its index tensors fix, is the kernel's to run.
+    nonzero = verdict("aten::nonzero", FLAVOUR_XLA, xla, None, data_dependent=True)
     assert nonzero.status == UNKNOWN
+    assert verdict("aten::index.Tensor", FLAVOUR_XLA, xla, None).status == SUPPORTED
+    # A composite with no kernel of its own whose decomposition reads the host is not plainly
+    # supported, and says what it dispatched; one lowered by torch-xla keeps its kernel.
+    note = "its CompositeExplicitAutograd kernel dispatched 48 aten::item"
+    grouped = verdict("aten::_grouped_mm", FLAVOUR_XLA, xla, None, inside_note=note)
+    assert grouped.status == UNKNOWN and note in grouped.evidence[0]
+    assert verdict("aten::_grouped_mm", FLAVOUR_XLA, xla, None).status == SUPPORTED
+    assert verdict("aten::addmm", FLAVOUR_XLA, xla, None, inside_note=note).status == SUPPORTED
     # torch-xla's own layer-norm gradient replaces the CPU's backward op.
     backward = verdict(
         "aten::native_layer_norm_backward",
