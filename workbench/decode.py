@@ -127,7 +127,8 @@ def _decode_dataclass(cls: type, value: Any, path: str) -> Any:
             )
     try:
         return cls(**kwargs)
-    except (TypeError, ValueError) as exc:  # a __post_init__ that checks its values
+    # A __post_init__ that checks its values, or derives statistics from hand-edited ones.
+    except (TypeError, ValueError, ArithmeticError, IndexError) as exc:
         raise DecodeError(f"{_at(path)} does not make a {cls.__name__}: {exc}") from None
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import io
 import json
+import math
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,12 +96,14 @@ def coerce(param: Parameter, value: Any) -> Any:
         value = _parse(value, expected, f"Parameter {param.name!r} ({param.notebook})")
     except (ValueError, RecursionError):  # more digits than Python converts; nesting too deep
         pass
+    if expected is float:
+        value = _float_text(value)
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if expected is list and isinstance(value, tuple):
         value = list(value)
     if element is float and isinstance(value, list):
-        value = [float(v) if _matches(v, int) else v for v in value]
+        value = [float(v) if _matches(v, int) else _float_text(v) for v in value]
     ok = _matches(value, expected)
     if ok and element is not None:
         ok = all(_matches(v, element) for v in value)
@@ -110,6 +113,18 @@ def coerce(param: Parameter, value: Any) -> Any:
             f"got {shown(value)}."
         )
     return value
+
+
+def _float_text(value: Any) -> Any:
+    """A string YAML 1.1 leaves as text but that is a finite number (`1e12`: YAML 1.1 wants
+    `1.0e+12`) as that float; anything else unchanged."""
+    if not isinstance(value, str):
+        return value
+    try:
+        number = float(value.strip())
+    except ValueError:
+        return value
+    return number if math.isfinite(number) else value
 
 
 def _parse(value: Any, expected: type, where: str) -> Any:

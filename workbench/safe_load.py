@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import re
-import stat
 import reprlib
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ RESULT_MAX_BYTES = 64 << 20
 MAX_DEPTH = 64
 MAX_VALUES = 200_000
 MAX_YAML_ALIASES = 64
+MAX_INT_DIGITS = 19  # every 64-bit integer
 
 
 def read_bounded(path: Path, what: str, max_bytes: int, *, follow_links: bool = True) -> str:
@@ -126,13 +128,29 @@ def load_yaml(text: str, where: str) -> Any:
 def load_json(text: str, where: str) -> Any:
     """JSON within the bounds; one sentence for text that is not JSON."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_float=_finite_float, parse_int=_bounded_int)
     except RecursionError:
         raise BadInput(f"{where} nests deeper than this reads ({MAX_DEPTH} levels).") from None
     except ValueError as exc:  # JSONDecodeError, or an integer of more than 4,300 digits
         raise BadInput(f"{where} is not readable JSON ({str(exc).split(';')[0]}).") from None
     check_shape(value, where)
     return value
+
+
+def _finite_float(text: str) -> float:
+    # 1e400 parses to inf, which no writer here ever wrote (non-finite values are spelled as
+    # strings) and which later arithmetic cannot take.
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:24]} is out of range")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    # Past 64 bits, a count or size is not one; float() of it would overflow later.
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"number {text[:24]}... has more than {MAX_INT_DIGITS} digits")
+    return int(text)
 
 
 def check_shape(value: Any, where: str) -> None:

@@ -7,6 +7,7 @@ as it was. tests/e2e/HARDENING.md lists these cases with the faults covered else
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -404,6 +405,39 @@ BAD_INPUTS = [
         "name a checkpoint folder or a model type after hf:",
     ),
     (
+        "hf folder asking to run its own code",
+        ["run", "--only", "01", "--workload", "hf:ckpt"],
+        {
+            "ckpt/config.json": '{"model_type": "evil", '
+            '"auto_map": {"AutoConfig": "configuration_evil.EvilConfig"}}',
+            "ckpt/configuration_evil.py": "open('ran', 'w').write('code ran')",
+            "ckpt/model.safetensors": b"weights",
+        },
+        "runs no code from a model folder unless you read it and pass -p trust_remote_code=true",
+    ),
+    (
+        "rehearse whose runs refuse their options",
+        [
+            "rehearse",
+            "--pinned",
+            sys.executable,
+            "--candidate",
+            sys.executable,
+            "--only",
+            "42",
+            "--out",
+            "r",
+        ],
+        {},
+        "--only '42' names no notebook",
+    ),
+    (
+        "hf config with a million layers",
+        ["run", "--only", "01", "--workload", "hf:gpt2", "-p", "hf_config=n_layer=1000000"],
+        {},
+        "hf_config n_layer=1000000 is over the 256 layers the workbook builds",
+    ),
+    (
         "hf config key misspelt",
         ["run", "--only", "01", "--workload", "hf:gpt2", "-p", "hf_config=n_layers=1"],
         {},
@@ -554,6 +588,30 @@ BAD_INPUTS = [
         ["compare", "a", "b"],
         {"a/summary.json": '{"schema_version": 1, "workload": 7}', "b/summary.json": "{}"},
         "a/summary.json: workload is 7; expected a string",
+    ),
+    (
+        "compare result with a number out of range",
+        ["compare", "a", "b"],
+        {"a/summary.json": '{"schema_version": 1, "seconds": 1e400}', "b/summary.json": "{}"},
+        "a/summary.json is not readable JSON (number 1e400 is out of range)",
+    ),
+    (
+        "env diff manifest with imports of the wrong type",
+        ["env", "diff", "a.json", "a.json"],
+        {
+            "a.json": '{"kind": "workbench.environment-manifest", "schema_version": 1, '
+            '"imports": "abc"}'
+        },
+        "Manifest a.json: imports must be a mapping",
+    ),
+    (
+        "env diff manifest with packages of the wrong type",
+        ["env", "diff", "a.json", "a.json"],
+        {
+            "a.json": '{"kind": "workbench.environment-manifest", "schema_version": 1, '
+            '"packages": {"torch": 5}}'
+        },
+        "Manifest a.json: packages.torch must be a string",
     ),
     (
         "env diff manifest nested 100,000 deep",

@@ -197,3 +197,16 @@ def test_run_with_export_to_an_unreachable_server_refuses_before_running(tmp_pat
     assert done.returncode == 2
     assert "cannot use the MLflow tracking URI" in done.stderr
     assert not out.exists()
+
+
+def test_a_password_in_the_tracking_uri_reaches_no_console_line(tmp_path, server):
+    """MLflow prints "View run NAME at: URL" at each finished run on a server, URL userinfo
+    included; the export silences it and says the URI scrubbed. The server ignores the login."""
+    password = "hunter2trackerpw"
+    uri = server.replace("http://", f"http://bob:{password}@")
+    fresh = write_export_run(tmp_path / "fresh-run\x1b]0;title\x07")
+    done = _workbench("export-metrics", str(fresh), "--to", "mlflow", "--tracking-uri", uri)
+    assert done.returncode == 0, done.stderr
+    console = done.stdout + done.stderr
+    assert password not in console and "View run" not in console and "\x1b" not in console
+    assert "exported" in done.stdout

@@ -269,8 +269,8 @@ def test_secrets_by_content_and_in_parameters_reach_no_file(tmp_path):
 
 
 def test_secrets_a_workload_prints_or_raises_reach_no_file(tmp_path):
-    """The eight formats credentials are pasted in, printed in the kernel and one raised from the
-    model: scrubbed from the notebook, report, log, summary, index and console."""
+    """The eleven formats credentials are pasted in, printed in the kernel and two raised from
+    the model: scrubbed from the notebook, report, log, summary, index and console."""
     from tests.fixtures.user_workloads import SECRET_LINES
 
     result = workbench(
@@ -286,6 +286,7 @@ def test_secrets_a_workload_prints_or_raises_reach_no_file(tmp_path):
     assert "run.log" in names
     secrets = ["wJalrPlantedAwsSecret", "plantedJsonKey123", "plantedYamlPass", "plantedShellPass"]
     secrets += ["plantedDictToken", "plantedHeaderToken", "plantedNetrcPass", "cGxhbnRlZERvY2tl"]
+    secrets += ["plantedAzureKey", "plantedCurlPass", "plantedNpmToken"]
     assert len(secrets) == len(SECRET_LINES)
     for path in written:
         text = path.read_bytes().decode("utf-8", "replace")
@@ -293,7 +294,8 @@ def test_secrets_a_workload_prints_or_raises_reach_no_file(tmp_path):
             assert secret not in text, (secret, path.name)
     for secret in secrets:
         assert secret not in result.stdout + result.stderr
-    assert "PGPASSWORD=" in (tmp_path / "run" / "summary.json").read_text(), "the raise is shown"
+    summary = (tmp_path / "run" / "summary.json").read_text()
+    assert "PGPASSWORD=" in summary and "curl -u bob:" in summary, "the raise is shown"
 
 
 def _mount_small_tmpfs(path: Path, size: str) -> bool:

@@ -29,6 +29,8 @@ def _param(type_name, default):
         ("float", "0.5", 0.5),
         ("float", "3", 3.0),
         ("float", 3, 3.0),
+        ("float", "1e12", 1e12),  # YAML 1.1 leaves this as text
+        ("float", "2.5E-3", 0.0025),
         ("bool", "true", True),
         ("bool", "False", False),
         ("str", "123", "123"),
@@ -51,6 +53,8 @@ def test_coerce_accepts_values_of_the_declared_type(type_name, raw, expected):
         ("int", True),
         ("list", "{a: 1"),
         ("float", ""),
+        ("float", "1e400"),  # parses to inf: no finite number
+        ("float", "nan"),
     ],
 )
 def test_coerce_rejects_with_the_parameter_name(type_name, raw):
@@ -149,6 +153,7 @@ def test_batch_size_reaches_every_notebook_that_loads_the_workload(notebook, tmp
         ("list[int]", "[]", []),
         ("list[str]", "eager, compiled", ["eager", "compiled"]),
         ("list[float]", "1, 2.5", [1.0, 2.5]),
+        ("list[float]", "1e3, 30", [1000.0, 30.0]),
     ],
 )
 def test_list_elements_are_coerced_to_their_declared_type(type_name, raw, expected):

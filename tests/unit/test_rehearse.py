@@ -3,6 +3,7 @@ it compared (moved or not) with user strings escaped."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from workbench.compare.records import (
@@ -68,3 +69,14 @@ def test_the_page_names_the_metrics_that_did_not_move_and_escapes_them():
     assert "HOLD THE PIN" in page
     assert "Unchanged or within their gate (2): infer/eager steady median" in page
     assert "&lt;b&gt;custom&lt;/b&gt; p99" in page and "<b>custom</b>" not in page
+
+
+def test_the_install_command_it_suggests_is_shell_quoted(tmp_path):
+    from workbench.rehearse.environments import _install_hint
+
+    python = tmp_path / "my env; rm -rf x" / "bin" / "python"
+    hint = _install_hint(python)
+    assert hint.startswith(f"'{python}' -m pip install")
+    assert shlex.split(hint)[0] == str(python)  # one word, as a shell reads it
+    plain = _install_hint(tmp_path / "venv" / "bin" / "python")
+    assert plain.startswith(f"{tmp_path}/venv/bin/python -m pip install")  # nothing to quote

@@ -27,7 +27,14 @@ from workbench.environment.companions import check_imports
 from workbench.errors import BadInput
 from workbench.redact import redact_environment, redact_value, scrub_data, scrub_text
 from workbench.results import write_json_atomic, write_text_atomic
-from workbench.safe_load import RESULT_MAX_BYTES, load_json, read_bounded
+from workbench.safe_load import (
+    RESULT_MAX_BYTES,
+    EachValue,
+    Shape,
+    check_fields,
+    load_json,
+    read_bounded,
+)
 from workbench.targets.detect import detect_neuron_stack
 
 MANIFEST_KIND = "workbench.environment-manifest"
@@ -275,6 +282,21 @@ def pin(out_path: str | Path, *, force: bool = False) -> tuple[Path, Path]:
     return manifest_path, lock_path
 
 
+# The fields a manifest diff reads, with their types (safe_load's shapes); others are not read.
+MANIFEST_SHAPE: Shape = {
+    "captured_at": str,
+    "python": {},
+    "platform": {},
+    "libc": ({}, None),
+    "cpu": ({}, None),
+    "packages": EachValue(str),
+    "imports": EachValue(str),
+    "torch": ({}, None),
+    "neuron": ({}, None),
+    "environment": EachValue(str),
+}
+
+
 def load_manifest(path: str | Path) -> dict[str, Any]:
     """Read a manifest written by `pin`; anything else is BadInput with one clear sentence."""
     path = Path(path)
@@ -293,4 +315,6 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
             f"Manifest {path} has schema {version!r}; this workbench reads up to "
             f"{MANIFEST_SCHEMA_VERSION}: upgrade workbench or re-pin."
         )
+    # What `env diff` reads, by type: a hand-edited "imports": "abc" is one sentence naming it.
+    check_fields(record, MANIFEST_SHAPE, f"Manifest {path}")
     return record

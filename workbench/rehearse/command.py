@@ -69,6 +69,15 @@ def run_options(args: argparse.Namespace) -> list[str]:
     return forwarded
 
 
+def check_run_options(options: list[str]) -> None:
+    """Refuse, before any folder or log is made, the options `workbench run` would refuse: as
+    this workbench checks them (each environment's run checks them again)."""
+    from workbench.cli import _request, build_parser
+    from workbench.runner import check_request
+
+    check_request(_request(build_parser("run").parse_args(["run", *options])))
+
+
 def _out_folder(given: str | None) -> Path:
     out = (
         Path(given)
@@ -109,6 +118,7 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
     pinned = resolve("pinned", args.pinned)
     candidate = resolve("candidate", args.candidate)
     options = run_options(args)
+    check_run_options(options)
     out = _out_folder(args.out)
     pinned_run, pinned_exit, pinned_tail = run_in(pinned, options, out)
     if not (pinned_run / "summary.json").exists():

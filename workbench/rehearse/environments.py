@@ -5,6 +5,7 @@ installed, checked before anything runs."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -54,8 +55,8 @@ def _install_hint(python: Path) -> str:
 
     source = Path(workbench.__file__).resolve().parent.parent
     if (source / "pyproject.toml").exists():
-        return f"{python} -m pip install -e {source}"
-    return f"{python} -m pip install workbench"
+        return shlex.join([str(python), "-m", "pip", "install", "-e", str(source)])
+    return shlex.join([str(python), "-m", "pip", "install", "workbench"])
 
 
 def resolve(role: str, given: str) -> Environment:

@@ -108,11 +108,18 @@ def absolute_spec(spec: str, cwd: Path | None = None) -> str:
 
 def read_config_json(spec: str, folder: Path) -> dict[str, Any]:
     """The folder's config.json as a mapping, read within CONFIG_JSON_MAX_BYTES."""
-    where = f"Workload {spec!r}: {folder / 'config.json'}"
-    text = read_bounded(folder / "config.json", f"Workload {spec!r}: config", CONFIG_JSON_MAX_BYTES)
-    data = load_json(text, where)
+    path = folder / "config.json"
+    try:
+        data = load_json(read_bounded(path, "File", CONFIG_JSON_MAX_BYTES), str(path))
+    except BadInput as exc:
+        raise BadInput(
+            f"Workload {spec!r}: config.json could not be read: {str(exc).rstrip('.')}."
+        ) from None
     if not isinstance(data, dict):
-        raise BadInput(f"{where} must hold a JSON object, not {type(data).__name__}.")
+        raise BadInput(
+            f"Workload {spec!r}: config.json could not be read: it holds a JSON "
+            f"{type(data).__name__}, not an object."
+        )
     return data
 
 

@@ -171,3 +171,18 @@ def test_a_relative_folder_is_resolved_against_the_folder_the_command_was_typed_
     assert absolute_spec("hf:gpt2", tmp_path) == "hf:gpt2"
     assert absolute_spec("hf:/abs/ckpt", tmp_path) == "hf:/abs/ckpt"
     assert absolute_spec("tiny-cnn", tmp_path) == "tiny-cnn"
+
+
+def test_a_password_in_a_workload_path_is_scrubbed_from_the_run_name(
+    gpt2: Path, tmp_path: Path
+) -> None:
+    """The name becomes the run folder's, the console's and summary.json's."""
+    from workbench.runner import RunRequest, check_request
+
+    folder = tmp_path / "bob:hunter2pw@store" / "ckpt"
+    folder.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors"):
+        (folder / name).symlink_to(gpt2 / name)
+    checked = check_request(RunRequest(workload=f"hf:{folder}", only=["01"]))
+    assert "hunter2pw" not in checked.workload_name
+    assert checked.workload_name.endswith("@store/ckpt")  # the rest of the path stays
