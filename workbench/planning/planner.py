@@ -235,12 +235,12 @@ class _Loaded:
     published_model: str  # the published table's name for the model; "" where none
 
 
-def _load_shape(spec: str | Workload, seq: int | None) -> _Loaded:
+def _load_shape(spec: str | Workload, seq: int | None, hf_config: str = "") -> _Loaded:
     """The model's shape, its measured activations, what could not be sized, the sequence
     length, the default precision and its name in the published table. A Workload already
     loaded is planned as it is."""
     if isinstance(spec, str) and spec.startswith(HF_PREFIX):
-        model = load_hf_model(spec)
+        model = load_hf_model(spec, hf_config)
         shape = read_shape(
             model.build_meta(), spec, "config.json, built on the meta device", model.sizes
         )
@@ -332,6 +332,7 @@ def make_plan(
     precision: str = "",
     micro_batch: int = 0,
     mode: str = "",
+    hf_config: str = "",
 ) -> Plan:
     """The plan (module docstring). Bad input is one sentence, before any measuring."""
     started = perf_counter()
@@ -349,7 +350,7 @@ def make_plan(
     ):
         if value is not None and value < (1 if name == "instances" else 0):
             raise BadInput(f"The {name} must be a positive whole number, not {value}.")
-    loaded = _load_shape(workload, seq_len)
+    loaded = _load_shape(workload, seq_len, hf_config)
     shape, activations, unsized, seq = loaded.shape, loaded.activations, loaded.unsized, loaded.seq
     training = mode == TRAINING
     default_precision = loaded.precision
@@ -475,11 +476,14 @@ def _published(
     running layout that fits here is the plan's choice: it is what AWS runs."""
     if not found.model:
         return "No published layout for this model (none in " + f"{TABLE}).", "", chosen
+    mode = TRAINING if training else INFERENCE
+    if not found.exact and not found.elsewhere:
+        return f"No published {mode} layout for {found.model}.", "", chosen
     if not found.exact:
         others = "; ".join(r.describe() for r in found.elsewhere)
         return (
-            f"No published layout for {found.model} on this instance, mode and sequence; "
-            f"published for it: {others}.",
+            f"No published layout for {found.model} on this instance and sequence; published "
+            f"for its {mode}: {others}.",
             "",
             chosen,
         )

@@ -113,13 +113,14 @@ class Match:
 
     model: str  # the table's name for the plan's model; "" where none
     exact: tuple[PublishedLayout, ...]  # rows for this model, instance(s), mode and sequence
-    elsewhere: tuple[PublishedLayout, ...]  # rows for this model at other settings
+    elsewhere: tuple[PublishedLayout, ...]  # rows for this model and mode at other settings
 
 
 def match(model: str, instance: str, instances: int, mode: str, seq: int | None) -> Match:
     if not model:
         return Match("", (), ())
-    rows = [r for r in published_table().rows if r.model == model]
+    # Serving is never compared with a training script, nor training with a serving config.
+    rows = [r for r in published_table().rows if r.model == model and r.mode == mode]
     exact = tuple(
         r
         for r in rows

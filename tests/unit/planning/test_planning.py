@@ -131,3 +131,25 @@ def test_kineto_lines_are_kept_off_stderr_and_other_lines_pass(
     err = capfd.readouterr().err
     assert "USDT" not in err and "profiler_st" not in err
     assert "a warning of the model's own" in err
+
+
+def test_a_probe_that_cannot_run_leaves_a_plan_that_never_says_fits() -> None:
+    """A workload whose training step raises: the plan names what it could not size, every
+    candidate is a floor, and the headline says whether it fits cannot be said."""
+    import dataclasses
+
+    from workbench.planning import make_plan
+    from workbench.workload import WorkloadSpec
+
+    def broken_loss(output: object, targets: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("loss not defined for this output")
+
+    workload = dataclasses.replace(WorkloadSpec(spec="seed-mlp").load(), loss_fn=broken_loss)
+    plan = make_plan(workload, "trn1.32xlarge")
+    assert any("training step failed" in item for item in plan.unsized)
+    assert not plan.complete and not plan.fits and plan.chosen is None
+    assert not any(c.fits for c in plan.candidates)
+    assert "cannot be said" in plan.headline() and "lower bound" in plan.headline()
+    assert " fits" not in plan.headline().replace("Whether it fits", "")
+    healthy = make_plan(WorkloadSpec(spec="seed-mlp").load(), "trn1.32xlarge")
+    assert healthy.complete and healthy.fits

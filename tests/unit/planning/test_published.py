@@ -102,7 +102,9 @@ def test_the_issue_outcomes(plans: dict[str, Plan], probed: None) -> None:
     # Served on one trn2.48xlarge: no training rule holds TP to a chip, and no row is borrowed.
     served = make_plan(f"hf:{CONFIGS / 'llama-3-70b'}", "trn2.48xlarge", mode="inference")
     assert served.fits and served.chosen is not None and served.chosen.layout.tp > 4
+    # Only training scripts are published for it on Trn2: none is named against a serving plan.
     assert served.published.startswith("No published layout for Llama-3-70B on this instance")
+    assert "training" not in served.published and "inf2.48xlarge" in served.published
     assert not served.rule_choice
 
 
@@ -118,6 +120,9 @@ def test_no_borrowed_layout_and_no_empty_prediction(probed: None) -> None:
     other_seq = make_plan(f"hf:{CONFIGS / 'llama-3-8b'}", "trn1.32xlarge", seq_len=4096)
     assert other_seq.published.startswith("No published layout for Llama-3-8B on this instance")
     assert "Predicted here: ." not in other_seq.published and not other_seq.rule_choice
+    served_8b = make_plan(f"hf:{CONFIGS / 'llama-3-8b'}", "inf2.48xlarge", mode="inference")
+    assert served_8b.published.startswith("No published layout for Llama-3-8B")
+    assert "trn1.32xlarge" not in served_8b.published  # its training scripts are not named
     workload = make_plan("seed-mlp", "trn1.32xlarge")
     assert workload.published.startswith("No published layout for this model")
 
