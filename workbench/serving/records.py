@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from workbench.errors import BadInput
+from workbench.safe_load import shown
 from workbench.scorecard import ATTENTION, BLOCKER, Finding, Verdict, judge
 from workbench.timing import (
     HOST_LOAD_RULE,
@@ -31,6 +32,11 @@ EAGER = "eager"
 COMPILED = "compiled"
 MODES = (EAGER, COMPILED)
 TOKEN_CHOICES = ("auto", "on", "off")
+# Bounds on what the sweep builds, checked before anything is: each size is a batch the workload
+# makes and the model runs, and each is its own compiled shape. Served batches are in the tens
+# to hundreds; 65,536 samples and 64 shapes leave room for any real sweep.
+MAX_SERVING_BATCH = 1 << 16
+MAX_SERVING_SIZES = 64
 
 # The percentiles every batch point reports (NxD Inference's benchmark report keys, without p100,
 # which is the maximum and always shown).
@@ -130,6 +136,12 @@ class ServingSettings:
         if not self.batch_sizes or min(self.batch_sizes) < 1:
             raise BadInput(
                 f"serving_batch_sizes {list(self.batch_sizes)}: give one or more sizes >= 1."
+            )
+        # Checked before any batch is built: 10^9 samples is stopped only by the allocator.
+        if max(self.batch_sizes) > MAX_SERVING_BATCH or len(self.batch_sizes) > MAX_SERVING_SIZES:
+            raise BadInput(
+                f"serving_batch_sizes {shown(list(self.batch_sizes))}: give at most "
+                f"{MAX_SERVING_SIZES} sizes of at most {MAX_SERVING_BATCH:,} samples each."
             )
         for name, values, allowed in (
             ("modes", self.modes, MODES),

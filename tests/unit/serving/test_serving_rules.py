@@ -304,3 +304,11 @@ def test_settings_refuse_values_out_of_range() -> None:
     with pytest.raises(BadInput, match="batch_sizes"):
         ServingSettings(batch_sizes=(0,))
     assert ServingSettings(modes=(EAGER,)).served_mode == EAGER
+
+
+def test_serving_batch_sizes_are_bounded_before_anything_is_built() -> None:
+    with pytest.raises(BadInput, match="at most 64 sizes of at most 65,536 samples each"):
+        ServingSettings.from_params({"serving_batch_sizes": [1, 10**9]})
+    with pytest.raises(BadInput, match="at most 64 sizes"):
+        ServingSettings(batch_sizes=tuple(range(1, 66)))
+    assert ServingSettings(batch_sizes=(1, 65_536)).batch_sizes == (1, 65_536)
