@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
-from workbench.errors import EXIT_OK
+from workbench.errors import EXIT_OK, BadInput, did_you_mean
 from workbench.planning.instances import DEFAULT_INSTANCE, HERE, INSTANCES
 from workbench.planning.layouts import PRECISIONS
 from workbench.planning.lines import plan_lines
 from workbench.planning.planner import MODES, make_plan, plan_data
 from workbench.workloads import DEFAULT_WORKLOAD
+
+# Where the workload's -p parameters are declared (every notebook that loads the workload
+# declares the same ones; 01 is the first).
+DECLARED_IN = "01_baseline"
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +32,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_INSTANCE,
         metavar="TYPE",
         help=f"{', '.join(INSTANCES)}, or {HERE} for this machine (default {DEFAULT_INSTANCE})",
+    )
+    from workbench.cli import add_param_option
+
+    add_param_option(
+        parser, "a workload parameter, as `run` takes it (hf_config, num_classes, ...)"
     )
     parser.add_argument("--instances", type=int, default=1, help="instances of that type (1)")
     parser.add_argument("--global-batch", type=int, help="samples per optimizer step to plan for")
@@ -47,9 +57,46 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def planned_workload(spec: str, pairs: list[str]) -> tuple[Any, str]:
+    """What to plan from `--workload` and `-p`: the spec and its hf_config for an hf: config, or
+    the workload built with the parameters given, as `run` builds it."""
+    from workbench.params import (
+        NOTEBOOKS_DIR,
+        WORKLOAD_PARAMETERS,
+        coerce,
+        notebook_parameters,
+        parse_assignments,
+    )
+    from workbench.workload import HF_PREFIX, WorkloadSpec
+
+    given = parse_assignments(pairs)
+    for name in given:
+        if name not in WORKLOAD_PARAMETERS:
+            raise BadInput(
+                f"Parameter {name!r}{did_you_mean(name, WORKLOAD_PARAMETERS)} is not one plan "
+                f"takes: it takes the workload's, {', '.join(WORKLOAD_PARAMETERS)}."
+            )
+    declared = notebook_parameters(NOTEBOOKS_DIR / f"{DECLARED_IN}.ipynb")
+    values = {name: coerce(declared[name], value) for name, value in given.items()}
+    if spec.startswith(HF_PREFIX):
+        sized = sorted(set(values) - {"hf_config"})
+        if sized:
+            raise BadInput(
+                f"For an hf: config, plan takes -p hf_config (and --seq-len for the sequence "
+                f"length); {sized[0]} does not change the model it sizes."
+            )
+        return spec, values.get("hf_config", "")
+    if values.get("hf_config"):
+        raise BadInput(f"-p hf_config applies to hf: workloads, not {spec!r}.")
+    if not values:
+        return spec, ""
+    return WorkloadSpec.from_params({**values, "workload": spec}).load(), ""
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
+    workload, hf_config = planned_workload(args.workload, args.param or [])
     plan = make_plan(
-        args.workload,
+        workload,
         args.instance,
         instances=args.instances,
         global_batch=args.global_batch,
@@ -57,6 +104,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         precision=args.precision or "",
         micro_batch=args.micro_batch,
         mode=args.mode or "",
+        hf_config=hf_config,
     )
     if args.json:
         print(json.dumps(plan_data(plan), indent=2, allow_nan=False))

@@ -20,7 +20,12 @@ from torch import nn
 from workbench.errors import BadInput, describe_error
 from workbench.planning import symbols
 from workbench.workloads.hf_folder import check_sizes, read_config_json, refuse_remote_code
-from workbench.workloads.huggingface import TASKS, task_of_architecture
+from workbench.workloads.huggingface import (
+    TASKS,
+    apply_overrides,
+    parse_overrides,
+    task_of_architecture,
+)
 
 HF_PREFIX = "hf:"
 PROBE_LAYERS = 2
@@ -78,8 +83,9 @@ def _transformers() -> Any:
     return module
 
 
-def load_hf_model(spec: str) -> HfModel:
-    """The config of `hf:FOLDER` (config.json only is enough) or `hf:MODEL_TYPE`."""
+def load_hf_model(spec: str, hf_config: str = "") -> HfModel:
+    """The config of `hf:FOLDER` (config.json only is enough) or `hf:MODEL_TYPE`, with the
+    `-p hf_config` overrides a run of that spec would take."""
     transformers = _transformers()
     name = spec.removeprefix(HF_PREFIX).strip()
     path = Path(name).expanduser()
@@ -108,6 +114,12 @@ def load_hf_model(spec: str) -> HfModel:
                 f"Workload {spec!r}: {name!r} is neither a folder with a config.json nor a "
                 "transformers model type."
             ) from None
+    if hf_config:
+        try:
+            overrides = parse_overrides(hf_config)
+        except ValueError as exc:
+            raise BadInput(f"Workload {spec!r}: hf_config {exc}.") from None
+        apply_overrides(spec, config, overrides)
     check_sizes(spec, config.to_dict(), "config")
     architectures = list(getattr(config, "architectures", None) or [])
     task = next(filter(None, map(task_of_architecture, architectures)), None) or "causal-lm"

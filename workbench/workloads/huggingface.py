@@ -154,6 +154,31 @@ def parse_overrides(text: str) -> dict[str, Any]:
     return overrides
 
 
+def apply_overrides(spec: str, config: Any, overrides: dict[str, Any]) -> None:
+    """`-p hf_config` values set on the config, each checked: a field the config has, a value of
+    its kind, one transformers accepts; anything else is BadInput naming it."""
+    check_sizes(spec, overrides, "hf_config")
+    for key, value in overrides.items():
+        if not hasattr(config, key):
+            raise BadInput(
+                f"Workload {spec!r}: hf_config key {key!r} is not a field of "
+                f"{type(config).__name__}{did_you_mean(key, config.to_dict())}."
+            )
+        current = getattr(config, key)
+        if not _same_kind(current, value):
+            raise BadInput(
+                f"Workload {spec!r}: hf_config {key}={value!r}: {type(config).__name__}.{key} "
+                f"holds {type(current).__name__} values ({current!r}), not "
+                f"{type(value).__name__}."
+            )
+        try:
+            setattr(config, key, value)
+        except Exception as exc:  # transformers validates some fields as they are set
+            raise BadInput(
+                f"Workload {spec!r}: hf_config {key}={value!r} is refused: {describe_error(exc)}."
+            ) from None
+
+
 def _looks_like_folder(name: str) -> bool:
     return Path(name).expanduser().exists() or "/" in name or name.startswith((".", "~"))
 
@@ -274,26 +299,7 @@ def _resolve(spec: str, options: HfOptions, transformers: Any) -> _Source:
         reason = f"the first head transformers has for model type {name!r}"
         architectures = []
 
-    check_sizes(spec, overrides, "hf_config")
-    for key, value in overrides.items():
-        if not hasattr(config, key):
-            raise BadInput(
-                f"Workload {spec!r}: hf_config key {key!r} is not a field of "
-                f"{type(config).__name__}{did_you_mean(key, config.to_dict())}."
-            )
-        current = getattr(config, key)
-        if not _same_kind(current, value):
-            raise BadInput(
-                f"Workload {spec!r}: hf_config {key}={value!r}: {type(config).__name__}.{key} "
-                f"holds {type(current).__name__} values ({current!r}), not "
-                f"{type(value).__name__}."
-            )
-        try:
-            setattr(config, key, value)
-        except Exception as exc:  # transformers validates some fields as they are set
-            raise BadInput(
-                f"Workload {spec!r}: hf_config {key}={value!r} is refused: {describe_error(exc)}."
-            ) from None
+    apply_overrides(spec, config, overrides)
 
     check_sizes(spec, config.to_dict(), "config")
     if options.task:
