@@ -1,18 +1,22 @@
 """`workbench export-metrics` and `run --export` into the real things: an MLflow tracking server
-started here on 127.0.0.1 with a SQLite backend (and MLflow's file store), read back through
-MLflow's client; TensorBoard event files read back through TensorBoard's EventAccumulator; the
+started here on 127.0.0.1 with a SQLite backend (and a SQLite store and MLflow's file store
+without a server), read back through MLflow's client; TensorBoard event files read back through
+TensorBoard's EventAccumulator; W&B's offline run read back from the file its client wrote; the
 JUnit report validated against Jenkins xUnit's junit-10.xsd. No mocks."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -22,13 +26,19 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from tests.fixtures.export_runs import FINDINGS, OUTSIDE, write_export_run
+from tests.fixtures.wandb_files import read_offline_run
 from workbench.export.command import ExportOptions, export
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKBENCH = str(Path(sys.executable).with_name("workbench"))
 MLFLOW = str(Path(sys.executable).with_name("mlflow"))
 SCHEMA = ROOT / "tests" / "fixtures" / "junit" / "junit-10.xsd"
-STEADY = "configs/train_eager/phases/steady/measurement/times"
+CONFIG = "configs/train_eager/batch_size_64"  # 01's training configuration, by name and batch
+STEADY = f"{CONFIG}/phases/steady/measurement/times"
+STARTED = "2026-12-01T10:00:00+00:00"
+RUN_SECONDS = 217.0  # the run's wall time as summary.json records it
+# A key part that is a bare list position: what a chart across runs cannot follow.
+POSITION = re.compile(r"(^|/)\d+(/|$)")
 SERVER_START_S = 120
 
 
@@ -75,7 +85,24 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def run_folder(tmp_path_factory):
-    return write_export_run(tmp_path_factory.mktemp("reports") / "20261201-run")
+    """write_export_run's run with what the runner and notebooks record about time and
+    parameters (the run's 217 s; 01 and 02 left batch_size at 0, the workload's 64), and
+    reports/latest pointing at it."""
+    folder = write_export_run(tmp_path_factory.mktemp("reports") / "20261201-run", started=STARTED)
+    summary = json.loads((folder / "summary.json").read_text())
+    (folder / "summary.json").write_text(json.dumps({**summary, "seconds": RUN_SECONDS}))
+    for notebook in ("01_baseline", "02_op_coverage"):
+        path = folder / f"{notebook}.json"
+        result = json.loads(path.read_text())
+        result["workload"] = {"name": "seed-mlp", "batch_size": 64, "task": "classification"}
+        result["parameters"] = {"workload": "seed-mlp", "batch_size": 0, "out_dir": str(folder)}
+        path.write_text(json.dumps(result))
+    (folder.parent / "latest").symlink_to(folder.name)
+    return folder
+
+
+def _millis(iso: str) -> int:
+    return int(datetime.fromisoformat(iso).timestamp() * 1000)
 
 
 def _files(folder: Path) -> dict[str, str]:
@@ -95,26 +122,47 @@ def _workbench(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
 def test_mlflow_server_gets_a_parent_and_a_child_per_notebook_once(server, run_folder):
     done = _workbench("export-metrics", str(run_folder), "--to", "mlflow", "--tracking-uri", server)
     assert done.returncode == 0, done.stderr
-    (again,) = export([run_folder], ExportOptions(["mlflow"], tracking_uri=server))
-    assert "already exported, nothing added" in again
+    # reports/latest, the path the README points at, is the same run: nothing is added
+    (again,) = export(
+        [run_folder.parent / "latest"], ExportOptions(["mlflow"], tracking_uri=server)
+    )
+    assert again.startswith(f"mlflow: {run_folder.name} already exported, nothing added")
 
     client = MlflowClient(tracking_uri=server)
     experiment = client.get_experiment_by_name("workbench")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # not GenAI
     runs = client.search_runs([experiment.experiment_id])
     assert len(runs) == 4  # a second export added nothing
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
     children = {r.info.run_name: r for r in runs if r is not parent}
+    assert parent.info.run_name == run_folder.name
     assert set(children) == {"01_baseline", "02_op_coverage", OUTSIDE}
     assert all(c.data.tags["mlflow.parentRunId"] == parent.info.run_id for c in children.values())
     assert parent.data.tags["workbench.workload"] == "seed-mlp"
     assert parent.data.tags[f"workbench.verdict.{OUTSIDE}"] == "blocker"
-    assert parent.data.params == {"workload": "seed-mlp", "target": "cpu"}
+    # the run's own times: summary.json's start and its 217 s; notebooks one after another
+    start = _millis(STARTED)
+    assert (parent.info.start_time, parent.info.end_time) == (start, start + 217_000)
+    baseline, coverage = children["01_baseline"], children["02_op_coverage"]
+    assert (baseline.info.start_time, baseline.info.end_time) == (start, start + 1000)
+    assert (coverage.info.start_time, coverage.info.end_time) == (start + 1000, start + 2000)
+    # the effective batch size, the notebook's parameters without where it wrote
+    assert parent.data.params == {"workload": "seed-mlp", "target": "cpu", "batch_size": "64"}
+    assert baseline.data.params == {"workload": "seed-mlp", "batch_size": "64"}
+    # the parent holds the verdicts and headline numbers, and says what ran
+    assert parent.data.metrics["01_baseline/verdict_rank"] == 0.0
+    assert parent.data.metrics[f"{OUTSIDE}/verdict_rank"] == 2.0
+    assert parent.data.metrics[f"01_baseline/{CONFIG}/throughput"] > 0
+    note = parent.data.tags["mlflow.note.content"]
+    assert "seed-mlp" in note and "cpu" in note and f"- {OUTSIDE}: ok" in note
+    assert children[OUTSIDE].data.tags["mlflow.note.content"].startswith(f"{OUTSIDE}: ok")
 
-    baseline = children["01_baseline"]
     assert baseline.data.tags["workbench.verdict"] == "pass"
     history = client.get_metric_history(baseline.info.run_id, STEADY)
     assert [m.step for m in history] == list(range(1, 31))  # one value per raw step time
-    assert baseline.data.metrics["configs/train_eager/throughput"] > 0
+    assert baseline.data.metrics[f"{CONFIG}/throughput"] > 0
+    keys = [k for run in runs for k in run.data.metrics]
+    assert keys and not [k for k in keys if POSITION.search(k)]  # names, never list positions
     assert {a.path for a in client.list_artifacts(baseline.info.run_id)} == {"01_baseline.json"}
     assert {"summary.json", "index.html"} <= {
         a.path for a in client.list_artifacts(parent.info.run_id)
@@ -122,6 +170,20 @@ def test_mlflow_server_gets_a_parent_and_a_child_per_notebook_once(server, run_f
     outside = children[OUTSIDE]
     assert outside.data.tags["workbench.verdict.reason"] == FINDINGS[0].reason
     assert outside.data.metrics == {}  # outside the registry: its lead only
+
+
+def test_mlflow_sqlite_store_through_reports_latest_names_the_real_run(tmp_path, run_folder):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    (first,) = export([run_folder.parent / "latest"], ExportOptions(["mlflow"], tracking_uri=uri))
+    (second,) = export([run_folder], ExportOptions(["mlflow"], tracking_uri=uri))
+    assert first.startswith(f"mlflow: {run_folder.name} exported")
+    assert "already exported, nothing added" in second
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("workbench").experiment_id])
+    assert len(runs) == 4
+    assert "latest" not in {r.info.run_name for r in runs}
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    assert parent.info.end_time - parent.info.start_time == 217_000
 
 
 def test_mlflow_file_store_through_the_same_client(tmp_path, run_folder, monkeypatch):
@@ -144,12 +206,43 @@ def test_tensorboard_events_read_back_with_scalars_histograms_and_hparams(tmp_pa
     events.Reload()
     assert [s.step for s in events.Scalars(STEADY)] == list(range(1, 31))
     assert events.Histograms(f"{STEADY}/histogram")[0].histogram_value.num == 30
+    # a number measured once is no chart: a configuration's throughput sits at its batch size
+    tags = events.Tags()["scalars"]
+    assert [s.step for s in events.Scalars("configs/train_eager/by_batch_size/throughput")] == [64]
+    assert f"{CONFIG}/phases/steady/first_step" not in tags
+    assert f"headline/{CONFIG}/throughput" in tags  # the hparams entry's metric
     content = events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
     hparams = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info.hparams
     assert hparams["verdict"].string_value == "pass"
     assert hparams["workload"].string_value == "seed-mlp"
     (again,) = export([run_folder], ExportOptions(["tensorboard"], logdir=tmp_path))
     assert "already there, nothing written" in again
+
+
+def test_wandb_offline_run_read_back_from_the_file_it_wrote(tmp_path, run_folder, monkeypatch):
+    """W&B's own client in offline mode, whatever the shell says (WANDB_MODE=online here); the
+    run is read back from its run-<id>.wandb with W&B's own record messages."""
+    monkeypatch.setenv("WANDB_MODE", "online")
+    (line,) = export([run_folder], ExportOptions(["wandb"], wandb_dir=tmp_path))
+    assert line.startswith(f"wandb: {run_folder.name} written offline")
+    (again,) = export([run_folder.parent / "latest"], ExportOptions(["wandb"], wandb_dir=tmp_path))
+    assert "already there, nothing written" in again
+    (folder,) = (tmp_path / "wandb").glob("offline-run-*")
+    run = read_offline_run(folder)
+    assert (run.name, run.group) == (run_folder.name, "seed-mlp")
+    assert {"workload:seed-mlp", "target:cpu", "verdict:pass"} <= set(run.tags)
+    assert f"- {OUTSIDE}: ok" in run.notes
+    assert run.config["01_baseline"] == {"workload": "seed-mlp", "batch_size": 64}
+    assert run.config["started_at"] == STARTED
+    assert run.summary["headline/01_baseline/verdict_rank"] == 0.0
+    assert run.summary[f"01_baseline/{CONFIG}/throughput"] > 0
+    assert run.summary[f"{OUTSIDE}/verdict"] == "blocker"
+    key = f"01_baseline/{STEADY}"
+    assert run.axes[key] == "step"
+    assert [row["step"] for row in run.history if key in row] == list(range(1, 31))
+    sweep = "01_baseline/configs/train_eager/by_batch_size/throughput"
+    assert run.axes[sweep] == "batch_size"
+    assert [row["batch_size"] for row in run.history if sweep in row] == [64]
 
 
 def test_junit_from_the_command_line_is_valid_for_ci(tmp_path, run_folder):

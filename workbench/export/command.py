@@ -96,11 +96,11 @@ def options_from(args: argparse.Namespace) -> ExportOptions:
         raise BadInput(f"name where to export with --to: {', '.join(DESTINATIONS)}.")
     return ExportOptions(
         chosen,
-        args.tracking_uri,
-        args.experiment,
-        Path(args.logdir) if args.logdir else None,
-        Path(args.out) if getattr(args, "out", None) else None,
-        Path(args.wandb_dir) if getattr(args, "wandb_dir", None) else None,
+        tracking_uri=args.tracking_uri,
+        experiment=args.experiment,
+        logdir=Path(args.logdir) if args.logdir else None,
+        junit_out=Path(args.out) if getattr(args, "out", None) else None,
+        wandb_dir=Path(args.wandb_dir) if getattr(args, "wandb_dir", None) else None,
     )
 
 
