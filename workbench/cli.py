@@ -369,7 +369,7 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
         action="extend",
         type=_export_destinations,
         metavar="DEST",
-        help="when the run finishes, export it to mlflow, tensorboard or junit "
+        help="when the run finishes, export it to mlflow, tensorboard, wandb or junit "
         "(MLflow: $MLFLOW_TRACKING_URI, else reports/mlflow.db; see `workbench export-metrics`)",
     )
     limits = parser.add_argument_group("limits")
@@ -425,7 +425,7 @@ def _collect_arguments(parser: argparse.ArgumentParser) -> None:
         action="extend",
         type=_export_destinations,
         metavar="DEST",
-        help="also export each item's newest run to mlflow, tensorboard or junit "
+        help="also export each item's newest run to mlflow, tensorboard, wandb or junit "
         "(a run exported before is not added again)",
     )
 
@@ -581,7 +581,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "export-metrics",
-        "export runs to MLflow, TensorBoard or a JUnit report for CI",
+        "export runs to MLflow, TensorBoard, W&B (offline) or a JUnit report for CI",
         Deferred("workbench.export.command", "configure_parser"),
         Deferred("workbench.export.command", "cmd_export_metrics"),
     ),
