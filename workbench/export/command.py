@@ -179,7 +179,7 @@ def export_finished(folder: Path, options: ExportOptions, progress: Callable[[st
     the run itself is complete, and `workbench export-metrics` can export it later."""
     try:
         for line in export([folder], options):
-            progress(line)
+            progress(console_line(line))  # a run's name can carry a token or control sequences
     except BadInput as exc:
         progress(
             console_line(

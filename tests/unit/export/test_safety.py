@@ -220,3 +220,15 @@ def test_a_server_that_stops_answering_is_one_sentence_within_the_timeout(
     message = str(failed.value)
     assert message.startswith("exporting 20261201-run to MLflow failed partway: ")
     assert "\n" not in message
+
+
+def test_the_lines_an_export_after_a_run_prints_are_scrubbed(tmp_path: Path) -> None:
+    from workbench.export.command import ExportOptions, export_finished
+
+    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    folder = write_export_run(tmp_path / f"run-{token}-\x1b]0;title\x07")
+    lines: list[str] = []
+    assert export_finished(folder, ExportOptions(["junit"]), lines.append)
+    said = "\n".join(lines)
+    assert said.startswith("junit: ") and "junit.xml" in said
+    assert token not in said and "\x1b" not in said and "\x07" not in said
