@@ -55,7 +55,9 @@ def read_claim(root: Path) -> dict[str, Any]:
     path = root / CLAIM_FILE
     if not path.exists():
         return {}
-    value = load_json(read_bounded(path, "Claim file", CONFIG_MAX_BYTES), str(path))
+    # A plain file only: a root is shared, and a link would make collect read elsewhere.
+    text = read_bounded(path, "Claim file", CONFIG_MAX_BYTES, follow_links=False)
+    value = load_json(text, str(path))
     if not isinstance(value, dict):
         return {}
     items = value.get("items", [])

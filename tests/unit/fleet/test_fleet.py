@@ -348,3 +348,14 @@ def test_a_claim_naming_a_folder_outside_the_root_is_refused(tmp_path: Path, nam
     with pytest.raises(BadInput, match="not a folder name inside"):
         collect(root)
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_a_claim_file_that_is_a_link_is_refused_not_followed(tmp_path: Path) -> None:
+    root = tmp_path / "fleet" / "root"
+    claim(root, load_matrix(write(tmp_path / "m.yaml", "items:\n  - {workload: seed-mlp}\n")))
+    collect(root)  # the plain claim file reads
+    claimed = root / "workbench-matrix.json"
+    claimed.rename(tmp_path / "elsewhere.json")
+    claimed.symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(BadInput, match="is a symbolic link; only plain files are read here"):
+        collect(root)
