@@ -51,6 +51,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help=f"relative change in peak memory that counts ({GATES.memory:.2f})",
     )
     parser.add_argument(
+        "--remeasure",
+        action="store_true",
+        help="also time the baseline's and the newest run's notebook-01 workloads again on this "
+        "machine now, interleaved in pairs (asv continuous style): settles timings the "
+        "recorded load leaves unjudged",
+    )
+    parser.add_argument(
         "--p-value",
         type=float,
         default=GATES.p_value,
@@ -72,6 +79,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise BadInput(f"--p-value {args.p_value}: use a probability between 0 and 1.")
     gates = Gates(args.step_gate, args.compile_gate, args.memory_gate, args.p_value)
     comparison = compare_runs(args.runs, gates, args.allow_different_workloads)
+    if args.remeasure:
+        from workbench.compare.remeasure import remeasure
+
+        if len(comparison.runs) < 2:
+            raise BadInput("--remeasure needs two runs: a baseline and the newest.")
+        comparison.changes += remeasure(
+            comparison.runs[-2], comparison.runs[-1], gates,
+            log=lambda line: print(console_line(line), file=sys.stderr),
+        )  # fmt: skip
     out = Path(args.out) if args.out else Path(comparison.runs[-1].path) / "compare"
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out {out} is a file; name a folder for compare.html.")

@@ -21,7 +21,8 @@ from workbench.compare.records import (
     Comparison,
     comparison_data,
 )
-from workbench.compare.timing import HISTORY_SPREAD_RUNS, PAIR_RULE
+from workbench.compare.remeasure import REMEASURE_RULE
+from workbench.compare.timing import HISTORY_SPREAD_RUNS, LOAD_RULE, PAIR_RULE
 from workbench.markup import figure_png
 from workbench.redact import scrub_text
 from workbench.results import write_json_atomic, write_text_atomic
@@ -131,8 +132,8 @@ def render(comparison: Comparison) -> str:
         f"p < {gates.p_value}, the runs' interquartile ranges do not overlap, and it is beyond "
         "run-to-run variation: against a history of "
         f"{HISTORY_SPREAD_RUNS} or more earlier runs, outside the band their values spread over; "
-        f"with fewer, {PAIR_RULE}. A timing measured while the machine was loaded is not judged "
-        "(loaded; not judged), and timings taken with different thread counts are not "
+        f"with fewer, {PAIR_RULE}. A timing measured while the machine was loaded: "
+        f"{LOAD_RULE} ({REMEASURE_RULE}); timings taken with different thread counts are not "
         "comparable. An op that newly falls back, a numerics run that newly fails and a "
         "notebook verdict that became a blocker are regressions too."
     )

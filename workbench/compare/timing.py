@@ -15,8 +15,12 @@ run-to-run variation is measured where it can be and allowed for where it cannot
 - with fewer earlier runs (a pair), nothing measures it, so a timing must also move by more than
   the run-to-run allowance (pair_allowance): PAIR_ALLOWANCE, or twice the wider relative IQR of
   the two runs where that is larger.
-A timing measured while the machine was loaded (its HostLoad says so) is not judged, and timings
-taken with different thread counts are not comparable. First-call time and peak memory are one
+A timing measured while the machine was loaded (its HostLoad says so) is judged only beyond what
+that load can explain (LOAD_RULE): other processes taking a share s of the CPU leave the run at
+least 1 - s of it, so they slow it by at most 1 / (1 - s); what is within that is "loaded, not
+judged", for `compare --remeasure` (remeasure.py) to settle by timing both workloads again,
+interleaved, on this machine now. Timings taken with different thread counts are not
+comparable. First-call time and peak memory are one
 value per run: they are judged by their gate alone (as PyTorch's dashboard judges compile
 latency), and first call by the run-to-run allowance too where no history measures it.
 """
@@ -66,6 +70,15 @@ PAIR_RULE = (
     "where that is more (identical runs one after the other differed by up to 24% in median)"
 )
 TAIL_QUANTILE = 0.99
+# Above this share of the CPU taken by others, the bound is not worth stating (20x).
+MAX_LOAD_SHARE = 0.95
+LOAD_RULE = (
+    "other processes and steal taking a share s of the machine's CPU while a run was timed "
+    "leave it at least 1 - s, so they explain a slowdown of at most 1 / (1 - s) (2x at 50%): "
+    "a change beyond that, after the run-to-run allowance, is judged; one within it is "
+    "loaded, not judged, until `workbench compare --remeasure` times both workloads again, "
+    "interleaved in pairs, on this machine now"
+)
 
 
 @dataclass(frozen=True)
@@ -227,6 +240,18 @@ class _Side:
         return host.threads if host else None
 
 
+def load_share(host: HostLoad | None) -> float:
+    """Other processes' and the hypervisor's share of the CPU while a phase was timed."""
+    if host is None or not host.loaded:
+        return 0.0
+    return min((host.other_share or 0.0) + (host.steal_share or 0.0), MAX_LOAD_SHARE)
+
+
+def load_explains(share: float) -> float:
+    """The largest slowdown a share of the CPU taken by others can explain (LOAD_RULE)."""
+    return 1 / (1 - share)
+
+
 def _load_words(side: _Side, phase: str | None) -> str:
     host = side.host(phase)
     shares = []
@@ -249,27 +274,27 @@ class _Judged:
 def _usable_earlier(
     name: str, metric: Metric, newest: _Side, earlier: list[_Side], series: list[float | None]
 ) -> _Judged:
-    """Earlier runs a timing can be judged against: not loaded, same thread count as the newest.
-    A loaded newest run, or no usable earlier run, is not judged."""
+    """Earlier runs a timing can be judged against: same thread count as the newest, and not
+    loaded where runs measured on a quiet machine exist (loaded ones are then left out, and said
+    so); where every one was loaded, those are kept and judged by LOAD_RULE. No earlier run with
+    the newest's thread count: not comparable."""
     base_value = next((v for v in reversed(series[:-1]) if v is not None), None)
-    if newest.loaded(metric.phase):
-        note = f"measured while the machine was loaded: {_load_words(newest, metric.phase)}"
-        return _Judged([], [], Change("timing", name, base_value, series[-1], LOADED,
-                                       metric.unit, note=note, series=series))  # fmt: skip
-    kept, left_out = [], []
+    quiet, loaded, left_out = [], [], []
     threads = newest.threads(metric.phase)
     for side in earlier:
         other_threads = side.threads(metric.phase)
-        if side.loaded(metric.phase):
-            left_out.append(f"{_load_words(side, metric.phase)} was measured loaded")
-        elif threads is not None and other_threads is not None and other_threads != threads:
+        if threads is not None and other_threads is not None and other_threads != threads:
             left_out.append(f"{side.label} ran {other_threads} thread(s), the newest {threads}")
+        elif side.loaded(metric.phase):
+            loaded.append(side)
         else:
-            kept.append(side)
-    if kept or not left_out:
-        return _Judged(kept, left_out, None)
-    loaded = all("loaded" in reason for reason in left_out)
-    status: ChangeStatus = LOADED if loaded else NOT_COMPARABLE
+            quiet.append(side)
+    if quiet:
+        left_out += [f"{_load_words(s, metric.phase)} was measured loaded" for s in loaded]
+        return _Judged(quiet, left_out, None)
+    if loaded or not left_out:
+        return _Judged(loaded, left_out, None)
+    status: ChangeStatus = NOT_COMPARABLE
     note = "; ".join(left_out)
     blocked = Change("timing", name, base_value, series[-1], status, metric.unit, note=note,
                      series=series)  # fmt: skip
@@ -339,11 +364,49 @@ def _judge_metric(
                     f"{len(earlier) + 1} runs cannot measure: compare against a history of "
                     f"{HISTORY_SPREAD_RUNS} or more runs to judge smaller changes"
                 )
+    status = _judge_load(status, metric, ratio, newest, usable.earlier, notes)
     notes += usable.left_out
     if status in (REGRESSION, IMPROVEMENT) and environment_note:
         notes.append(environment_note)
     return Change("timing", name, base, new, status, metric.unit, ratio, p_value, gate,
                   "; ".join(notes), series)  # fmt: skip
+
+
+def _judge_load(
+    status: ChangeStatus,
+    metric: Metric,
+    ratio: float,
+    newest: _Side,
+    earlier: list[_Side],
+    notes: list[str],
+) -> ChangeStatus:
+    """LOAD_RULE on a status judged as if the machine had been quiet: a change in the direction
+    a side's recorded load pushes (the newest slower when it was loaded, faster when the
+    baseline was) stands only beyond what that load explains; anything else measured loaded is
+    not judged."""
+    loaded = [s for s in (*earlier, newest) if s.loaded(metric.phase)]
+    if not loaded:
+        return status
+    words = "; ".join(_load_words(s, metric.phase) for s in loaded)
+    worse = ratio > 1 if metric.lower_is_better else ratio < 1
+    pushing = [newest] if worse else earlier
+    share = max((load_share(s.host(metric.phase)) for s in pushing), default=0.0)
+    explained = load_explains(share)
+    factor = slowdown_factor(ratio, metric.lower_is_better)
+    if status in (REGRESSION, IMPROVEMENT) and factor > explained * (1 + PAIR_ALLOWANCE):
+        notes.append(
+            f"measured loaded ({words}), but a {factor:.2f}x change is beyond the at most "
+            f"{explained:.2f}x that load explains, and the {PAIR_ALLOWANCE:.0%} run-to-run "
+            "allowance on top of it"
+        )
+        return status
+    notes.append(
+        f"measured while the machine was loaded ({words}): a {factor:.2f}x change is within "
+        f"the {explained:.2f}x that load can explain and the run-to-run allowance; run "
+        "`workbench compare --remeasure` to time both workloads again, interleaved, on this "
+        "machine now"
+    )
+    return LOADED
 
 
 def _status(
