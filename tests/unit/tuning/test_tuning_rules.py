@@ -288,7 +288,7 @@ def test_tables_claim_a_p99_only_where_the_samples_support_it(capsys: pytest.Cap
     views.sweep(result)
     shown = capsys.readouterr().out
     assert "max of 3" in shown and "p99:" not in shown
-    with_sweep_trial(result, Measurement(spread(0.002, 0.02, n=459)))
+    with_sweep_trial(result, Measurement(spread(0.002, 0.02, n=662)))
     views.sweep(result)
     assert "p99:" in capsys.readouterr().out
 
