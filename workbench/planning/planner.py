@@ -411,15 +411,8 @@ def make_plan(
             if more is not None:
                 minimum = (count, more.layout.name)
             count *= 2
-    param_bytes = shape.total * chosen_precision.parameter
     served = chosen or single
-    host = HostNeed(
-        param_bytes * spec.ranks,
-        param_bytes,
-        spec.host_memory_bytes,
-        whole_model=float(param_bytes),
-        instance_shards=served.memory.parameters * min(spec.ranks, served.layout.ranks),
-    )
+    host = host_need(shape, chosen_precision, spec, served)
     kv_budget = None
     per_sequence = kv_bytes_per_sequence(shape, served.layout, chosen_precision, seq)
     if not training and per_sequence and seq:
@@ -456,6 +449,20 @@ def make_plan(
         rule_choice=rule_choice,
         shape=shape,
         activations=activations,
+    )
+
+
+def host_need(
+    shape: ModelShape, precision: Precision, instance: InstanceSpec, candidate: Candidate
+) -> HostNeed:
+    """What one instance's host holds while `candidate`'s ranks are built and loaded."""
+    param_bytes = shape.total * precision.parameter
+    return HostNeed(
+        param_bytes * instance.ranks,
+        param_bytes,
+        instance.host_memory_bytes,
+        whole_model=float(param_bytes),
+        instance_shards=candidate.memory.parameters * min(instance.ranks, candidate.layout.ranks),
     )
 
 
@@ -496,19 +503,22 @@ def _published(
         if theirs is None:
             theirs = _candidate(shape, activations, layout, precision, seq, instance, training)
         at = theirs.largest_micro_batch
+        host = host_need(shape, precision, instance, theirs)
         verdict = (
             f"predicted {human_bytes(theirs.memory.peak)} per rank of "
             f"{human_bytes(theirs.usable)} usable, "
             + (f"fits up to {at} at once" if theirs.fits else "does not fit")
+            + ("" if host.fits else f"; host: {host.sentence()}")
         )
-        agrees = (theirs.fits and at >= row.micro_batch) == (row.outcome == RUNNING)
+        runs = theirs.fits and host.fits and at >= row.micro_batch
+        agrees = runs == (row.outcome == RUNNING)
         if not theirs.complete:
             verdict, agrees = "not judged: activations could not be sized", True
         sentences.append(
             f"{'Agrees with' if agrees else 'Disagrees with'} {row.outcome} {row.describe()}: "
             f"{verdict}"
         )
-        if row.outcome == RUNNING and theirs.fits and theirs.available and taken is chosen:
+        if row.outcome == RUNNING and runs and theirs.available and taken is chosen:
             if chosen is not None and chosen.layout != theirs.layout:
                 rule = chosen.layout.name
             taken = theirs

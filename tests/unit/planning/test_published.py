@@ -133,3 +133,30 @@ def test_mixtral_parameters_per_rank_with_experts_split(plans: dict[str, Plan]) 
     assert "eager experts path" in plan.activation_source
     chosen = plan.chosen
     assert chosen is not None and chosen.memory.parameters < 1 * GiB  # TP32 x PP4
+
+
+def test_a_running_row_the_plan_cannot_fit_is_a_disagreement(plans: dict[str, Plan]) -> None:
+    import dataclasses
+
+    from workbench.planning.instances import get_instance
+    from workbench.planning.published import Match
+
+    plan = plans["Llama-3-70B-training-32xtrn1.32xlarge-seq8192-running"]
+    row = next(r for r in ROWS if _row_id(r).startswith("Llama-3-70B-training-32x"))
+    # The same model at TP8 on one instance: 70 B parameters cannot fit 32 ranks of 16 GiB.
+    unlikely = dataclasses.replace(row, instances=1, tp=8, pp=1)
+    assert plan.shape is not None
+    sentence, rule, taken = planner._published(
+        Match(row.model, (unlikely,), ()),
+        get_instance("trn1.32xlarge"),
+        1,
+        None,
+        [],
+        plan.shape,
+        plan.activations,
+        plan.precision,
+        8192,
+        True,
+    )
+    assert sentence.startswith("Disagrees with running") and "does not fit" in sentence
+    assert taken is None and not rule
