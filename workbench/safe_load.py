@@ -37,26 +37,17 @@ MAX_INT_DIGITS = 19  # every 64-bit integer
 
 def read_bounded(path: Path, what: str, max_bytes: int, *, follow_links: bool = True) -> str:
     """The file's UTF-8 text; one sentence for a missing, unreadable, oversized or binary file.
-    With follow_links=False, only a plain file is read: a symbolic link (to /proc/self/environ,
-    to a file outside a run folder), a FIFO or a device is refused."""
+    With follow_links=False, a symbolic link (to /proc/self/environ, to a file outside a run
+    folder) is refused rather than followed."""
     try:
-        if not follow_links:
-            return read_plain_bytes(path, what, max_bytes).decode("utf-8")
-        _check_size(path, what, max_bytes)
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise BadInput(f"{what} {path} cannot be read: {exc.strerror or exc}.") from None
+        return _read(path, what, max_bytes, follow_links).decode("utf-8")
     except UnicodeDecodeError:
         raise BadInput(f"{what} {path} is not UTF-8 text.") from None
 
 
 def read_bounded_bytes(path: Path, what: str, max_bytes: int) -> bytes:
     """The file's bytes as stored (for a digest of exactly what was read), within the bound."""
-    try:
-        _check_size(path, what, max_bytes)
-        return path.read_bytes()
-    except OSError as exc:
-        raise BadInput(f"{what} {path} cannot be read: {exc.strerror or exc}.") from None
+    return _read(path, what, max_bytes, follow_links=True)
 
 
 def is_plain_file(path: Path) -> bool:
@@ -70,25 +61,39 @@ def is_plain_file(path: Path) -> bool:
 def read_plain_bytes(path: Path, what: str, max_bytes: int) -> bytes:
     """The bytes of a regular file, opened without following a symbolic link (O_NOFOLLOW) and
     checked on the open descriptor, so a link swapped in after a check is refused too."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    return _read(path, what, max_bytes, follow_links=False)
+
+
+def _read(path: Path, what: str, max_bytes: int, follow_links: bool) -> bytes:
+    """A regular file's bytes, checked on the open descriptor: a device (/dev/zero, which never
+    ends), a pipe (which may never answer) or a folder is refused, and no more than the bound is
+    ever read, even from a file that grows."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow_links:
+        flags |= os.O_NOFOLLOW
     try:
         fd = os.open(path, flags)
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
+        if exc.errno == errno.ELOOP and not follow_links:
             raise BadInput(
                 f"{what} {path} is a symbolic link; only plain files are read here."
             ) from None
-        raise
+        raise BadInput(f"{what} {path} cannot be read: {exc.strerror or exc}.") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise BadInput(
+            f"{what} {path} cannot be read: it is not a regular file (a folder, a device or a "
+            "pipe)."
+        )
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise BadInput(f"{what} {path} is not a plain file; only plain files are read here.")
         _refuse_size(path, what, info.st_size, max_bytes)
-        return handle.read(max_bytes)
-
-
-def _check_size(path: Path, what: str, max_bytes: int) -> None:
-    _refuse_size(path, what, path.stat().st_size, max_bytes)
+        try:
+            data = handle.read(max_bytes + 1)
+        except OSError as exc:
+            raise BadInput(f"{what} {path} cannot be read: {exc.strerror or exc}.") from None
+        _refuse_size(path, what, len(data), max_bytes)
+        return data
 
 
 def _refuse_size(path: Path, what: str, size: int, max_bytes: int) -> None:

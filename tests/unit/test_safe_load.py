@@ -1,0 +1,41 @@
+"""Files read within bounds: only regular files, never more than the bound, and links refused
+where the reader asks (run folders), followed where it does not (a Hugging Face cache snapshot's
+config.json is a link to a blob)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from workbench.errors import BadInput
+from workbench.safe_load import load_json, read_bounded, read_bounded_bytes, read_plain_bytes
+
+
+def test_a_device_a_pipe_or_a_folder_is_refused_without_reading_or_waiting(tmp_path: Path) -> None:
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)  # no writer: a blocking open or read would wait for ever
+    for path in (Path("/dev/zero"), fifo, tmp_path):
+        with pytest.raises(BadInput, match="cannot be read: it is not a regular file"):
+            read_bounded(path, "File", 1 << 20)
+    with pytest.raises(BadInput, match="it is not a regular file"):
+        read_bounded_bytes(Path("/dev/zero"), "File", 1 << 20)
+
+
+def test_links_are_followed_unless_the_reader_refuses_them(tmp_path: Path) -> None:
+    blob = tmp_path / "blob"
+    blob.write_text('{"n_layer": 2}')
+    (tmp_path / "config.json").symlink_to(blob)
+    assert load_json(read_bounded(tmp_path / "config.json", "File", 1024), "c") == {"n_layer": 2}
+    with pytest.raises(BadInput, match="is a symbolic link; only plain files are read here"):
+        read_bounded(tmp_path / "config.json", "File", 1024, follow_links=False)
+    assert read_plain_bytes(blob, "File", 1024) == b'{"n_layer": 2}'
+
+
+def test_a_file_over_the_bound_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "big"
+    path.write_bytes(b"x" * 2049)
+    with pytest.raises(BadInput, match="over the 0.00195312 MiB this reads"):
+        read_bounded(path, "File", 2048)
+    assert len(read_bounded(path, "File", 4096)) == 2049
