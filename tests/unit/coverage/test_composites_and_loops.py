@@ -315,3 +315,51 @@ def test_a_call_count_that_moves_otherwise_stays_a_control_flow_finding() -> Non
         _counted("aten::mm", 6, 4), _counted("aten::mm", 4, 2), "batch", 4, 2
     )
     assert comparison.call_count_changes and not comparison.per_position_ops
+
+
+# The same rules on transformers' own models, built from tiny configs
+# (tests/fixtures/model_families.py), checked by hand with torch.profiler as well.
+
+
+def test_tiny_mixtral_expert_matmuls_follow_the_routing_and_read_the_host() -> None:
+    pytest.importorskip("transformers", reason="transformers is a test-only extra")
+    from tests.fixtures.model_families import mixtral_causal_lm
+
+    workload = mixtral_causal_lm()
+    capture = capture_training_step(workload)
+    grouped = capture.ops["aten::_grouped_mm"]
+    # 2 layers x (2 forward + 4 backward) calls, one host read per expert in each: the profiler
+    # shows the same 48 aten::item under aten::_grouped_mm.
+    assert grouped.total_calls == 12 and grouped.inside_host_reads == 48
+    # The token gather is an integer index: no data-dependent size of its own.
+    assert capture.ops["aten::index.Tensor"].data_dependent_calls == 0
+    stability = _stability(workload, capture)
+    assert "aten::_grouped_mm" in stability.changed_ops() and not stability.stable
+
+
+def test_tiny_gemma2_padding_mask_index_is_no_dynamic_shape() -> None:
+    pytest.importorskip("transformers", reason="transformers is a test-only extra")
+    from tests.fixtures.model_families import gemma2_causal_lm
+
+    index = capture_training_step(gemma2_causal_lm()).ops["aten::index.Tensor"]
+    assert index.first_site is not None and index.first_site.path.endswith("masking_utils.py")
+    assert index.has_tag("dynamic_output_shape") and index.data_dependent_calls == 0
+    assert not [f for f in op_flags(index, BUILTIN) if f.kind == risks.DYNAMIC_SHAPE]
+
+
+def test_tiny_mamba_scan_is_a_loop_over_the_sequence() -> None:
+    pytest.importorskip("transformers", reason="transformers is a test-only extra")
+    from tests.fixtures.model_families import SEQUENCE as LENGTH
+    from tests.fixtures.model_families import mamba_causal_lm
+
+    # Half and a quarter of the fixture's length: 8 positions apart, half the capture time.
+    workload, half, quarter = mamba_causal_lm(), LENGTH // 2, LENGTH // 4
+    reference = capture_training_step(workload, sequence_length=half)
+    shorter = capture_training_step(workload, sequence_length=quarter)
+    comparison = compare_captures(reference, shorter, "sequence", half, quarter)
+    stability = ShapeStability(reference.label, [comparison])
+    assert stability.stable and stability.unrolled
+    assert not comparison.call_count_changes and comparison.gathered_calls
+    # 2 layers x 4 selects per token in the forward (dA, dB*u and C at the position, the
+    # output column).
+    assert any(t.startswith("aten::select.int: 128 call(s)") for t in comparison.per_position_ops)
