@@ -47,12 +47,14 @@ def _config(row: PublishedLayout) -> str:
 
 @pytest.fixture(scope="module")
 def probed() -> Iterator[None]:
-    """Each config's probe runs once for the module (the plans differ only in instance, count,
-    mode and sequence, which the probe does not depend on)."""
-    kept: dict[str, object] = {}
+    """Each architecture's probe runs once for the module (the plans differ only in instance,
+    count, mode and sequence, which the probe does not depend on; Llama-3.1-8B's sizes are
+    Llama-3-8B's, its longer positions aside)."""
+    kept: dict[object, object] = {}
 
     def once(model: HfModel) -> object:
-        key = str(Path(model.spec.removeprefix("hf:")).name)
+        sizes = {k: v for k, v in model.sizes.items() if k != "positions"}
+        key = (model.config.model_type, tuple(sorted(sizes.items())))
         if key not in kept:
             kept[key] = measure_hf(model)
         return kept[key]
@@ -160,3 +162,24 @@ def test_a_running_row_the_plan_cannot_fit_is_a_disagreement(plans: dict[str, Pl
     )
     assert sentence.startswith("Disagrees with running") and "does not fit" in sentence
     assert taken is None and not rule
+
+
+def test_measured_layer_scales_with_sp_as_korthikanti_and_sits_near_its_34_sbh(
+    plans: dict[str, Plan],
+) -> None:
+    from workbench.planning.activations import korthikanti_layer_bytes
+
+    activations = plans["Llama-3-8B-training-1xtrn1.32xlarge-seq8192-running"].activations
+    assert activations is not None
+
+    def layer(tp: int, sp: bool) -> float:
+        one = activations.estimate(1, 8192, 1, tp, 2, sequence_parallel=sp, selective=True)
+        return one.saved - activations.estimate(1, 8192, 0, tp, 2, sequence_parallel=sp).saved
+
+    assert layer(8, True) == pytest.approx(layer(1, False) / 8)
+    assert layer(32, True) == pytest.approx(layer(1, False) / 32)
+    # SDPA keeps no s^2 scores, so the paper's selective 34*s*b*h/t is the reference; Llama's
+    # SwiGLU MLP (3.5 h wide, three projections) keeps about a third more than GPT's 4h MLP.
+    reference = korthikanti_layer_bytes(8192, 1, 4096, 32, 8, True, True)
+    assert 1.2 < layer(8, True) / reference < 1.45
+    assert layer(8, False) > 2.5 * layer(8, True)  # without SP the norms and residual stay whole
