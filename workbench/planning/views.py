@@ -12,9 +12,11 @@ from workbench.planning.plots import memory_by_layout
 
 def headline(plan: Plan) -> None:
     """The plan's headline: a warning when a single rank cannot hold the model."""
-    kind = "ok" if plan.chosen is not None else "fail"
-    if not plan.fits_one_rank:
-        kind = "warn" if plan.chosen is not None else "fail"
+    kind = "ok" if plan.fits else "fail"
+    if plan.fits and not plan.fits_one_rank:
+        kind = "warn"
+    if not plan.complete:
+        kind = "warn"  # nothing is said to fit or not: a term could not be sized
     display(show.banner(plan.headline(), kind))
     if plan.published:
         display(show.banner(plan.published, "info"))
