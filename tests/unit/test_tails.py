@@ -6,6 +6,9 @@ scenario, 99% confidence, tolerance 0)."""
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import pytest
 
 from workbench.timing import (
@@ -64,3 +67,21 @@ def test_a_tail_is_claimed_only_where_the_samples_support_it() -> None:
     discarded = early_stopping_discards(2000, 0.99)
     assert discarded is not None and discarded > 0
     assert value == pytest.approx(0.001 * (2000 - discarded)) == many.p99
+
+
+def _at_most(over: int, count: int, q: Fraction) -> Fraction:
+    """P(at most `over` of `count` samples above the q-th percentile), exactly: LoadGen's
+    odds(h, t) = BetaRegularized[q, h, 1 + t] with h + t = count."""
+    return sum(
+        (Fraction(math.comb(count, k)) * (1 - q) ** k * q ** (count - k) for k in range(over + 1)),
+        Fraction(0),
+    )
+
+
+def test_the_first_discard_sits_where_loadgens_binomial_puts_it_in_exact_arithmetic() -> None:
+    """LoadGen allows t over-latency queries while P(at most t of n over) < 1 - 0.99; in exact
+    rationals the second allowed one (the first discard) arrives at 838 queries for p99."""
+    q, bound = Fraction(99, 100), Fraction(1, 100)
+    assert _at_most(1, 661, q) >= bound > _at_most(1, 662, q)  # the minimum count, 662
+    assert _at_most(2, 837, q) >= bound > _at_most(2, 838, q)  # the first discard, 838
+    assert early_stopping_discards(837, 0.99) == 0 and early_stopping_discards(838, 0.99) == 1
