@@ -233,7 +233,7 @@ def op_flags(
     for tag, kind, severity, why in _TAG_RULES:
         if record.has_tag(tag):
             # The optimizer's own reads are its note (optimizer_sync_note), not the model's.
-            model = sum(n for phase, n in record.calls.items() if phase != PHASE_OPTIMIZER)
+            model = calls - optimizer_reads(record)
             flag(kind, severity, why, count=model if kind == HOST_SYNC else 0)
     if record.data_dependent_calls:
         flag(
@@ -309,27 +309,34 @@ def op_flags(
     return flags
 
 
+def _optimizer_site(site: CallSite) -> bool:
+    return not site.in_user_code and "optim" in site.path
+
+
+def optimizer_reads(record: OpRecord) -> int:
+    """Host reads torch's optimizer code made in the optimizer step, counted at their call
+    sites: e.g. Adam(W)'s `_get_value` reading its step counter when capturable=False. Every
+    model trained with that optimizer shows them, so they are the optimizer's note, not the
+    model's risk; the same op's reads in the model's code stay the model's."""
+    if not record.has_tag("data_dependent_output") or PHASE_OPTIMIZER not in record.calls:
+        return 0
+    return sum(count.calls for count in record.sites if _optimizer_site(count.site))
+
+
 def is_optimizer_internal_sync(record: OpRecord) -> bool:
-    """A host read that only torch's optimizer code makes, in the optimizer step: e.g. Adam(W)'s
-    `_get_value` reading its step counter when capturable=False. Every model trained with that
-    optimizer shows it, so it is the optimizer's note, not the model's risk."""
-    site = record.first_site
-    return (
-        record.has_tag("data_dependent_output")
-        and set(record.calls) == {PHASE_OPTIMIZER}
-        and site is not None
-        and not site.in_user_code
-        and "optim" in site.path
-    )
+    """Every call of this host read is the optimizer's own (see `optimizer_reads`)."""
+    reads = optimizer_reads(record)
+    return reads > 0 and reads == record.total_calls
 
 
 def optimizer_sync_note(capture: Capture) -> str | None:
     """One note, with the fix, for the optimizer's own host reads; None when it makes none."""
-    records = [r for r in capture.ops.values() if is_optimizer_internal_sync(r)]
-    if not records:
+    counted = [(r, reads) for r in capture.ops.values() if (reads := optimizer_reads(r))]
+    if not counted:
         return None
-    calls = sum(r.total_calls for r in records)
-    where = records[0].first_site.short() if records[0].first_site else "torch.optim"
+    calls = sum(reads for _, reads in counted)
+    sites = [c.site for r, _ in counted for c in r.sites if _optimizer_site(c.site)]
+    where = sites[0].short() if sites else "torch.optim"
     return (
         f"The optimizer reads {calls} value(s) back to the host in each step ({where}): with "
         "capturable=False its step counters are read on the host. Pass capturable=True to keep "

@@ -219,6 +219,29 @@ def test_an_uninitialized_int64_buffer_is_no_int32_range_finding() -> None:
     assert not [f for f in op_flags(empty, BUILTIN) if f.kind == risks.INT64_RANGE]
 
 
+class ReadsOneValue(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(WIDTH, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = float(x.abs().max())  # one host read in the model's own code
+        return self.lin(x) / scale
+
+
+def test_a_host_read_shared_by_model_and_optimizer_is_counted_apart() -> None:
+    workload = _classifier(ReadsOneValue)
+    workload.optimizer_factory = lambda params: torch.optim.AdamW(params, lr=1e-3)
+    capture = capture_training_step(workload)
+    reads = capture.ops["aten::_local_scalar_dense"]
+    # AdamW reads its two step counters too: the same op, at torch.optim's site.
+    assert reads.total_calls == 3 and risks.optimizer_reads(reads) == 2
+    host = [f for f in risks.capture_flags(capture) if f.kind == risks.HOST_SYNC]
+    assert [f.calls for f in host] == [1]
+    note = risks.optimizer_sync_note(capture)
+    assert note is not None and note.startswith("The optimizer reads 2 value(s)")
+
+
 SEQUENCE = 16
 
 
