@@ -72,11 +72,12 @@ def throughput_and_memory(result: RetuneResult) -> Figure:
                 facecolors="none",
                 edgecolors="tab:gray",
                 label=f"fastest measured: {fastest}, not chosen"
-                + (f" ({caveat})" if caveat else ""),
+                + (f"\n({caveat})" if caveat else ""),
                 zorder=3,
             )
         if chosen is not None or fastest is not None:
-            left.legend(loc="lower right", fontsize=8)
+            # Where the fewest points are: a spike may sit in any corner.
+            left.legend(loc="best", fontsize=8)
         left.set_xscale("log", base=2)
         left.set_xlabel("batch size per step (log2)")
         left.set_ylabel(result.throughput_unit)

@@ -45,7 +45,10 @@ SMALL = Workload(
 @pytest.fixture(scope="module")
 def result():
     settings = numerics.NumericsSettings(
-        precisions=("fp32", "bf16-autocast", "fp16-cast"), compiled_precisions=(), steps=3
+        precisions=("fp32", "bf16-autocast", "fp16-cast"),
+        informative_precisions=(),
+        compiled_precisions=(),
+        steps=3,
     )
     return numerics.run_numerics(SMALL, CpuTarget(), settings, log=lambda _: None)
 

@@ -134,7 +134,7 @@ def test_the_chart_rings_the_plans_batch_and_not_a_spike_that_load_explains() ->
     assert fastest.get_offsets()[0][0] == 128
     labels = [text.get_text() for text in left.get_legend().get_texts()]
     assert labels[0] == "the plan's per-core batch: 64"
-    assert labels[1].startswith("fastest measured: 128, not chosen (IQR")
+    assert labels[1].startswith("fastest measured: 128, not chosen\n(IQR")
     assert "timed on a loaded machine: other processes 83% of the CPU" in labels[1]
     banner = tuning_views.sweep_choice(result)
     assert banner.startswith("The plan's per-core batch: 64, not 128 per core")
