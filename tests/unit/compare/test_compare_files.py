@@ -163,16 +163,20 @@ def test_a_result_named_outside_the_run_folder_is_refused(tmp_path: Path, name: 
         load_run(run)
 
 
-def test_a_result_symlink_leading_out_is_refused_and_one_inside_is_read(tmp_path: Path) -> None:
+def test_a_result_symlink_is_refused_whether_it_leads_out_or_stays_inside(tmp_path: Path) -> None:
+    """No link is followed (exports upload what these files hold); the plain file reads."""
     run = write_run(tmp_path / "run", started="2026-11-01")
     (tmp_path / "outside.json").write_text((run / "01_baseline.json").read_text())
     os.symlink(tmp_path / "outside.json", run / "out.json")
     os.symlink(run / "01_baseline.json", run / "in.json")
-    _name_result(run, "in.json")
-    assert load_run(run).result(BASELINE_FILE) is not None
     _name_result(run, "out.json")
     with pytest.raises(UnreadableRun, match="not a file name inside the run folder"):
         load_run(run)
+    _name_result(run, "in.json")
+    with pytest.raises(UnreadableRun, match="in.json is a symbolic link; only plain files"):
+        load_run(run)
+    _name_result(run, "01_baseline.json")
+    assert load_run(run).result(BASELINE_FILE) is not None
 
 
 def test_collect_warns_of_a_damaged_run_and_shows_the_item(
