@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Final, Literal
 
 from workbench.errors import BadInput
@@ -34,6 +35,9 @@ TOKEN_MATCH = "token match"
 TOP1 = "top-1 agreement"
 DOWNSTREAM = "downstream evaluation"
 CONVERGENCE = "convergence parity"
+# How a tensor is judged by the R-ratio gate: R, or (too few elements) as a value.
+JUDGED_AS_R = "R"
+JUDGED_AS_VALUE = "value"
 GATE_ORDER = (LIVENESS, R_RATIO, COSINE, KL, TOKEN_MATCH, TOP1, DOWNSTREAM, CONVERGENCE)
 # A failing acceptance gate blocks the port; convergence parity judges the training recipe
 # (precision, batch), as the precision cost does, so it needs attention.
@@ -61,6 +65,14 @@ class AcceptanceRule:
     token_match: float = 0.95
     liveness: float = 0.30
     cosine_p5: float = 0.95
+def min_ratio_elements(threshold: float) -> int:
+    """The fewest elements whose R carries a distance at `threshold`: ln R of two RMS errors
+    over n equal, independent rounding errors has a standard deviation of about 1/sqrt(n) (half
+    the log of an F(n, n) variable), so a sound run's P(R > threshold) <= 1% needs
+    n >= (z_0.99 / ln threshold)^2: 163 at AWS's 1.2."""
+    return math.ceil((NormalDist().inv_cdf(0.99) / math.log(threshold)) ** 2)
+
+
     kl_p95: float = 0.01
     kl_max: float = 0.1
     downstream_tolerance: float = 0.02
@@ -89,9 +101,13 @@ class AcceptanceRule:
             (LIVENESS, f"token match (top-1 agreement) >= {self.liveness:.0%}", SOURCE_EQUIVALENCE),
             (
                 R_RATIO,
-                f"R <= {self.r_threshold:g} for every layer and output, R = ||run - exact|| / "
-                "max(||CPU run at the run's precision - exact||, 1.3e-6 x ||exact||), exact = "
-                "the fp64 run",
+                f"R <= {self.r_threshold:g} for every component re-run alone on the fp32 "
+                "reference's inputs and for every output, R = ||run - exact|| / max(||CPU run "
+                "at the run's precision - exact||, 1.3e-6 x ||exact||), exact = the fp64 run "
+                "(the fp32 reference where fp64 cannot run); a tensor of fewer than "
+                f"{min_ratio_elements(self.r_threshold)} elements (a loss, a metric) is judged "
+                "as a value: the floor is then assert_close's rtol of the run's precision x "
+                "its scale",
                 SOURCE_EQUIVALENCE,
             ),
             (
@@ -102,6 +118,11 @@ class AcceptanceRule:
             (
                 KL,
                 f"per-position KL(reference || run) p95 <= {self.kl_p95:g} and max <= "
+        if not self.r_threshold > 1:
+            raise BadInput(
+                f"r_threshold {self.r_threshold!r}: use a number above 1; a sound run's R sits "
+                "near 1 (AWS: R near 1 healthy, above 1.2 a bug)."
+            )
                 f"{self.kl_max:g} nats",
                 f"{SOURCE_EQUIVALENCE}; thresholds: {SOURCE_WORKBOOK}",
             ),
@@ -143,14 +164,24 @@ class GateResult:
 @dataclass
 class LayerRatio:
     """R of one layer output (or model output): the run's error against the exact value over
-    the error of the CPU run at the run's precision (never below one fp32 rounding)."""
+    the error of the CPU run at the run's precision (never below one fp32 rounding, or for a
+    value, the precision's tolerance for its size); a layer above the threshold in the model
+    also has its R re-run alone."""
 
     name: str
     kind: str  # layer | output
     module_type: str
     ratio: float
     run_error: float  # RMSE of the run against the exact value
-    precision_error: float  # the denominator: the CPU run's RMSE at the run's precision
+    precision_error: float  # the CPU run's RMSE at the run's precision
+    elements: int = 0
+    # R for a tensor with enough elements to carry a distance; a value (a loss, a small tensor)
+    # is judged against the precision's tolerance for its size as the least denominator.
+    judged: str = "R"  # JUDGED_AS_R | JUDGED_AS_VALUE
+    denominator: float = 0.0  # what the run's error was divided by: R <= threshold passes
+    isolated_ratio: float | None = None  # R of the layer re-run alone on the reference's inputs
+    isolated_cause: str = ""  # own | inherited | unknown; "" when not re-run (R within threshold)
+    isolated_note: str = ""
 
 
 @dataclass
