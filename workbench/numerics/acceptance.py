@@ -11,7 +11,6 @@ R-ratio and near-tie tolerance need the CPU run at its precision, which may come
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,11 +44,12 @@ from workbench.numerics.acceptance_records import (
 from workbench.numerics.capture import FP32, LayerCall, ModelBuilder, RunSpec
 from workbench.numerics.evaluation import evaluate
 from workbench.numerics.ratio import (
-    attribute_ratio,
+    ComponentRerun,
     first_ratio_failure,
     layer_ratios,
+    isolate_components,
     ratio_basis,
-    ratio_failure,
+    ratio_gate,
 )
 from workbench.numerics.records import ROLE_TARGET, NumericsSettings, RunResult
 from workbench.numerics.references import ReferenceRuns, prepared_model
@@ -270,19 +270,15 @@ def judge_runs(
         run.acceptance = acceptance
         precision = run.run["precision"]
         baseline = None if precision == FP32.name else baselines.get(precision)
-        acceptance.ratio_basis = ratio_basis(run, baseline)
+        acceptance.ratio_basis = ratio_basis(run, baseline, refs)
         if precision == FP32.name or baseline is not None:
-            acceptance.ratios = layer_ratios(run, baseline)
-        found = first_ratio_failure(run, acceptance.ratios, rule.r_threshold)
-        if found is not None:
-            position, ratio = found
+            acceptance.ratios = layer_ratios(run, baseline, rule.r_threshold)
+        if any(r.kind == "layer" and not r.ratio <= rule.r_threshold for r in acceptance.ratios):
             spec = _spec_of(run, reference_target, refs)
             baseline_spec = RunSpec(reference_target, spec.precision)
-            own_side = sides.get(run.label, RunSide())
             other_side = sides.get(baseline.label) if baseline is not None else None
-            cause, own, note = attribute_ratio(
-                ratio.name,
-                own_side.calls,
+            rerun = ComponentRerun(
+                sides.get(run.label, RunSide()).calls,
                 other_side.calls if other_side else None,
                 _builder(build, spec),
                 _builder(build, baseline_spec),
@@ -291,7 +287,8 @@ def judge_runs(
                 refs,
                 rule.r_threshold,
             )
-            acceptance.first_ratio_failure = ratio_failure(position, ratio, cause, own, note)
+            isolate_components(acceptance.ratios, rerun)
+        acceptance.first_ratio_failure = first_ratio_failure(acceptance.ratios, rule.r_threshold)
         side = sides.get(run.label)
         aset = prepared.acceptance_set
         agreement_error = side.agreement_error if side else None
@@ -363,25 +360,9 @@ def gates(
         )
         for name in (*agreement_gates, TOKEN_MATCH):
             add(name, GATE_NOT_JUDGED, why)
-    ratios = acceptance.ratios
     if found is not None:
         add(LIVENESS, GATE_PASS if found.rate >= rule.liveness else GATE_FAIL, _share(found))
-    if ratios:
-        worst = max(ratios, key=lambda r: r.ratio if not math.isnan(r.ratio) else math.inf)
-        failure = acceptance.first_ratio_failure
-        over = [r for r in ratios if not r.ratio <= rule.r_threshold]
-        measured = f"largest R {worst.ratio:.3g} at {worst.kind} {worst.name}"
-        if failure is not None:
-            measured = (
-                f"first layer above {rule.r_threshold:g}: {failure.layer} ({failure.module_type}, "
-                f"position {failure.position}) with R {failure.ratio:.3g}, {failure.cause}; "
-                f"{len(over)} of {len(ratios)} above; {measured}"
-            )
-        elif over:
-            measured = f"{len(over)} outputs above {rule.r_threshold:g}; {measured}"
-        add(R_RATIO, GATE_FAIL if over else GATE_PASS, measured)
-    else:
-        add(R_RATIO, GATE_NOT_JUDGED, acceptance.ratio_basis or "no layer could be compared")
+    add(R_RATIO, *ratio_gate(acceptance, rule.r_threshold))
     if found is not None:
         cosine_ok = found.cosine_p5 >= rule.cosine_p5 and found.cosine_below_share <= 0.05
         add(

@@ -25,6 +25,9 @@ GATE_PASS: Final = "pass"
 GATE_FAIL: Final = "fail"
 GATE_NOT_JUDGED: Final = "not judged"
 GateStatus = Literal["pass", "fail", "not judged"]  # one gate on one run
+# How a tensor is judged by the R-ratio gate: R, or (too few elements) as a value.
+JUDGED_AS_R = "R"
+JUDGED_AS_VALUE = "value"
 
 # Gate names, in the order they are judged (AWS's stages, then MLPerf's convergence check).
 LIVENESS = "liveness"
@@ -35,13 +38,18 @@ TOKEN_MATCH = "token match"
 TOP1 = "top-1 agreement"
 DOWNSTREAM = "downstream evaluation"
 CONVERGENCE = "convergence parity"
-# How a tensor is judged by the R-ratio gate: R, or (too few elements) as a value.
-JUDGED_AS_R = "R"
-JUDGED_AS_VALUE = "value"
 GATE_ORDER = (LIVENESS, R_RATIO, COSINE, KL, TOKEN_MATCH, TOP1, DOWNSTREAM, CONVERGENCE)
 # A failing acceptance gate blocks the port; convergence parity judges the training recipe
 # (precision, batch), as the precision cost does, so it needs attention.
 ATTENTION_GATES = (CONVERGENCE,)
+
+
+def min_ratio_elements(threshold: float) -> int:
+    """The fewest elements whose R carries a distance at `threshold`: ln R of two RMS errors
+    over n equal, independent rounding errors has a standard deviation of about 1/sqrt(n) (half
+    the log of an F(n, n) variable), so a sound run's P(R > threshold) <= 1% needs
+    n >= (z_0.99 / ln threshold)^2: 163 at AWS's 1.2."""
+    return math.ceil((NormalDist().inv_cdf(0.99) / math.log(threshold)) ** 2)
 
 
 @dataclass(frozen=True)
@@ -65,14 +73,6 @@ class AcceptanceRule:
     token_match: float = 0.95
     liveness: float = 0.30
     cosine_p5: float = 0.95
-def min_ratio_elements(threshold: float) -> int:
-    """The fewest elements whose R carries a distance at `threshold`: ln R of two RMS errors
-    over n equal, independent rounding errors has a standard deviation of about 1/sqrt(n) (half
-    the log of an F(n, n) variable), so a sound run's P(R > threshold) <= 1% needs
-    n >= (z_0.99 / ln threshold)^2: 163 at AWS's 1.2."""
-    return math.ceil((NormalDist().inv_cdf(0.99) / math.log(threshold)) ** 2)
-
-
     kl_p95: float = 0.01
     kl_max: float = 0.1
     downstream_tolerance: float = 0.02
@@ -83,6 +83,11 @@ def min_ratio_elements(threshold: float) -> int:
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise BadInput(f"{name} {value!r}: use a finite number of at least 0.")
+        if not self.r_threshold > 1:
+            raise BadInput(
+                f"r_threshold {self.r_threshold!r}: use a number above 1; a sound run's R sits "
+                "near 1 (AWS: R near 1 healthy, above 1.2 a bug)."
+            )
         for name in ("token_match", "liveness", "cosine_p5"):
             value = getattr(self, name)
             if not (math.isfinite(value) and 0 <= value <= 1):
@@ -118,11 +123,6 @@ def min_ratio_elements(threshold: float) -> int:
             (
                 KL,
                 f"per-position KL(reference || run) p95 <= {self.kl_p95:g} and max <= "
-        if not self.r_threshold > 1:
-            raise BadInput(
-                f"r_threshold {self.r_threshold!r}: use a number above 1; a sound run's R sits "
-                "near 1 (AWS: R near 1 healthy, above 1.2 a bug)."
-            )
                 f"{self.kl_max:g} nats",
                 f"{SOURCE_EQUIVALENCE}; thresholds: {SOURCE_WORKBOOK}",
             ),

@@ -47,6 +47,7 @@ SCALAR_RULE = (
 # Smallest denominator of the relative error where atol is zero: Polygraphy's 2.22e-16.
 _MIN_REL_FLOOR = 2.22e-16
 
+SPREAD_OF_TWO_RUNS = "the two reference runs' spread"
 RULE_CLOSE = "close"  # every element within atol + rtol * |reference|
 RULE_FP64 = "fp64-rmse"  # not close, judged by RMSE against the fp64 yardstick
 RULE_NONFINITE = "non-finite"  # NaN or Inf in the target where the reference is finite
@@ -104,6 +105,9 @@ class TensorMetrics:
     reference_rmse_vs_fp64: float | None = None
     # RMSE between the two reference runs: non-zero only when the reference is not deterministic.
     reference_spread: float | None = None
+    # What reference_spread measures, in words, where it is not the two reference runs' spread
+    # (a trajectory's: the reference run again from weights nudged by one unit in the last place).
+    spread_source: str | None = None
 
     @property
     def reference_relative_l2_vs_fp64(self) -> float | None:
@@ -250,7 +254,10 @@ def compute_metrics(
         atol=atol,
         new_nonfinite=new_nonfinite,
         reference_rms=math.sqrt(ref_sq / compared) if compared else 0.0,
-        **counts,
+        target_nan=counts["target_nan"],
+        target_inf=counts["target_inf"],
+        reference_nan=counts["reference_nan"],
+        reference_inf=counts["reference_inf"],
     )
     if fp64 is not None:
         f = _flat64(fp64)
@@ -361,8 +368,8 @@ def judge(
         return MetricsVerdict(
             passed,
             RULE_SPREAD,
-            f"RMSE vs reference {metrics.rmse:.3g} {'<=' if passed else '>'} {k:g} x the two "
-            f"reference runs' spread {spread:.3g} + {rule.rmse_atol:g}",
+            f"RMSE vs reference {metrics.rmse:.3g} {'<=' if passed else '>'} {k:g} x "
+            f"{metrics.spread_source or SPREAD_OF_TWO_RUNS} {spread:.3g} + {rule.rmse_atol:g}",
         )
     if metrics.target_rmse_vs_fp64 is None or yardstick is None:
         return MetricsVerdict(
@@ -382,7 +389,8 @@ def judge(
         passed,
         RULE_FP64,
         f"RMSE vs fp64 {metrics.target_rmse_vs_fp64:.3g} {sign} {k:g} x {yardstick:.3g}"
-        f"{' (the two reference runs spread)' if widened else ''} + {rule.rmse_atol:g} "
+        f"{f' ({metrics.spread_source or SPREAD_OF_TWO_RUNS})' if widened else ''} + "
+        f"{rule.rmse_atol:g} "
         f"({share_text(metrics.share_outside)} of elements outside rtol {metrics.rtol:g}, "
         f"atol {metrics.atol:g})",
     )
@@ -610,6 +618,10 @@ class LossFloor:
     fp64_noise: the fp32 reference's largest |loss - fp64 loss| over its trajectory, times the
         dynamo multiplier: how far rounding alone, amplified by training, moves this model's
         loss; None without an fp64 run (or for a single value).
+    sensitivity: the largest |loss - reference's loss| of the reference run again from weights
+        nudged by one unit in the last place (TrajectorySensitivity), times the dynamo
+        multiplier: how far a difference of the size a reordered sum makes, amplified by this
+        model's training, moves its loss; None where it was not measured.
     The floor at a relative tolerance t is the largest of those and t x t x scale: a loss that
     fell below t of its scale is judged as if it were t of its scale, so a loss decayed from 2.2
     to 0.0003 is allowed 2.2e-4 at t = 1%, while a loss 10% off at its start still fails.
@@ -618,34 +630,78 @@ class LossFloor:
     scale: float
     rounding: float
     fp64_noise: float | None = None
+    sensitivity: float | None = None
 
     def at(self, tolerance: float) -> float:
-        return max(self.rounding, self.fp64_noise or 0.0, tolerance * tolerance * self.scale)
+        return max(
+            self.rounding,
+            self.fp64_noise or 0.0,
+            self.sensitivity or 0.0,
+            tolerance * tolerance * self.scale,
+        )
 
     def text(self, tolerance: float) -> str:
         noise = "" if self.fp64_noise is None else f", fp64 noise {self.fp64_noise:.3g}"
+        nudged = "" if self.sensitivity is None else f", one-ulp sensitivity {self.sensitivity:.3g}"
         return (
             f"floor {self.at(tolerance):.3g} (decay {tolerance * tolerance * self.scale:.3g}, "
-            f"rounding {self.rounding:.3g}{noise})"
+            f"rounding {self.rounding:.3g}{noise}{nudged})"
         )
 
 
+def _largest_gap(run: list[float], other: list[float]) -> float:
+    gaps = [
+        abs(a - b)
+        for a, b in zip(run, other, strict=False)
+        if math.isfinite(a) and math.isfinite(b)
+    ]
+    return max(gaps, default=0.0)
+
+
 def loss_floor(
-    dtype: torch.dtype, reference: list[float], fp64: list[float] | None, multiplier: float
+    dtype: torch.dtype,
+    reference: list[float],
+    fp64: list[float] | None,
+    multiplier: float,
+    nudged: list[float] | None = None,
 ) -> LossFloor:
     """The floor of a loss comparison at `dtype` (see LossFloor); `fp64` is the fp64 run's
-    trajectory beside the reference's, when there is one."""
+    trajectory beside the reference's, when there is one, and `nudged` the reference's run
+    from weights one ulp away."""
     unit = UNIT_ROUNDOFF.get(dtype, UNIT_ROUNDOFF[torch.float32])
     scale = loss_scale(reference)
-    noise = None
-    if fp64 is not None:
-        gaps = [
-            abs(a - b)
-            for a, b in zip(reference, fp64, strict=False)
-            if math.isfinite(a) and math.isfinite(b)
-        ]
-        noise = multiplier * max(gaps, default=0.0)
-    return LossFloor(scale, unit * scale, noise)
+    noise = None if fp64 is None else multiplier * _largest_gap(reference, fp64)
+    sensitivity = None if nudged is None else multiplier * _largest_gap(reference, nudged)
+    return LossFloor(scale, unit * scale, noise, sensitivity)
+
+
+@dataclass
+class TrajectorySensitivity:
+    """How sensitive the reference's own training is: the fp32 reference trained again from
+    its initial weights each moved by one unit in the last place (up or down at random), the
+    size of difference a reordered sum makes. Training amplifies such a difference: in a
+    chaotic run (a loss driven to 1e-4, a high learning rate) far beyond the fp32 reference's
+    distance from fp64, so a compiled run's reordering is judged against this spread."""
+
+    losses: list[float]  # the nudged run's loss per step
+    rmse: float  # RMSE of its trajectory against the reference's
+    largest: float  # largest |nudged - reference| over the steps
+    held_out_gap: float | None = None  # |held-out loss after training, nudged - reference|
+
+
+def trajectory_sensitivity(
+    reference: list[float],
+    nudged: list[float],
+    held_out: tuple[float, float] | None = None,
+) -> TrajectorySensitivity:
+    pairs = [
+        (a, b)
+        for a, b in zip(nudged, reference, strict=False)
+        if math.isfinite(a) and math.isfinite(b)
+    ]
+    rmse = math.sqrt(sum((a - b) ** 2 for a, b in pairs) / len(pairs)) if pairs else 0.0
+    gap = None if held_out is None else abs(held_out[0] - held_out[1])
+    return TrajectorySensitivity(list(nudged), rmse, _largest_gap(reference, nudged), gap)
 
 
 def check_scalars(

@@ -27,6 +27,7 @@ from workbench.numerics.capture import (
     float_tensors,
     rerun_layer,
 )
+from workbench.numerics.metrics import TrajectorySensitivity, trajectory_sensitivity
 from workbench.numerics.records import (
     Reproducibility,
 )
@@ -56,6 +57,9 @@ class ReferenceRuns:
     spread: Spread  # empty when the two reference runs agree exactly
     trajectory_spread: float  # largest relative loss difference of the two runs (and held out)
     metric_spread: float  # their held-out task metric difference
+    # The reference trained again from weights one ulp away: how far its training moves a
+    # difference of the size reordering makes.
+    sensitivity: TrajectorySensitivity | None = None
     _fp64_model: torch.nn.Module | None = field(default=None, repr=False)
     # Re-runs shared by every run: fp64 on the reference's inputs, and rounding alone per dtype.
     _fp64_outputs: dict[str, list[torch.Tensor]] = field(default_factory=dict, repr=False)
@@ -111,6 +115,42 @@ class ReferenceRuns:
                 t.to(dtype) for t, dtype in zip(outputs, output_dtypes, strict=False)
             ]
         return self._rounded[key]
+
+
+NUDGE_SEED = 20261206  # which way each weight moves: fixed, so a run is repeatable
+
+
+def nudge_weights(model: torch.nn.Module, seed: int = NUDGE_SEED) -> None:
+    """Move every floating-point parameter of `model` by one unit in the last place, up or down
+    at random: the size of difference a reordered floating-point sum makes."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if not parameter.is_floating_point():
+                continue
+            up = torch.rand(parameter.shape, generator=generator) < 0.5
+            toward = torch.where(up.to(parameter.device), math.inf, -math.inf).to(parameter.dtype)
+            parameter.copy_(torch.nextafter(parameter, toward))
+
+
+def _sensitivity(
+    build: ModelBuilder,
+    batch: Batch,
+    spec: RunSpec,
+    workload: Workload,
+    steps: int,
+    held_out: HeldOutBatches | None,
+    reference: TrainingCapture,
+) -> TrajectorySensitivity:
+    """The reference run again from its initial weights nudged by one ulp (nudge_weights)."""
+    model, _ = prepared_model(build, spec)
+    nudge_weights(model)
+    nudged = train_run(model, spec, batch, workload, steps, None, held_out, score_initial=False)
+    scores = (nudged.held_out_after, reference.held_out_after)
+    held = None
+    if all(isinstance(h, HeldOutScore) for h in scores):
+        held = (scores[0].loss, scores[1].loss)
+    return trajectory_sensitivity(reference.losses, nudged.losses, held)
 
 
 def prepared_model(build: ModelBuilder, spec: RunSpec) -> tuple[torch.nn.Module, list[str]]:
@@ -249,7 +289,8 @@ def run_references(
     reference_target: Target,
     held_out: HeldOutBatches | None = None,
 ) -> ReferenceRuns:
-    """The fp32 eager reference twice and the fp64 yardstick.
+    """The fp32 eager reference twice, once more from weights nudged by one ulp (how much its
+    training amplifies a difference of the size reordering makes), and the fp64 yardstick.
 
     The first reference run records every layer with its inputs. The second only has to agree,
     so it records no layer and scores held-out data only after its trajectory: when its
@@ -278,6 +319,7 @@ def run_references(
             reproducibility, spread, trajectory_spread, metric_spread = reproducibility_of(
                 (layers, training), *repeats
             )
+        sensitivity = _sensitivity(build, batch, spec, workload, steps, held_out, training)
     except Exception as exc:
         raise WorkbenchError(
             f"The reference run ({spec.label}) of workload {workload.name!r} failed, so there "
@@ -305,4 +347,5 @@ def run_references(
         spread,
         trajectory_spread,
         metric_spread,
+        sensitivity,
     )

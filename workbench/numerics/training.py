@@ -15,12 +15,14 @@ from workbench.numerics.capture import (
 )
 from workbench.numerics.metrics import (
     VerdictRule,
+    judge,
     loss_floor,
 )
 from workbench.numerics.nonfinite import first_nonfinite_step
 from workbench.numerics.records import (
     RunResult,
     TaskComparison,
+    TensorComparison,
     ValidationComparison,
 )
 from workbench.numerics.references import (
@@ -34,6 +36,8 @@ from workbench.numerics.tensors import (
     scalar_tolerance_of,
 )
 from workbench.numerics.validation import HeldOutScore
+
+SENSITIVITY_SOURCE = "the reference's own sensitivity: its trajectory from weights one ulp away"
 
 
 def _trajectory(losses: list[float], dtype: torch.dtype) -> torch.Tensor:
@@ -106,12 +110,14 @@ def compare_training(
         rule,
         spread.get(("trajectory", "losses")),
     )
+    _widen_by_sensitivity(result.trajectory, refs, rule)
     result.trajectory_deviation, result.trajectory_worst_step = relative_gap(
         training.losses, ref.losses
     )
     result.reference_losses = list(ref.losses)
+    nudged = refs.sensitivity.losses if refs.sensitivity else None
     result.loss_floor = loss_floor(
-        dtype, ref.losses, fp64.losses if fp64 else None, rule.multiplier
+        dtype, ref.losses, fp64.losses if fp64 else None, rule.multiplier, nudged
     )
     nan_step = first_nonfinite_step(training.losses)
     agreement = None
@@ -128,6 +134,25 @@ def compare_training(
         not_evidence=_not_evidence(nan_step),
     )
     result.validation = _validation(training, ref, dtype)
+    gap = refs.sensitivity.held_out_gap if refs.sensitivity else None
+    if result.validation.loss_floor is not None and gap is not None:
+        result.validation.loss_floor.sensitivity = rule.multiplier * gap
+
+
+def _widen_by_sensitivity(
+    trajectory: TensorComparison, refs: ReferenceRuns, rule: VerdictRule
+) -> None:
+    """Judge the trajectory again with the reference's own sensitivity as its spread, where
+    that is larger than the two reference runs' spread: a run that reorders its sums moves its
+    trajectory as far as the reference's own run from weights one ulp away moves, times the
+    dynamo multiplier (the rule's factor on every yardstick)."""
+    sensitivity = refs.sensitivity
+    metrics = trajectory.metrics
+    if sensitivity is None or not sensitivity.rmse > (metrics.reference_spread or 0.0):
+        return
+    metrics.reference_spread = sensitivity.rmse
+    metrics.spread_source = SENSITIVITY_SOURCE
+    trajectory.verdict = judge(metrics, rule)
 
 
 def _not_evidence(nan_step: int | None) -> str | None:

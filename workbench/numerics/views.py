@@ -9,9 +9,11 @@ from IPython.display import display
 
 from workbench import markup as show
 from workbench.numerics.metrics import budget_of
+from workbench.numerics.acceptance_records import JUDGED_AS_VALUE, min_ratio_elements
 from workbench.numerics.records import (
     BLOCKER,
     OWN,
+    INHERITED,
     PASS,
     NumericsResult,
     RunResult,
@@ -499,12 +501,15 @@ def ratio_rows(result: NumericsResult) -> list[dict[str, Any]]:
         for run in runs:
             assert run.acceptance is not None
             found = next((r for r in run.acceptance.ratios if r.name == name), None)
-            failure = run.acceptance.first_ratio_failure
             cell: float | str | None = found.ratio if found else None
             if found is not None and not found.ratio <= threshold:
                 cell = f"{found.ratio:.3g} > {threshold:g}"
-                if failure is not None and failure.layer == name:
-                    cell += f" (first, {failure.cause})"
+                if found.isolated_cause:
+                    alone = found.isolated_ratio
+                    shown = "not measured" if alone is None else f"{alone:.3g}"
+                    cell += f" (alone {shown}, {found.isolated_cause})"
+            if found is not None and found.judged == JUDGED_AS_VALUE:
+                cell = f"{cell if isinstance(cell, str) else f'{found.ratio:.3g}'} (value)"
             row[short_label(run)] = cell
         rows.append(row)
     return rows
@@ -517,11 +522,14 @@ def ratio_table(result: NumericsResult) -> None:
         failure = run.acceptance.first_ratio_failure if run.acceptance else None
         if failure is not None:
             display(
+            assert run.acceptance is not None
+            alone = [r.name for r in run.acceptance.ratios if r.isolated_cause == OWN]
+            own = f"; R above {threshold:g} alone: {', '.join(alone)}" if alone else ""
                 show.banner(
                     f"{run.label}: first layer with R above {threshold:g}: {failure.layer} "
                     f"({failure.module_type}, position {failure.position}), R "
-                    f"{failure.ratio:.3g}: {failure.note}.",
-                    "fail",
+                    f"{failure.ratio:.3g}: {failure.note}{own}.",
+                    "fail" if alone or failure.cause != INHERITED else "warn",
                 )
             )
     rows = ratio_rows(result)
@@ -534,7 +542,10 @@ def ratio_table(result: NumericsResult) -> None:
             caption=(
                 f"R-ratio per layer (execution order) and output: the run's RMSE against fp64 "
                 f"over the CPU run at its precision's (the fp32 reference's for fp32), never "
-                f"below 1.3e-6 x the output's RMS; AWS: R near 1 healthy, above {threshold:g} a bug"
+                f"below 1.3e-6 x the output's RMS; a layer above {threshold:g} also re-run alone "
+                f"on the reference's inputs (own or inherited); '(value)': fewer than "
+                f"{min_ratio_elements(threshold)} elements, so its floor is the precision's "
+                f"tolerance for its size; AWS: R near 1 healthy, above {threshold:g} a bug"
             ),
         )
     )

@@ -464,7 +464,10 @@ def _whole_model(source: _Source, transformers: Any) -> tuple[nn.Module, nn.Modu
     transformers registers no headless model for the config."""
     if type(source.config) not in transformers.AutoModel._model_mapping:
         return None
-    base = _build_on_meta(source.spec, transformers.AutoModel.from_config, source.config)
+    build = functools.partial(
+        transformers.AutoModel.from_config, trust_remote_code=source.trust_remote_code
+    )
+    base = _build_on_meta(source.spec, build, source.config)
     architectures = list(getattr(source.config, "architectures", None) or [])
     named = getattr(transformers, architectures[0], None) if architectures else None
     if not (isinstance(named, type) and hasattr(named, "_from_config")):

@@ -281,10 +281,14 @@ def test_a_planted_miscompile_fails_the_r_ratio_at_the_planted_layer_as_its_own(
         precisions=(), compiled_precisions=("fp32",), steps=2, convergence_steps=3
     )
     result = numerics.run_numerics(workload, CPU, settings, log=lambda _: None)
-    (run,) = result.target_runs
+    run = result.run("cpu fp32 compiled")
     failure = run.acceptance.first_ratio_failure
     assert failure.layer == "planted" and failure.cause == OWN and failure.own_ratio > 1.2
-    assert _gate(run.acceptance.gates, R_RATIO).status == GATE_FAIL
+    r_gate = _gate(run.acceptance.gates, R_RATIO)
+    assert r_gate.status == GATE_FAIL
+    # Every layer above the threshold re-run alone: the one fault is the one failing component.
+    assert r_gate.measured.startswith("1 of 4 components fail alone (planted (_Planted)")
+    assert "inherited (R alone <= 1.2: head)" in r_gate.measured
     assert run.verdict.status == BLOCKER
     assert numerics_records.headline(result).startswith("Acceptance: R-ratio fails first")
 
