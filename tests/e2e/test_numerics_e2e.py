@@ -47,7 +47,11 @@ def test_notebook_03_runs_end_to_end_and_keeps_secrets_out(tmp_path):
     for run in data["runs"]:
         outcomes = {g["gate"]: g["status"] for g in run["acceptance"]["gates"]}
         assert outcomes["R-ratio"] == outcomes["top-1 agreement"] == "pass", outcomes
-        assert outcomes["convergence parity"] == "pass"
+        # seed-mlp fits random labels: its held-out loss cannot fall, so there is no target.
+        convergence = run["acceptance"]["convergence"]
+        assert outcomes["convergence parity"] == "not judged"
+        assert "no quality to reach" in convergence["note"]
+        assert len(convergence["baseline_losses"]) == 10  # twice the 5 runs, dropout on
     assert [r["run"]["label"] for r in data["runs"]][0] == "cpu fp32 eager"
     assert data["numerics_settings"]["neuronx_cc"]["auto_cast"] == "none"
     html = (out / "03_numerics.html").read_text()
@@ -55,9 +59,9 @@ def test_notebook_03_runs_end_to_end_and_keeps_secrets_out(tmp_path):
     text = re.sub(r"<[^>]+>", " ", html)
     # The report's acceptance section says the same as the result file: gates, R, convergence.
     assert "Acceptance: all 2 runs pass every gate judged" in text
-    assert "AWS neuron-framework-equivalence skill" in text and "MLPerf training rules" in text
+    assert "AWS neuron-framework-equivalence skill" in text and "MLPerf Training RCP" in text
     assert "R-ratio per layer (execution order) and output" in text
-    assert "one-sided Welch t" in text
+    assert "Steps to reach the target held-out loss" in text
     assert "Device fidelity rule: A tensor passes" in html and "Precision cost: a layer" in html
     assert data["verdict"]["status"] == "pass", data["verdict"]
     assert data["validation"]["runs"]

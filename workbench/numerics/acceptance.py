@@ -1,12 +1,13 @@
 """The acceptance gates a port to Neuron is judged by, measured for every run of notebook 03 and
 judged in AWS's order: liveness, the R-ratio per layer and output, teacher-forced cosine and KL,
-greedy token match (top-1 agreement), the downstream evaluation, then convergence parity over
-seeds (MLPerf). Metrics first (ratio, token_match, evaluation, convergence), then the gates judge
-them here, each with its threshold and source (acceptance_records.AcceptanceRule).
+free-running greedy token match and NxD's logit matching (top-1 agreement for models that do not
+generate), the downstream evaluation, then convergence parity (MLPerf's RCP checker). Metrics
+first (ratio, token_match, evaluation, convergence), then the gates judge them here, each with
+its threshold and source (acceptance_records.AcceptanceRule).
 
 The reference side is measured once (`prepare`), each run's side right after the run
 (`measure_run`), and the gates are judged once every run is in (`judge_runs`): a 16-bit run's
-R-ratio and near-tie tolerance need the CPU run at its precision, which may come later.
+R-ratio and tie tolerance need the CPU run at its precision, which may come later.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from workbench.numerics.acceptance_records import (
     GATE_PASS,
     KL,
     LIVENESS,
+    LOGIT_MATCH,
     R_RATIO,
     TOKEN_MATCH,
-    TOP1,
     AcceptanceRule,
     Agreement,
     ConvergenceStudy,
@@ -46,8 +47,8 @@ from workbench.numerics.evaluation import evaluate
 from workbench.numerics.ratio import (
     ComponentRerun,
     first_ratio_failure,
-    layer_ratios,
     isolate_components,
+    layer_ratios,
     ratio_basis,
     ratio_gate,
 )
@@ -58,6 +59,7 @@ from workbench.numerics.token_match import (
     PositionStats,
     agreement,
     build_acceptance_set,
+    generated_by,
     logits_on,
     position_stats,
     set_reference,
@@ -73,9 +75,12 @@ class Prepared:
 
     acceptance_set: AcceptanceSet | None
     downstream_reference: dict[str, float] | None
-    seeds: list[int]
-    reference_trajectories: list[list[float]] | None
+    seeds: list[int]  # the candidate's runs
+    reference_trajectories: list[list[float]] | None  # held-out loss per step, per reference run
     notes: list[str] = field(default_factory=list)
+    reference_seeds: list[int] = field(default_factory=list)
+    target_loss: float | None = None  # the convergence study's target quality
+    no_target: str = ""  # why there is none
 
 
 @dataclass
@@ -113,6 +118,7 @@ def prepare(
             settings.prompts,
             settings.prompt_tokens,
             settings.generated_tokens,
+            refs.spec,
         )
         notes += more
         reference = logits_on(model, refs.spec, workload, aset)
@@ -141,19 +147,24 @@ def prepare(
                 f"({describe_error(exc)}), so the downstream gate is not judged."
             )
     seeds = conv.seeds_of(workload, settings.convergence_seeds)
-    if len(seeds) == 1:
+    reference_seeds = conv.reference_seeds_of(workload, settings.convergence_seeds)
+    if len(seeds) < conv.MINIMUM_RUNS:
         notes.append(
-            "convergence_seeds is 1: one seed gives no spread, so convergence parity is shown "
-            "but not tested; use 2 or more seeds (3 by default)."
+            f"convergence_seeds is {len(seeds)}: olympic scoring drops the best and the worst "
+            f"run, so convergence parity is shown but not tested; use {conv.MINIMUM_RUNS} or "
+            "more runs (5 by default, as MLPerf's smallest run count)."
         )
     trajectories = conv.trajectories(
         refs.spec,
         workload,
-        seeds,
+        reference_seeds,
         settings.convergence_steps,
         conv.TrainingRecipe(workload.batch_size),
     )
-    return Prepared(aset, downstream, seeds, trajectories, notes)
+    target, no_target = conv.target_loss(trajectories, settings.convergence_steps)
+    return Prepared(
+        aset, downstream, seeds, trajectories, notes, reference_seeds, target, no_target
+    )
 
 
 def measure_run(
@@ -178,7 +189,8 @@ def measure_run(
     if prepared.acceptance_set is not None:
         try:
             logits = logits_on(forward, spec, workload, prepared.acceptance_set)
-            side.stats = position_stats(prepared.acceptance_set, logits)
+            generated = generated_by(forward, spec, workload, prepared.acceptance_set)
+            side.stats = position_stats(prepared.acceptance_set, logits, generated)
         except Exception as exc:
             side.agreement_error = str(describe_error(exc))
     if result.role != ROLE_TARGET:
@@ -199,16 +211,19 @@ def measure_run(
         )
         label = f"{result.label} against {refs.spec.label}"
         try:
-            # The reference's own computation, shown deterministic: its trajectories are reused.
+            # The reference's own computation, shown deterministic: its first runs are reused.
             losses = (
-                prepared.reference_trajectories
+                []
+                if prepared.target_loss is None
+                else prepared.reference_trajectories[: len(prepared.seeds)]
                 if same
                 else conv.trajectories(
                     spec,
                     workload,
                     prepared.seeds,
-                    settings.convergence_steps,
+                    conv.CANDIDATE_STEP_FACTOR * settings.convergence_steps,
                     conv.TrainingRecipe(workload.batch_size),
+                    stop_at=prepared.target_loss,
                 )
             )
         except Exception as exc:
@@ -216,17 +231,20 @@ def measure_run(
                 label,
                 prepared.seeds,
                 settings.convergence_steps,
-                max(1, settings.convergence_steps // 4),
-                note=f"the seeds' trajectories could not run: {describe_error(exc)}",
+                note=f"the runs could not train: {describe_error(exc)}",
+                verdict="not tested",
             )
             return side
         acceptance.convergence = conv.judge_study(
             label,
             prepared.seeds,
+            prepared.reference_seeds,
             settings.convergence_steps,
             prepared.reference_trajectories,
             losses,
             settings.acceptance.alpha,
+            prepared.target_loss,
+            prepared.no_target,
         )
     return side
 
@@ -236,7 +254,7 @@ def _tolerance(
     baseline_side: RunSide | None,
     aset: AcceptanceSet,
 ) -> torch.Tensor | None:
-    """The near-tie tolerance: the logit error of the CPU run at the run's precision, against
+    """The tie tolerance: the logit error of the CPU run at the run's precision, against
     the fp64 run for an fp32 run (the reference is that CPU run) or the fp32 reference."""
     if run.run["precision"] == FP32.name:
         return aset.exact_error
@@ -306,6 +324,7 @@ def judge_runs(
                 tolerance,
                 rule.cosine_p5,
                 named if tolerance is not None else None,
+                rule.divergence_tolerance,
             )
         acceptance.gates = gates(acceptance, rule, prepared, agreement_error)
 
@@ -328,12 +347,30 @@ def _spec_of(run: RunResult, reference_target: Target, refs: ReferenceRuns) -> R
 
 
 def _share(agreement: Agreement) -> str:
-    ties = f", {agreement.near_ties} near ties" if agreement.near_ties else ""
-    first = f"; first mismatch at {agreement.first_mismatch}" if agreement.first_mismatch else ""
-    return (
-        f"{agreement.rate:.1%} ({agreement.exact_matches} of {agreement.compared} exact{ties}"
-        f"{first})"
+    """The exact rate first, then what else the gated rate counts and where tokens first differ."""
+    how = "free-running greedy tokens" if agreement.free_running else "positions"
+    text = (
+        f"{agreement.exact_rate:.1%} exact ({agreement.exact_matches} of {agreement.compared} {how}"
     )
+    if not agreement.free_running and agreement.near_ties:
+        text += f"; {agreement.rate:.1%} with {agreement.near_ties} ties excused"
+    if agreement.first_mismatch:
+        text += f"; first differs at {agreement.first_mismatch}"
+    return text + ")"
+
+
+def _logit_matching(agreement: Agreement) -> str:
+    errors = ", ".join(f"{k} {v:.3g}" for k, v in agreement.topk_errors.items())
+    text = (
+        f"{agreement.divergences} of {agreement.compared} teacher-forced positions diverge"
+        f" (largest divergence difference {agreement.divergence_difference_max or 0:.3g}, "
+        f"tolerance {agreement.divergence_tolerance:g}; {agreement.near_ties} ties excused); "
+        f"{agreement.positions_outside_tolerance} positions outside the top-k tolerances "
+        f"(largest relative errors: {errors})"
+    )
+    if agreement.first_logit_failure:
+        text += f"; first failure at {agreement.first_logit_failure}"
+    return text
 
 
 def gates(
@@ -347,7 +384,7 @@ def gates(
     results: list[GateResult] = []
 
     def add(name: str, status: GateStatus, measured: str) -> None:
-        threshold, source = statements[TOKEN_MATCH if name == TOP1 else name]
+        threshold, source = statements[name]
         results.append(GateResult(name, status, measured, threshold, source))
 
     agreement_gates = (LIVENESS, COSINE, KL)
@@ -382,11 +419,17 @@ def gates(
             GATE_PASS if found.rate >= rule.token_match else GATE_FAIL,
             _share(found)
             + (
-                f"; near ties: within twice {found.baseline}'s logit error"
-                if found.baseline
+                f"; ties: within twice {found.baseline}'s logit error"
+                if found.baseline and not found.free_running
                 else ""
             ),
         )
+        if found.logits_matched is not None:
+            add(
+                LOGIT_MATCH,
+                GATE_PASS if found.logits_matched else GATE_FAIL,
+                _logit_matching(found),
+            )
     add_downstream(acceptance.downstream, rule, prepared, add)
     add_convergence(acceptance.convergence, add)
     order = {name: i for i, name in enumerate(GATE_ORDER)}
@@ -441,18 +484,31 @@ def recommended_study(
     seeds: list[int],
     settings: NumericsSettings,
 ) -> tuple[ConvergenceStudy | None, str | None]:
-    """Notebook 04's batch and accumulation against the original batch, over the seeds, fp32
-    eager on the target; (None, sentence) when 04's result is there but cannot be used, or the
-    study cannot run."""
+    """Notebook 04's batch and accumulation against the original batch, steps to target over the
+    runs (the original over twice as many), fp32 eager on the target; (None, sentence) when 04's
+    result is there but cannot be used, or the study cannot run."""
     recommendation, note = conv.recommended_recipe(path, workload, initial)
     if recommendation is None:
         return None, note
     original = conv.TrainingRecipe(workload.batch_size)
     spec = RunSpec(target, FP32)
+    reference_seeds = conv.seeds_of(workload, conv.REFERENCE_RUN_FACTOR * len(seeds))
     try:
-        baseline = conv.trajectories(spec, workload, seeds, settings.convergence_steps, original)
-        candidate = conv.trajectories(
-            spec, workload, seeds, settings.convergence_steps, recommendation.recipe
+        baseline = conv.trajectories(
+            spec, workload, reference_seeds, settings.convergence_steps, original
+        )
+        target_quality, no_target = conv.target_loss(baseline, settings.convergence_steps)
+        candidate = (
+            conv.trajectories(
+                spec,
+                workload,
+                seeds,
+                conv.CANDIDATE_STEP_FACTOR * settings.convergence_steps,
+                recommendation.recipe,
+                stop_at=target_quality,
+            )
+            if target_quality is not None
+            else []
         )
     except Exception as exc:
         return None, (
@@ -461,11 +517,14 @@ def recommended_study(
         )
     study = conv.judge_study(
         f"{recommendation.recipe.describe()} from {recommendation.source} against the original "
-        f"{original.describe()}, {spec.label}, at equal optimizer steps",
+        f"{original.describe()}, {spec.label}, in optimizer steps",
         seeds,
+        reference_seeds,
         settings.convergence_steps,
         baseline,
         candidate,
         settings.acceptance.alpha,
+        target_quality,
+        no_target,
     )
     return study, None

@@ -1,7 +1,7 @@
 """The records of the acceptance gates a port to Neuron is judged by, and the rule that holds their
 thresholds, each with its source (reference: AWS's neuron-agentic-development skills
-`neuron-framework-autoport` and `neuron-framework-equivalence`, and MLPerf's reference
-convergence points).
+`neuron-framework-autoport` and `neuron-framework-equivalence`, NxD Inference's accuracy checks,
+and MLPerf Training's RCP checker).
 
 Plain dataclasses, so the result file is `dataclasses.asdict` of them; every field added here
 has a default, so result files written before a field existed still read.
@@ -17,8 +17,18 @@ from typing import Final, Literal
 from workbench.errors import BadInput
 
 SOURCE_EQUIVALENCE = "AWS neuron-framework-equivalence skill"
-SOURCE_AUTOPORT = "AWS neuron-framework-autoport skill (validate_model.py --mode token)"
-SOURCE_MLPERF = "MLPerf training rules, reference convergence points (one-sided t-test)"
+SOURCE_AUTOPORT = (
+    "AWS neuron-framework-autoport skill (validate_model.py --mode token); exact equality as "
+    "NxD Inference utils/accuracy.py check_accuracy"
+)
+SOURCE_LOGITS = (
+    "NxD Inference utils/accuracy.py check_accuracy_logits (torch-neuronx logit_validation, "
+    "its default tolerance map)"
+)
+SOURCE_TOP1 = "workbook rule (AWS's token gate is for generating models)"
+SOURCE_MLPERF = (
+    "MLPerf Training RCP checker (mlcommons/logging mlperf_logging/rcp_checker/rcp_checker.py)"
+)
 SOURCE_WORKBOOK = "workbook default (AWS leaves it to calibration from known-good ports)"
 
 GATE_PASS: Final = "pass"
@@ -35,10 +45,21 @@ R_RATIO = "R-ratio"
 COSINE = "teacher-forced cosine"
 KL = "teacher-forced KL"
 TOKEN_MATCH = "token match"
+LOGIT_MATCH = "logit matching"
 TOP1 = "top-1 agreement"
 DOWNSTREAM = "downstream evaluation"
 CONVERGENCE = "convergence parity"
-GATE_ORDER = (LIVENESS, R_RATIO, COSINE, KL, TOKEN_MATCH, TOP1, DOWNSTREAM, CONVERGENCE)
+GATE_ORDER = (
+    LIVENESS,
+    R_RATIO,
+    COSINE,
+    KL,
+    TOKEN_MATCH,
+    LOGIT_MATCH,
+    TOP1,
+    DOWNSTREAM,
+    CONVERGENCE,
+)
 # A failing acceptance gate blocks the port; convergence parity judges the training recipe
 # (precision, batch), as the precision cost does, so it needs attention.
 ATTENTION_GATES = (CONVERGENCE,)
@@ -58,15 +79,18 @@ class AcceptanceRule:
 
     r_threshold: R = error of the run / error of the CPU run at its precision, per layer and
         output, at most this (AWS tau_R 1.2: "R > 1.2 = bug").
-    token_match: greedy token match (top-1 agreement for other models) at least this (0.95).
-    liveness: below this the port is catastrophic (AWS smoke stage: 0.30).
+    token_match: free-running greedy token match, exact (top-1 agreement, ties excused, for
+        other models), at least this (AWS autoport 0.95).
+    liveness: the same rate below this is a catastrophic port (AWS Stage 1: 0.30).
     cosine_p5: the 5th percentile of per-position cosine of the logits at least this (0.95),
         so at most 5% of positions fall below it.
     kl_p95, kl_max: per-position KL(reference || run) in nats: 95th percentile and maximum at
         most these (0.01, 0.1; AWS leaves delta to calibration).
     downstream_tolerance: the workload's evaluation score may drop at most this (0.02, two
         points on a [0, 1] score, AWS --tolerance 0.02).
-    alpha: significance of the one-sided convergence test (0.05, as MLPerf).
+    alpha: significance of the convergence t-test (0.05, as MLPerf's RCP checker).
+    divergence_tolerance: logit matching's divergence difference must stay below this (NxD
+        Inference check_accuracy_logits' divergence_difference_tol, 0.001).
     """
 
     r_threshold: float = 1.2
@@ -77,9 +101,16 @@ class AcceptanceRule:
     kl_max: float = 0.1
     downstream_tolerance: float = 0.02
     alpha: float = 0.05
+    divergence_tolerance: float = 0.001
 
     def __post_init__(self) -> None:
-        for name in ("r_threshold", "kl_p95", "kl_max", "downstream_tolerance"):
+        for name in (
+            "r_threshold",
+            "kl_p95",
+            "kl_max",
+            "downstream_tolerance",
+            "divergence_tolerance",
+        ):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise BadInput(f"{name} {value!r}: use a finite number of at least 0.")
@@ -103,7 +134,11 @@ class AcceptanceRule:
     def statements(self) -> list[tuple[str, str, str]]:
         """(gate, threshold in words, source), in the order the gates are judged."""
         return [
-            (LIVENESS, f"token match (top-1 agreement) >= {self.liveness:.0%}", SOURCE_EQUIVALENCE),
+            (
+                LIVENESS,
+                f"exact greedy token match (top-1 agreement) >= {self.liveness:.0%}",
+                SOURCE_EQUIVALENCE,
+            ),
             (
                 R_RATIO,
                 f"R <= {self.r_threshold:g} for every component re-run alone on the fp32 "
@@ -128,8 +163,26 @@ class AcceptanceRule:
             ),
             (
                 TOKEN_MATCH,
-                f"greedy token match >= {self.token_match:.0%} (top-1 agreement for other models)",
+                f"free-running greedy tokens equal to the reference's, position by position, "
+                f">= {self.token_match:.0%} of them",
                 SOURCE_AUTOPORT,
+            ),
+            (
+                LOGIT_MATCH,
+                "teacher-forced past each divergence: every generated position within the top-k "
+                "logit tolerances (top 5: 0.01, top 50: 0.02, top 1000: 0.03, all: 0.05 of the "
+                "largest reference logit, after a constant shift), and at each divergence the "
+                "run's logit of its token above its logit of the reference's by less than "
+                f"{self.divergence_tolerance:g}, or a tie the run's precision cannot decide "
+                "(the reference's margin and the run's own logit error both within twice the "
+                "CPU run's error at that precision)",
+                SOURCE_LOGITS,
+            ),
+            (
+                TOP1,
+                f"teacher-forced arg-max equal to the reference's >= {self.token_match:.0%}, "
+                "ties the run's precision cannot decide excused",
+                SOURCE_TOP1,
             ),
             (
                 DOWNSTREAM,
@@ -139,8 +192,9 @@ class AcceptanceRule:
             ),
             (
                 CONVERGENCE,
-                f"one-sided Welch t-test on the final-window loss over seeds, alpha "
-                f"{self.alpha:g}: the run's loss is not significantly above the reference's",
+                "steps to the target held-out loss, olympic mean (best and worst run dropped), "
+                "within the band an equal-variance t-test against the reference's runs allows "
+                f"at alpha {self.alpha:g}: not suspiciously fast (as the RCP checker) nor slower",
                 SOURCE_MLPERF,
             ),
         ]
@@ -199,20 +253,34 @@ class RatioFailure:
 
 @dataclass
 class Agreement:
-    """Per-position agreement with the reference on the acceptance set: arg-max tokens (or
-    classes), KL divergence and cosine of the logits."""
+    """Per-position agreement with the reference on the acceptance set: greedy tokens (or
+    classes), KL divergence and cosine of the logits, and NxD's logit matching."""
 
     kind: str  # token match | top-1 agreement
     compared: int  # positions (generated tokens, or samples)
-    exact_matches: int
-    near_ties: int  # mismatches within the precision's own logit error: counted as matches
-    rate: float  # (exact matches + near ties) / compared
-    first_mismatch: str | None  # where the first mismatch that is no near tie sits
+    exact_matches: int  # token match: free-running tokens equal to the reference's
+    near_ties: int  # teacher-forced divergences excused as ties (reference margin and the
+    # run's own logit error both within twice the precision's own CPU error)
+    rate: float  # the gated rate: token match exact / compared; top-1 (exact + ties) / compared
+    first_mismatch: str | None  # where the first token differs (top-1: the first not excused)
     kl_p95: float
     kl_max: float
     cosine_p5: float
     cosine_below_share: float  # share of positions whose cosine is below the gate
-    baseline: str | None = None  # the CPU run whose logit error sets the near-tie tolerance
+    baseline: str | None = None  # the CPU run whose logit error sets the tie tolerance
+    free_running: bool = False  # tokens each run generated itself (False: teacher-forced)
+    # Logit matching (token match only), as NxD Inference's check_accuracy_logits.
+    divergences: int = 0  # teacher-forced positions whose arg-max differs from the reference's
+    divergence_tolerance: float | None = None
+    divergence_difference_max: float | None = None  # largest over the divergences
+    topk_errors: dict[str, float] = field(default_factory=dict)  # largest relative error per k
+    positions_outside_tolerance: int = 0  # positions above a top-k tolerance
+    logits_matched: bool | None = None  # None: not judged (top-1 agreement)
+    first_logit_failure: str | None = None
+
+    @property
+    def exact_rate(self) -> float:
+        return self.exact_matches / self.compared if self.compared else 0.0
 
 
 @dataclass
@@ -229,20 +297,30 @@ class DownstreamScore:
 
 @dataclass
 class ConvergenceStudy:
-    """K seeds x N steps of a candidate against a baseline, and the one-sided test on them."""
+    """Steps to reach a target quality: reference runs and candidate runs, each its own seed,
+    olympic scored and tested as MLPerf's RCP checker tests a submission (convergence.py)."""
 
     label: str  # what is compared, in words
-    seeds: list[int]
-    steps: int
-    window: int  # the final steps whose mean loss each seed contributes
-    baseline_losses: list[list[float]] = field(default_factory=list)  # per seed, per step
+    seeds: list[int]  # the candidate's runs (the reference's first runs use the same seeds)
+    steps: int  # the reference's step budget; a candidate may train up to twice as long
+    # Per run, the held-out loss at the initial weights and after each step (index = step).
+    baseline_losses: list[list[float]] = field(default_factory=list)
     candidate_losses: list[list[float]] = field(default_factory=list)
-    checkpoints: list[int] = field(default_factory=list)  # 1-based steps shown in tables
     t_statistic: float | None = None
     degrees_of_freedom: float | None = None
-    p_value: float | None = None  # one-sided: candidate's loss above the baseline's
-    passed: bool | None = None  # None: not tested (one seed, or a failed run)
+    p_value: float | None = None  # one-sided, in the direction the candidate's mean lies
+    passed: bool | None = None  # None: not tested (too few runs, or a failed run)
     note: str = ""
+    reference_seeds: list[int] = field(default_factory=list)
+    target_loss: float | None = None  # the quality to reach: held-out loss at most this
+    baseline_steps: list[float] = field(default_factory=list)  # per run; inf: never reached
+    candidate_steps: list[float] = field(default_factory=list)
+    baseline_mean: float | None = None  # olympic mean (best and worst run dropped)
+    baseline_stdev: float | None = None  # of the olympic-scored runs, population (as numpy)
+    candidate_mean: float | None = None
+    fastest_allowed: float | None = None  # RCP's minimum acceptable mean steps
+    slowest_allowed: float | None = None  # the same test in the other direction
+    verdict: str = ""  # within | too fast | too slow | not converged | not tested
 
 
 @dataclass

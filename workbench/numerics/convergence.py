@@ -1,14 +1,31 @@
-"""Convergence parity over seeds: K seeds x N optimizer steps of a candidate (a run's device,
-precision and compiler, or notebook 04's batch and accumulation) against a baseline, and a
-one-sided test at alpha 0.05, as MLPerf's reference convergence point check tests a submission
-against reference runs (a one-sided two-sample t-test).
+"""Convergence parity as MLPerf Training's RCP checker tests it (mlcommons/logging,
+`mlperf_logging/rcp_checker/rcp_checker.py`): steps to reach a target quality, olympic scored,
+against reference runs, with a one-sided equal-variance t-test.
 
-Each seed draws the initial weights (where the workload's factory draws them) and a stream of N
-training batches from batch_maker; candidate and baseline see the same weights and batches per
-seed. Dropout modules are off, as in every run of notebook 03. The test: Welch's t on the mean
-loss over the final quarter of the steps, one value per seed; the candidate fails when its loss is
-significantly above the baseline's (p < alpha). The test is unpaired, as MLPerf's, so it is
-conservative: it flags a recipe that trains worse by more than the seeds' own spread.
+What runs: `2 x runs` reference runs (the RCP checker's references hold twice a submission's run
+count) and `runs` candidate runs (a run's device, precision and compiler, or notebook 04's
+batch and accumulation), each its own seed: the seed draws the initial weights (where the
+workload's factory draws them), the stream of training batches and the dropout masks; the
+candidate's runs use the reference's first seeds. Training is the recipe as the user runs it:
+train mode, dropout on. After every optimizer step the model is scored in eval mode on one
+held-out batch (the first of notebook 03's held-out batches), through the run's own forward.
+
+The target quality: the held-out loss that the reference runs reach, olympic mean, at half the
+step budget (MLPerf fixes a target per benchmark; a workload here names none, so it is taken from
+the reference, where the curve still falls). A run's steps to target: the first step whose
+held-out loss is at most the target. Reference runs train `steps`; candidate runs stop at the
+target or at twice `steps` (the bound that keeps the check inside CI); a run that never reaches
+it counts as never converging (infinite), as the RCP checker marks one.
+
+The test, as the RCP checker's: steps sorted and olympic scored (the best and the worst run
+dropped) on both sides; from the reference's olympic mean and population standard deviation, a
+bisection finds the lowest mean a candidate of `runs - 2` scored runs may have before an
+equal-variance t-test (reference's spread on both sides) says it converges faster at alpha
+(`_find_min_acceptable_mean`); a candidate whose olympic mean is below it converges suspiciously
+fast and fails, as the RCP checker fails it. The workbook runs the same test in the other
+direction too, since a port that trains slower is what it looks for: above the highest
+acceptable mean it fails as too slow. More than one candidate run that never reaches the target
+fails as not converged (the RCP checker's "Insufficient convergence").
 """
 
 from __future__ import annotations
@@ -23,11 +40,21 @@ import torch
 
 from workbench.errors import BadInput, describe_error
 from workbench.numerics.acceptance_records import ConvergenceStudy
-from workbench.numerics.capture import RunSpec
+from workbench.numerics.capture import RunSpec, as_fp32_cpu
+from workbench.numerics.validation import held_out_batches
 from workbench.results import load_result
-from workbench.workload import Workload, disable_dropout, seeded, state_sha256
+from workbench.workload import Batch, Workload, seeded, state_sha256
 
 RETUNING_RESULT_FILE = "04_retuning.json"
+# The RCP checker's olympic scoring drops one run at each end (four for unet3d).
+OLYMPIC_REJECTED = 1
+MINIMUM_RUNS = 2 * OLYMPIC_REJECTED + 1
+# References hold twice a submission's runs in the RCP checker.
+REFERENCE_RUN_FACTOR = 2
+# A candidate run stops at the target or at this many times the reference's step budget.
+CANDIDATE_STEP_FACTOR = 2
+BISECTION_TOLERANCE = 1e-4  # the RCP checker's, in its unit (here steps)
+SEED_OFFSET = 1000
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -71,21 +98,6 @@ def t_survival(t: float, df: float) -> float:
     return tail if t >= 0 else 1.0 - tail
 
 
-def welch_one_sided(candidate: list[float], baseline: list[float]) -> tuple[float, float, float]:
-    """Welch's t of mean(candidate) > mean(baseline): (t, degrees of freedom, one-sided p)."""
-    n1, n2 = len(candidate), len(baseline)
-    m1, m2 = statistics.fmean(candidate), statistics.fmean(baseline)
-    v1, v2 = statistics.variance(candidate) / n1, statistics.variance(baseline) / n2
-    difference = m1 - m2
-    if v1 + v2 == 0:
-        # No spread at all: equal means are no evidence, any excess is certain.
-        t = 0.0 if difference == 0 else math.copysign(math.inf, difference)
-        return t, float(n1 + n2 - 2), 0.5 if difference == 0 else (0.0 if difference > 0 else 1.0)
-    t = difference / math.sqrt(v1 + v2)
-    df = (v1 + v2) ** 2 / (v1**2 / (n1 - 1) + v2**2 / (n2 - 1))
-    return t, df, t_survival(t, df)
-
-
 @dataclass(frozen=True)
 class TrainingRecipe:
     """How one trajectory trains: micro-batches per optimizer step, their size, the rate."""
@@ -107,91 +119,273 @@ class TrainingRecipe:
 
 
 def seeds_of(workload: Workload, count: int) -> list[int]:
-    return [workload.seed + i for i in range(count)]
+    """Seeds of the runs: offset from the workload's, so that no run's batch stream is the
+    held-out batch's (drawn with the workload's seed + HELD_OUT_SEED_OFFSET)."""
+    return [workload.seed + SEED_OFFSET + i for i in range(count)]
+
+
+def reference_seeds_of(workload: Workload, runs: int) -> list[int]:
+    """The reference's seeds: twice the candidate's runs, the candidate's seeds first."""
+    return seeds_of(workload, REFERENCE_RUN_FACTOR * runs)
+
+
+def held_out_batch(workload: Workload) -> Batch:
+    """The batch every run is scored on after each step: the first held-out batch of notebook
+    03 (the workload's evaluation_batches, or its batch maker with another seed)."""
+    return held_out_batches(workload, 1).batches[0]
+
+
+def _held_out_loss(
+    model: torch.nn.Module, forward: Any, spec: RunSpec, workload: Workload, batch: Batch
+) -> float:
+    inputs, targets = batch
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        with torch.no_grad(), spec.autocast():
+            outputs = as_fp32_cpu(workload.forward(forward, spec.place(inputs)))
+            return float(workload.compute_loss(outputs, targets))
+    finally:
+        for module, training in modes:
+            module.training = training
 
 
 def trajectories(
-    spec: RunSpec, workload: Workload, seeds: list[int], steps: int, recipe: TrainingRecipe
+    spec: RunSpec,
+    workload: Workload,
+    seeds: list[int],
+    steps: int,
+    recipe: TrainingRecipe,
+    stop_at: float | None = None,
 ) -> list[list[float]]:
-    """One loss per optimizer step, per seed; the model is placed (and compiled) once and given
-    each seed's initial weights, so a compiled run compiles once."""
-    states = []
-    for seed in seeds:
-        with seeded(seed):
-            states.append(workload.model_factory().state_dict())
-    with seeded(seeds[0]):
+    """The held-out loss at the initial weights and after every optimizer step (index = step),
+    per seed, training the recipe as it is (dropout on); a run stops early once its loss is at
+    most `stop_at`. The model is placed (and compiled) once and every run starts from the
+    workload's own initial weights, so a compiled run compiles once."""
+    with seeded(workload.seed):
         model = workload.model_factory()
+    initial = {name: value.clone() for name, value in model.state_dict().items()}
     model.train()
-    disable_dropout(model)
     model = spec.place_model(model)
     forward = spec.forward_of(model)
     device = spec.target.device
-    losses: list[list[float]] = []
-    for seed, state in zip(seeds, states, strict=True):
-        model.load_state_dict(state)
+    scored_on = held_out_batch(workload)
+    curves: list[list[float]] = []
+    for seed in seeds:
+        model.load_state_dict(initial)
+        model.train()
         optimizer = workload.make_optimizer(model)
+        scaler = spec.grad_scaler()  # torch.amp's loss scaling where the recipe has it
         if recipe.learning_rate is not None:
             for group in optimizer.param_groups:
                 group["lr"] = recipe.learning_rate
         generator = torch.Generator().manual_seed(seed)
         spec.target.manual_seed(seed)
-        seed_losses = []
+        curve = [_held_out_loss(model, forward, spec, workload, scored_on)]
         for _ in range(steps):
             optimizer.zero_grad(set_to_none=True)
-            total = 0.0
             for _ in range(recipe.accumulation):
                 inputs, targets = workload.batch_maker(recipe.micro_batch, generator)
                 with spec.autocast():
                     outputs = workload.forward(forward, spec.place(inputs))
                     loss = workload.compute_loss(outputs, targets.to(device)) / recipe.accumulation
-                loss.backward()
-                total += float(loss.detach())
-            optimizer.step()
-            seed_losses.append(total)
-        losses.append(seed_losses)
-    return losses
+                scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            curve.append(_held_out_loss(model, forward, spec, workload, scored_on))
+            if stop_at is not None and curve[-1] <= stop_at:
+                break
+        curves.append(curve)
+    return curves
 
 
-def _checkpoints(steps: int) -> list[int]:
-    return sorted({max(1, math.ceil(steps * q / 4)) for q in (1, 2, 3, 4)})
+def olympic(values: list[float]) -> list[float]:
+    """Sorted, the best and the worst dropped (the RCP checker's olympic scoring)."""
+    ordered = sorted(values)
+    return ordered[OLYMPIC_REJECTED : len(ordered) - OLYMPIC_REJECTED]
 
 
-def final_window(losses: list[float], window: int) -> float:
-    tail = losses[-window:]
-    return math.nan if not all(math.isfinite(v) for v in tail) else statistics.fmean(tail)
+def _at(curves: list[list[float]], step: int) -> list[float]:
+    values = [curve[step] if len(curve) > step else math.inf for curve in curves]
+    return [v if math.isfinite(v) else math.inf for v in values]
+
+
+def target_loss(reference: list[list[float]], steps: int) -> tuple[float | None, str]:
+    """The quality to reach (see module docs) and, when there is none, why: the held-out loss
+    halfway from the reference's initial loss to its loss after `steps` steps (olympic means).
+    None when the reference does not learn more over the budget than its runs differ (the
+    standard deviation of their final losses): then steps to a target measure noise."""
+    start, end = olympic(_at(reference, 0)), olympic(_at(reference, steps))
+    if not end:
+        return None, f"{len(reference)} reference runs leave none after olympic scoring"
+    if not all(math.isfinite(v) for v in start + end):
+        return None, "the reference's held-out loss is NaN/Inf"
+    initial, final, spread = statistics.fmean(start), statistics.fmean(end), statistics.pstdev(end)
+    if initial - final <= spread:
+        return None, (
+            f"the reference's held-out loss falls from {initial:.4g} to {final:.4g} over "
+            f"{steps} steps, no more than its runs differ (sd {spread:.3g}), so there is no "
+            "quality to reach: set convergence_steps higher, or give the workload held-out data "
+            "it can learn"
+        )
+    return initial - (initial - final) / 2, ""
+
+
+def steps_to_target(curve: list[float], target: float) -> float:
+    """The first step whose held-out loss is at most `target`; inf when none is."""
+    return next((float(i) for i, loss in enumerate(curve) if loss <= target), math.inf)
+
+
+def pooled_t(
+    mean_a: float, stdev_a: float, n_a: int, mean_b: float, stdev_b: float, n_b: int
+) -> tuple[float, float, float]:
+    """Student's equal-variance t of mean_a against mean_b from their statistics, as
+    scipy.stats.ttest_ind_from_stats(equal_var=True) computes it, and the RCP checker's one-sided
+    p: the probability of a t this low or lower, (t, degrees of freedom, p)."""
+    df = n_a + n_b - 2
+    pooled = ((n_a - 1) * stdev_a**2 + (n_b - 1) * stdev_b**2) / df
+    spread = math.sqrt(pooled * (1 / n_a + 1 / n_b))
+    if spread == 0:
+        t = 0.0 if mean_a == mean_b else math.copysign(math.inf, mean_a - mean_b)
+    else:
+        t = (mean_a - mean_b) / spread
+    return t, float(df), t_survival(-t, df) if math.isfinite(t) else (1.0 if t > 0 else 0.0)
+
+
+def fastest_allowed(
+    mean: float, stdev: float, n_reference: int, n_candidate: int, alpha: float
+) -> float:
+    """The RCP checker's minimum acceptable mean (`_find_min_acceptable_mean`): a bisection
+    between 0 and the reference's mean for the candidate mean whose one-sided p is alpha."""
+    if stdev == 0:
+        return mean
+    low, high = 0.0, mean
+    middle = (low + high) / 2
+    while high - low > BISECTION_TOLERANCE:
+        _, _, p = pooled_t(middle, stdev, n_reference, mean, stdev, n_candidate)
+        if p > alpha:
+            high = middle
+        else:
+            low = middle
+        middle = (low + high) / 2
+    return middle
+
+
+def slowest_allowed(
+    mean: float, stdev: float, n_reference: int, n_candidate: int, alpha: float
+) -> float:
+    """The same bisection in the other direction: the highest candidate mean whose one-sided p
+    of converging slower is still above alpha."""
+    if stdev == 0:
+        return mean
+    low, high = mean, 2 * mean + stdev
+    while 1 - pooled_t(high, stdev, n_reference, mean, stdev, n_candidate)[2] > alpha:
+        high += high - mean
+    middle = (low + high) / 2
+    while high - low > BISECTION_TOLERANCE:
+        _, _, p = pooled_t(middle, stdev, n_reference, mean, stdev, n_candidate)
+        if 1 - p > alpha:
+            low = middle
+        else:
+            high = middle
+        middle = (low + high) / 2
+    return middle
+
+
+def _steps_text(values: list[float]) -> str:
+    return ", ".join("never" if not math.isfinite(v) else f"{v:g}" for v in values)
 
 
 def judge_study(
     label: str,
     seeds: list[int],
+    reference_seeds: list[int],
     steps: int,
     baseline: list[list[float]],
     candidate: list[list[float]],
     alpha: float,
+    target: float | None,
+    no_target: str = "",
 ) -> ConvergenceStudy:
-    """The one-sided test on the final-window losses (see module docs)."""
-    window = max(1, steps // 4)
-    study = ConvergenceStudy(label, seeds, steps, window, baseline, candidate, _checkpoints(steps))
-    ours = [final_window(losses, window) for losses in candidate]
-    theirs = [final_window(losses, window) for losses in baseline]
-    if not all(math.isfinite(v) for v in ours):
-        study.passed = False
-        study.note = "the candidate's loss is NaN/Inf in its final window"
-        return study
-    if len(seeds) < 2:
+    """Steps to `target` on both sides and the RCP checker's test (see module docs); with too
+    few runs or no target, a study that says why (`no_target`) and is not tested."""
+    if len(seeds) < MINIMUM_RUNS or target is None:
+        return ConvergenceStudy(
+            label,
+            seeds,
+            steps,
+            baseline,
+            candidate,
+            reference_seeds=reference_seeds,
+            note=no_target
+            if len(seeds) >= MINIMUM_RUNS
+            else (
+                f"{len(seeds)} candidate runs: olympic scoring drops the best and the worst, so "
+                f"at least {MINIMUM_RUNS} runs are needed to test; set convergence_seeds to "
+                f"{MINIMUM_RUNS} or more"
+            ),
+            verdict="not tested",
+        )
+    study = ConvergenceStudy(
+        label,
+        seeds,
+        steps,
+        baseline,
+        candidate,
+        reference_seeds=reference_seeds,
+        target_loss=target,
+        baseline_steps=[steps_to_target(c, target) for c in baseline],
+        candidate_steps=[steps_to_target(c, target) for c in candidate],
+    )
+    never = sum(1 for v in study.candidate_steps if not math.isfinite(v))
+    cap = CANDIDATE_STEP_FACTOR * steps
+    if never > 1:
+        study.passed, study.verdict = False, "not converged"
         study.note = (
-            "one seed gives no spread, so no test is made: set convergence_seeds to 2 or more"
+            f"{never} of {len(seeds)} runs never reached the target held-out loss {target:.4g} "
+            f"within {cap} steps (more than one: insufficient convergence, as the RCP checker)"
         )
         return study
-    t, df, p = welch_one_sided(ours, theirs)
-    study.t_statistic, study.degrees_of_freedom, study.p_value = t, df, p
-    study.passed = p >= alpha
-    mean_ours, mean_theirs = statistics.fmean(ours), statistics.fmean(theirs)
-    verdict = "significantly above" if not study.passed else "not significantly above"
+    reference = olympic(study.baseline_steps)
+    if not all(math.isfinite(v) for v in reference):
+        study.verdict = "not tested"
+        study.note = (
+            "reference runs that never reached their own target remain after olympic scoring, "
+            "so no test is made: set convergence_steps higher"
+        )
+        return study
+    mean, stdev = statistics.fmean(reference), statistics.pstdev(reference)
+    n_reference, n_candidate = len(reference), len(seeds) - 2 * OLYMPIC_REJECTED
+    ours = statistics.fmean(olympic(study.candidate_steps))
+    study.baseline_mean, study.baseline_stdev, study.candidate_mean = mean, stdev, ours
+    study.fastest_allowed = fastest_allowed(mean, stdev, n_reference, n_candidate, alpha)
+    study.slowest_allowed = slowest_allowed(mean, stdev, n_reference, n_candidate, alpha)
+    t, df, p = pooled_t(ours, stdev, n_reference, mean, stdev, n_candidate)
+    study.t_statistic, study.degrees_of_freedom = t, df
+    study.p_value = p if ours <= mean else 1 - p
+    if ours < study.fastest_allowed:
+        study.passed, study.verdict = False, "too fast"
+        reading = (
+            f"converges faster than the reference allows (below {study.fastest_allowed:.3g} "
+            "steps): a recipe that differs, as the RCP checker fails it"
+        )
+    elif ours > study.slowest_allowed:
+        study.passed, study.verdict = False, "too slow"
+        reading = (
+            f"converges slower than the reference allows (above {study.slowest_allowed:.3g} steps)"
+        )
+    else:
+        study.passed, study.verdict = True, "within"
+        reading = (
+            f"within the {study.fastest_allowed:.3g} to {study.slowest_allowed:.3g} steps the "
+            "reference allows"
+        )
     study.note = (
-        f"final-window loss (mean of the last {window} steps, {len(seeds)} seeds) "
-        f"{mean_ours:.4g} against {mean_theirs:.4g}: {verdict} the baseline's "
-        f"(one-sided Welch t {t:.3g}, df {df:.3g}, p {p:.3g}, alpha {alpha:g})"
+        f"steps to held-out loss {target:.4g}: olympic mean {ours:.3g} over {n_candidate} of "
+        f"{len(seeds)} runs ({_steps_text(study.candidate_steps)}) against the reference's "
+        f"{mean:.3g} (sd {stdev:.3g}, {n_reference} of {len(reference_seeds)} runs: "
+        f"{_steps_text(study.baseline_steps)}); {reading} (equal-variance t {t:.3g}, df {df:g}, "
+        f"one-sided p {study.p_value:.3g}, alpha {alpha:g})"
     )
     return study
 

@@ -243,7 +243,7 @@ def run_numerics(
     if not refs.reproducibility.deterministic:
         log(refs.reproducibility.note)
     prepared = acceptance.prepare(workload, build, refs, held_out, settings)
-    log(f"acceptance set and {len(prepared.seeds)} reference seeds measured")
+    log(f"acceptance set and {len(prepared.reference_seeds)} reference convergence runs measured")
     runs = []
     sides: dict[str, acceptance.RunSide] = {}
     for spec, role in plan_runs(target, reference_target, settings):

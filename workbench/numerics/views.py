@@ -3,17 +3,18 @@ and the 03_numerics.json payload. Every shown string goes through workbench.mark
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from IPython.display import display
 
 from workbench import markup as show
-from workbench.numerics.metrics import budget_of
 from workbench.numerics.acceptance_records import JUDGED_AS_VALUE, min_ratio_elements
+from workbench.numerics.metrics import budget_of
 from workbench.numerics.records import (
     BLOCKER,
-    OWN,
     INHERITED,
+    OWN,
     PASS,
     NumericsResult,
     RunResult,
@@ -521,10 +522,10 @@ def ratio_table(result: NumericsResult) -> None:
     for run in result.target_runs:
         failure = run.acceptance.first_ratio_failure if run.acceptance else None
         if failure is not None:
-            display(
             assert run.acceptance is not None
             alone = [r.name for r in run.acceptance.ratios if r.isolated_cause == OWN]
             own = f"; R above {threshold:g} alone: {', '.join(alone)}" if alone else ""
+            display(
                 show.banner(
                     f"{run.label}: first layer with R above {threshold:g}: {failure.layer} "
                     f"({failure.module_type}, position {failure.position}), R "
@@ -551,8 +552,13 @@ def ratio_table(result: NumericsResult) -> None:
     )
 
 
+def _steps(values: list[float]) -> str:
+    return ", ".join("never" if not math.isfinite(v) else f"{v:g}" for v in values)
+
+
 def convergence_rows(result: NumericsResult) -> list[dict[str, Any]]:
-    """Mean loss over the seeds at fixed steps, baseline and candidate, and the test."""
+    """Steps to the target held-out loss, reference and candidate runs, the band the RCP
+    checker's t-test allows, and the outcome."""
     studies = [
         (run.label, run.acceptance.convergence)
         for run in result.target_runs
@@ -562,21 +568,26 @@ def convergence_rows(result: NumericsResult) -> list[dict[str, Any]]:
         studies.append(("notebook 04's batch", result.recommended_convergence))
     rows = []
     for name, study in studies:
-        row: dict[str, Any] = {"candidate": name, "seeds": len(study.seeds)}
-        for step in study.checkpoints:
-            pairs = [
-                (b[step - 1], c[step - 1])
-                for b, c in zip(study.baseline_losses, study.candidate_losses, strict=False)
-                if len(b) >= step and len(c) >= step
-            ]
-            if pairs:
-                base = sum(p[0] for p in pairs) / len(pairs)
-                cand = sum(p[1] for p in pairs) / len(pairs)
-                row[f"loss at step {step} (baseline / candidate)"] = f"{base:.4g} / {cand:.4g}"
-        row["p (one-sided)"] = study.p_value
-        row["outcome"] = {True: "pass", False: "FAIL", None: "not tested"}[study.passed]
-        row["reading"] = study.note
-        rows.append(row)
+        band = (
+            f"{study.fastest_allowed:.3g} to {study.slowest_allowed:.3g}"
+            if study.fastest_allowed is not None and study.slowest_allowed is not None
+            else None
+        )
+        rows.append(
+            {
+                "candidate": name,
+                "target held-out loss": study.target_loss,
+                "reference steps (olympic mean)": study.baseline_mean,
+                "candidate steps (olympic mean)": study.candidate_mean,
+                "allowed mean": band,
+                "reference runs": _steps(study.baseline_steps),
+                "candidate runs": _steps(study.candidate_steps),
+                "p (one-sided)": study.p_value,
+                "outcome": {True: "pass", False: "FAIL", None: "not tested"}[study.passed]
+                + (f" ({study.verdict})" if study.verdict else ""),
+                "reading": study.note,
+            }
+        )
     return rows
 
 
@@ -590,10 +601,12 @@ def convergence_table(result: NumericsResult) -> None:
         show.table(
             rows,
             caption=(
-                f"Mean loss over {settings.convergence_seeds} seeds x "
-                f"{settings.convergence_steps} steps (each seed its own initial weights and "
-                "batches, the same for baseline and candidate); baseline: the fp32 reference, "
-                "or the original batch for notebook 04's"
+                f"Steps to reach the target held-out loss (MLPerf RCP checker): "
+                f"{2 * settings.convergence_seeds} reference runs of "
+                f"{settings.convergence_steps} steps, {settings.convergence_seeds} candidate runs "
+                f"of up to {2 * settings.convergence_steps}, each its own seed, dropout on; "
+                "olympic means (best and worst dropped) and the band an equal-variance t-test "
+                "allows; reference: the fp32 reference, or the original batch for notebook 04's"
             ),
         )
     )

@@ -25,6 +25,7 @@ from workbench.numerics.acceptance_records import (
     GATE_PASS,
     KL,
     LIVENESS,
+    LOGIT_MATCH,
     R_RATIO,
     TOKEN_MATCH,
     TOP1,
@@ -36,9 +37,8 @@ from workbench.numerics.acceptance_records import (
 from workbench.numerics.ratio import ratio_of
 from workbench.numerics.records import BLOCKER, OWN, PASS, NumericsSettings
 from workbench.numerics.token_match import AcceptanceSet, agreement, position_stats, set_reference
-from workbench.results import save_result
 from workbench.targets.cpu import CpuTarget
-from workbench.workload import Workload, load_workload, state_sha256
+from workbench.workload import Workload, load_workload
 
 CPU = CpuTarget()
 RULE = AcceptanceRule()
@@ -48,6 +48,7 @@ QUICK = NumericsSettings(
     steps=2,
     convergence_steps=4,
     generated_tokens=8,
+    informative_precisions=(),
 )
 
 
@@ -84,47 +85,6 @@ def test_r_ratio_gate_passes_at_1_1_and_fails_at_1_5():
     assert _gate(failing, R_RATIO).status == GATE_FAIL
     assert "R 1.5" in _gate(failing, R_RATIO).measured
     assert _gate(failing, R_RATIO).source.startswith("AWS neuron-framework-equivalence")
-
-
-def _token_set(reference: torch.Tensor) -> AcceptanceSet:
-    aset = AcceptanceSet(TOKEN_MATCH, [], 7, 10, "test")
-    set_reference(aset, reference, None)
-    return aset
-
-
-def _agreement_of(share_flipped: float, tolerance=None, shift=5.0):
-    """100 positions of 8 logits; a share of them with the run's arg-max moved elsewhere."""
-    generator = torch.Generator().manual_seed(0)
-    reference = torch.randn(100, 8, generator=generator, dtype=torch.float64)
-    run = reference.clone()
-    flipped = int(share_flipped * 100)
-    rows = torch.arange(flipped)
-    second = (reference[rows].argmax(-1) + 1) % 8
-    run[rows, second] += shift
-    aset = _token_set(reference)
-    return agreement(aset, position_stats(aset, run), tolerance, RULE.cosine_p5, None)
-
-
-def test_token_match_at_97_percent_passes_and_at_90_fails_and_at_20_fails_liveness():
-    for share, token, live in ((0.03, GATE_PASS, GATE_PASS), (0.10, GATE_FAIL, GATE_PASS)):
-        found = RunAcceptance(agreement=_agreement_of(share))
-        gates = acceptance.gates(found, RULE, _prepared(), None)
-        assert _gate(gates, TOKEN_MATCH).status == token
-        assert _gate(gates, LIVENESS).status == live
-    found = RunAcceptance(agreement=_agreement_of(0.8))
-    gates = acceptance.gates(found, RULE, _prepared(), None)
-    assert _gate(gates, LIVENESS).status == GATE_FAIL and "20.0%" in _gate(gates, LIVENESS).measured
-
-
-def test_a_flip_within_the_precisions_own_logit_error_is_a_near_tie():
-    flipped = _agreement_of(0.10, tolerance=torch.full((100,), 10.0))
-    assert flipped.near_ties == 10 and flipped.rate == 1.0
-    kept = _agreement_of(0.10, tolerance=torch.full((100,), 1e-6))
-    assert (
-        kept.near_ties == 0
-        and kept.rate == 0.9
-        and kept.first_mismatch == ("prompt 1, generated token 1")
-    )
 
 
 def test_cosine_and_kl_pass_for_rounding_and_fail_for_a_shifted_run():
@@ -172,20 +132,6 @@ def test_t_distribution_matches_tables():
     assert convergence.t_survival(-2.015, 5) == pytest.approx(0.95, abs=1e-4)
 
 
-def test_convergence_equal_runs_pass_a_clearly_worse_run_fails_and_one_seed_is_not_tested():
-    baseline = [[2.0, 1.5, 1.0, 0.9 + 0.01 * s] for s in range(3)]
-    same = convergence.judge_study("same", [0, 1, 2], 4, baseline, baseline, 0.05)
-    worse = [[v + 0.3 for v in losses] for losses in baseline]
-    failed = convergence.judge_study("worse", [0, 1, 2], 4, baseline, worse, 0.05)
-    single = convergence.judge_study("one", [0], 4, baseline[:1], worse[:1], 0.05)
-    assert same.passed is True and same.p_value == pytest.approx(0.5)
-    assert failed.passed is False and failed.p_value < 0.05 and "Welch" in failed.note
-    assert single.passed is None and "one seed" in single.note
-    gates = acceptance.gates(RunAcceptance(convergence=failed), RULE, _prepared(), None)
-    assert _gate(gates, CONVERGENCE).status == GATE_FAIL
-    assert "MLPerf" in _gate(gates, CONVERGENCE).source
-
-
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -212,7 +158,11 @@ def _all_pass(result):
         statuses = {g.gate: g.status for g in run.acceptance.gates}
         assert GATE_FAIL not in statuses.values(), statuses
         assert statuses[R_RATIO] == statuses[LIVENESS] == statuses[COSINE] == GATE_PASS
-        assert statuses[KL] == statuses[CONVERGENCE] == GATE_PASS
+        assert statuses[KL] == GATE_PASS
+        # Four steps teach these models less than their runs differ: no target to reach, which
+        # the study says (tests/unit/numerics/test_convergence.py holds its pass and fail cases).
+        study = run.acceptance.convergence
+        assert statuses[CONVERGENCE] == GATE_PASS or "no quality to reach" in study.note
     assert numerics_records.headline(result).split(";")[0].startswith("Acceptance: all 2 runs")
 
 
@@ -235,7 +185,8 @@ def test_a_tiny_hugging_face_causal_lm_passes_every_gate_with_its_greedy_token_m
     result = numerics.run_numerics(workload, CPU, QUICK, log=lambda _: None)
     _all_pass(result)
     tokens = _gate(result.target_runs[1].acceptance.gates, TOKEN_MATCH)
-    assert tokens.status == GATE_PASS and "of 40 exact" in tokens.measured
+    assert tokens.status == GATE_PASS and "exact (40 of 40 free-running" in tokens.measured
+    assert _gate(result.target_runs[1].acceptance.gates, LOGIT_MATCH).status == GATE_PASS
     assert "5 held-out prompts of 8 tokens, 8 tokens generated greedily" in result.acceptance_set
 
 
@@ -278,7 +229,11 @@ def test_a_planted_miscompile_fails_the_r_ratio_at_the_planted_layer_as_its_own(
         batch_size=16,
     )
     settings = NumericsSettings(
-        precisions=(), compiled_precisions=("fp32",), steps=2, convergence_steps=3
+        precisions=(),
+        compiled_precisions=("fp32",),
+        informative_precisions=(),
+        steps=2,
+        convergence_steps=3,
     )
     result = numerics.run_numerics(workload, CPU, settings, log=lambda _: None)
     run = result.run("cpu fp32 compiled")
@@ -317,6 +272,7 @@ def test_the_downstream_evaluation_is_reported_per_run_and_one_that_raises_is_on
     settings = NumericsSettings(
         precisions=("fp32",),
         compiled_precisions=(),
+        informative_precisions=(),
         steps=2,
         convergence_seeds=1,
         convergence_steps=3,
@@ -324,33 +280,8 @@ def test_the_downstream_evaluation_is_reported_per_run_and_one_that_raises_is_on
     result = numerics.run_numerics(_evaluation_workload(broken), CPU, settings, log=lambda _: None)
     raised = [n for n in result.notes if "raised on the reference" in n]
     assert len(raised) == 1 and raised[0].count(". ") == 0
-    assert any(n.startswith("convergence_seeds is 1: one seed") for n in result.notes)
+    assert any(n.startswith("convergence_seeds is 1: olympic scoring") for n in result.notes)
     (run,) = result.target_runs
     statuses = {g.gate: g.status for g in run.acceptance.gates}
     assert statuses[DOWNSTREAM] == statuses[CONVERGENCE] == GATE_NOT_JUDGED
     assert statuses[R_RATIO] == statuses[TOP1] == GATE_PASS and run.verdict.status == PASS
-
-
-def test_notebook_04s_batch_is_trained_over_the_seeds_against_the_original(tmp_path):
-    workload = load_workload("seed-mlp")
-    initial = workload.build_model("cpu")
-    recommendation = {"per_core_batch": 32, "accumulation_steps": 2, "world_size": 1}
-    save_result(
-        tmp_path,
-        "04_retuning",
-        {"headline": "h", "verdict": None, "recommendation": recommendation},
-        workload={"spec": "seed-mlp", "initial_state_sha256": state_sha256(initial)},
-    )
-    study, note = acceptance.recommended_study(
-        tmp_path / convergence.RETUNING_RESULT_FILE, workload, initial, CPU, [42, 43], QUICK
-    )
-    assert note is None and study.passed is not None
-    assert study.label.startswith("batch 32 x 2 accumulated (= 64 samples per step)")
-    assert len(study.candidate_losses) == 2 and len(study.candidate_losses[0]) == 4
-    foreign = load_workload("tiny-cnn")
-    study, note = acceptance.recommended_study(
-        tmp_path / convergence.RETUNING_RESULT_FILE, foreign, foreign.build_model(), CPU, [1], QUICK
-    )
-    assert study is None and "is for workload 'seed-mlp'" in note
-    with pytest.raises(BadInput, match="retuning_result 'missing.json' is not a file"):
-        convergence.retuning_result_path("missing.json", tmp_path)
