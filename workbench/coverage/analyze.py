@@ -54,7 +54,7 @@ from workbench.workload import Workload, as_positional
 
 def _shape_variants(workload: Workload, reference: Capture) -> tuple[list[Capture], ShapeStability]:
     if reference.failure is not None:
-        return [], ShapeStability(reference.label, [])
+        return [], ShapeStability(reference.label, [], list(reference.recurrent_modules))
     variants, comparisons = [], []
     batch = other_batch_size(reference.batch_size)
     variant = capture_training_step(workload, batch_size=batch)
@@ -68,7 +68,7 @@ def _shape_variants(workload: Workload, reference: Capture) -> tuple[list[Captur
             comparisons.append(
                 compare_captures(reference, variant, "sequence", workload.sequence_length, length)
             )
-    return variants, ShapeStability(reference.label, comparisons)
+    return variants, ShapeStability(reference.label, comparisons, list(reference.recurrent_modules))
 
 
 def measure_on_target(workload: Workload, target: Target) -> tuple[TargetReading, Capture] | None:

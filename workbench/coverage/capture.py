@@ -285,6 +285,9 @@ class Capture:
     trace: list[TraceEntry] = field(repr=False)
     failure: CaptureFailure | None
     seconds: float
+    # Recurrent modules (nn.RNNBase: LSTM, GRU, RNN) that ran, as "name (Class)": their
+    # recurrence runs inside one kernel here, and is stepped per position without one.
+    recurrent_modules: list[str] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -434,6 +437,7 @@ class OpCaptureMode(TorchDispatchMode):
         self.trace: list[TraceEntry] = []
         self.current_op: str | None = None  # the op whose kernel is running, for failures
         self.module_stack: list[str] = []  # running nn.Modules, innermost last
+        self.recurrent_modules: list[str] = []  # nn.RNNBase modules that ran
         self._names: dict[Any, str] = {}
         # Keyed by id: every site comes from _locate, which makes one object per site (the
         # dataclass's own hash and == cost more than the rest of an op's bookkeeping).
@@ -688,7 +692,10 @@ def _tracking_modules(model: torch.nn.Module, mode: OpCaptureMode) -> Iterator[N
     def push(module: torch.nn.Module, args: Any) -> None:
         name = names.get(id(module))
         kind = type(module).__name__
-        stack.append(f"{name} ({kind})" if name else kind)
+        label = f"{name} ({kind})" if name else kind
+        stack.append(label)
+        if isinstance(module, torch.nn.RNNBase) and label not in mode.recurrent_modules:
+            mode.recurrent_modules.append(label)
 
     def pop(module: torch.nn.Module, args: Any, output: Any) -> None:
         label = stack.pop()
@@ -783,4 +790,5 @@ def capture_training_step(
         trace=mode.trace,
         failure=failure,
         seconds=perf_counter() - started,
+        recurrent_modules=mode.recurrent_modules,
     )

@@ -301,7 +301,8 @@ def report_data(report: CoverageReport) -> dict[str, Any]:
         ],
         "shape_stability": {
             "stable": report.shapes.stable,
-            "unrolled": report.shapes.unrolled_status() if report.shapes.unrolled else "",
+            "unrolled": report.shapes.unrolled_status(),
+            "recurrent_modules": report.shapes.recurrent_modules,
             "sentence": report.shapes.sentence(),
             "reference": report.shapes.reference,
             "comparisons": report.shapes.comparisons,
@@ -371,7 +372,7 @@ def coverage_verdict(report: CoverageReport, scan: ScanReport | None) -> scoreca
         )
     if not report.shapes.stable:
         findings.append(Finding(ATTENTION, report.shapes.status()))
-    elif report.shapes.unrolled:
+    elif report.shapes.unrolls:
         findings.append(Finding(ATTENTION, report.shapes.unrolled_status()))
     for summary in report.summaries().values():
         if summary.distinct[UNKNOWN]:

@@ -32,8 +32,12 @@ its CUDA kernels is) runs its ops once per position: their call counts grow by a
 per position, and the list its steps are gathered into (aten::stack of T tensors) grows the same
 way. Every shape still follows the length, but a graph target traces the loop unrolled: one
 graph per length, whose size and compile time grow with it. That is reported as what it is, not
-as a shape that depends on data. Anything else means a shape depends on something else: the
-data, or Python control flow.
+as a shape that depends on data. A recurrent module (nn.LSTM, nn.GRU, nn.RNN) is the same loop
+out of sight: on the CPU one oneDNN kernel runs it, which is why its internals are not compared,
+but a backend without a fused RNN kernel runs ATen's decomposition, which steps the sequence one
+cell at a time (torch-xla has none: its table lists aten::lstm.input and aten::gru.input as
+decomposing; with oneDNN off, a two-layer nn.LSTM dispatches 455 ops at 12 steps and 239 at 6).
+Anything else means a shape depends on something else: the data, or Python control flow.
 """
 
 from __future__ import annotations
@@ -113,6 +117,8 @@ class VariantComparison:
 class ShapeStability:
     reference: str
     comparisons: list[VariantComparison]
+    # Recurrent modules that ran (Capture.recurrent_modules): a loop over the sequence too.
+    recurrent_modules: list[str] = field(default_factory=list)
 
     def changed_ops(self) -> dict[str, ShapeChange]:
         """The first unexplained change per op, an op a composite dispatched under the
@@ -137,9 +143,23 @@ class ShapeStability:
         """The comparisons that found a Python loop over their dimension."""
         return [c for c in self.comparisons if c.per_position_ops]
 
+    @property
+    def unrolls(self) -> bool:
+        """A loop over a dimension that a graph target unrolls: in Python, or in a recurrent
+        module."""
+        return bool(self.unrolled or self.recurrent_modules)
+
     def unrolled_status(self) -> str:
-        dims = " and ".join(sorted({c.dimension for c in self.unrolled}))
-        return f"a Python loop over the {dims} unrolls the graph per position"
+        parts = []
+        if self.unrolled:
+            dims = " and ".join(sorted({c.dimension for c in self.unrolled}))
+            parts.append(f"a Python loop over the {dims} unrolls the graph per position")
+        if self.recurrent_modules:
+            parts.append(
+                f"{', '.join(self.recurrent_modules)} unroll(s) per position without a fused "
+                "RNN kernel"
+            )
+        return "; ".join(parts)
 
     def status(self) -> str:
         """A few words for a headline."""
@@ -147,15 +167,24 @@ class ShapeStability:
             return "shapes not checked"
         if any(c.failure for c in self.comparisons):
             return "shape check incomplete (the step failed at another size)"
-        loop = f"; {self.unrolled_status()}" if self.unrolled else ""
+        loop = f"; {self.unrolled_status()}" if self.unrolls else ""
         if self.stable:
             return f"shapes follow batch/sequence only{loop}"
         return f"shapes change beyond batch/sequence{loop}"
 
     def unrolled_sentence(self) -> str:
         """What a loop over a dimension means on a graph target; "" when there is none."""
+        recurrent = (
+            f"{', '.join(self.recurrent_modules)} run(s) the recurrence inside one CPU kernel "
+            "here (oneDNN); a target without a fused RNN kernel runs ATen's decomposition, which "
+            "steps the sequence one cell per position (torch-xla has none: its table lists "
+            "aten::lstm.input and aten::gru.input as decomposing), so that graph is unrolled "
+            "per position too: one graph per length, growing with it."
+            if self.recurrent_modules
+            else ""
+        )
         if not self.unrolled:
-            return ""
+            return recurrent
         parts = []
         for c in self.unrolled:
             shown = "; ".join(c.per_position_ops[:3])
@@ -171,8 +200,8 @@ class ShapeStability:
             f"target traces the loop unrolled: one graph per {dims} size, whose op count and "
             "compile time grow with it (XLA retraces, native torch.compile builds one NEFF per "
             "size). A scan the compiler sees as one op, or a loop over fixed-size chunks, keeps "
-            "the graph the same size."
-        )
+            f"the graph the same size. {recurrent}"
+        ).rstrip()
 
     def sentence(self) -> str:
         if not self.comparisons:

@@ -293,7 +293,7 @@ def risk_flags(report: CoverageReport) -> None:
 
 def shape_stability(report: CoverageReport) -> None:
     stability = report.shapes
-    calm = stability.stable and not stability.unrolled
+    calm = stability.stable and not stability.unrolls
     display(show.banner(stability.sentence(), "ok" if calm else "warn"))
     if not stability.comparisons:
         return

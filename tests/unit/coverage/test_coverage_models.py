@@ -17,7 +17,7 @@ from workbench.coverage.capture import (
     is_profiler_marker,
     shorten_sequence,
 )
-from workbench.coverage.records import SEEN_REFERENCE
+from workbench.coverage.records import SEEN_REFERENCE, coverage_verdict
 from workbench.coverage.shapes import compare_captures
 from workbench.targets.cpu import CpuTarget
 from workbench.targets.detect import FLAVOUR_XLA
@@ -98,10 +98,19 @@ def test_an_lstm_language_model_runs_eager_and_its_kernel_workspace_is_no_shape_
     assert all(c.uncompared_calls > 0 for c in report.shapes.comparisons)
     assert report.shapes.stable, report.shapes.sentence()
     assert "shapes follow batch/sequence only" in report.headline()
+    # Its recurrence is a loop over the sequence all the same: without a fused RNN kernel
+    # (torch-xla has none) ATen's decomposition steps it per position, unrolled.
+    assert report.shapes.recurrent_modules == ["lstm (LSTM)"]
+    assert "lstm (LSTM) unroll(s) per position without a fused RNN kernel" in report.headline()
+    assert "steps the sequence one cell per position" in report.shapes.sentence()
+    reasons = [f.reason for f in coverage_verdict(report, None).findings]
+    assert report.shapes.unrolled_status() in reasons
 
 
 def test_a_forward_dynamo_captures_does_not_read_as_eager() -> None:
     compiled = analyze_coverage(_classifier(lambda: nn.Linear(6, 3)), CpuTarget(), **ONLY_XLA)
+    assert not compiled.shapes.recurrent_modules and not compiled.shapes.unrolls
+    assert "unroll" not in compiled.headline()
     assert compiled.compiled.graph_count == 1 and not compiled.compiled.runs_eager
     assert not compiled.compiled.skipped
     assert "runs eager" not in compiled.compiled.sentence()
