@@ -397,8 +397,9 @@ def agreement(
         found.divergence_difference_max = (
             float(stats.divergence_difference[diverged].max()) if bool(diverged.any()) else 0.0
         )
+        # Below zero means within atol; shown as 0.
         found.topk_errors = {
-            "all" if k is None else f"top {k}": float(stats.topk_errors[:, column].max())
+            "all" if k is None else f"top {k}": max(0.0, float(stats.topk_errors[:, column].max()))
             for column, k in enumerate(NXD_TOLERANCE_MAP)
         }
         found.positions_outside_tolerance = int((~within).sum())
