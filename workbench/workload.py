@@ -242,6 +242,9 @@ class Workload:
     # checkpoint, a task that keeps only part of the model): shown on the console at load time
     # and added to every notebook's verdict and headline.
     attentions: list[str] = field(default_factory=list)
+    # A `script:` workload's run as watched (workbench/workloads/script.py): its steps, losses,
+    # redirected device calls and printed output; None for every other kind.
+    script_run: dict[str, Any] | None = None
 
     def forward(self, model: Callable[..., Any], inputs: Inputs) -> Any:
         """The model (or its compiled forward) on a batch's inputs."""
@@ -311,7 +314,7 @@ class Workload:
             "task_metric": self.task_metric_name if self.task_metric else None,
             "optimizer": type(self.make_optimizer(model)).__name__,
             "loss": "the model's own (output.loss)" if self.loss_from_output else "workload loss",
-        }
+        } | ({"script": self.script_run} if self.script_run is not None else {})
 
 
 # The contract's own frames sit between workbench's machinery and the model or loss. This file
@@ -432,7 +435,8 @@ def import_factory(spec: str) -> Callable[[], Any]:
     if not module_name or not attribute:
         raise BadInput(
             f"Workload {spec!r}{did_you_mean(spec, BUILTIN_WORKLOADS)}: expected a built-in "
-            f"name ({', '.join(BUILTIN_WORKLOADS)}), 'package.module:factory' or 'hf:FOLDER'."
+            f"name ({', '.join(BUILTIN_WORKLOADS)}), 'package.module:factory', 'hf:FOLDER' "
+            "or 'script:train.py'."
         )
     # Console scripts do not put the working directory on sys.path; user modules live there.
     if os.getcwd() not in sys.path:
@@ -475,6 +479,7 @@ class WorkloadSpec:
     hf_config: str = ""  # hf: config overrides, "key=value,key=value"
     allow_partial_model: bool = False  # hf: measure the part of the model a task keeps
     trust_remote_code: bool = False  # hf: run the Python a checkpoint folder ships
+    target: str = "auto"  # script: the target its device calls are redirected to
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> WorkloadSpec:
@@ -492,6 +497,7 @@ class WorkloadSpec:
             hf_config=params.get("hf_config") or "",
             allow_partial_model=bool(params.get("allow_partial_model")),
             trust_remote_code=bool(params.get("trust_remote_code")),
+            target=params.get("target") or "auto",
         )
 
     def load(self) -> Workload:
@@ -508,10 +514,12 @@ class WorkloadSpec:
             hf_config=self.hf_config,
             allow_partial_model=self.allow_partial_model,
             trust_remote_code=self.trust_remote_code,
+            target=self.target,
         )
 
 
 HF_PREFIX = "hf:"
+SCRIPT_PREFIX = "script:"
 
 
 def load_workload(
@@ -527,8 +535,15 @@ def load_workload(
     hf_config: str = "",
     allow_partial_model: bool = False,
     trust_remote_code: bool = False,
+    target: str = "auto",
 ) -> Workload:
     """Resolve a workload spec; every problem is a BadInput naming the spec and what is wrong."""
+    if spec.startswith(SCRIPT_PREFIX):
+        # Imported here: the script watcher patches torch only while a script runs.
+        from workbench.targets import get_target, resolve_target_name
+        from workbench.workloads.script import load_script_workload
+
+        return load_script_workload(spec, get_target(resolve_target_name(target)[0]), batch_size)
     if spec.startswith(HF_PREFIX):
         # Imported here: transformers is an optional extra, needed for hf: specs only.
         from workbench.workloads.huggingface import HfOptions, load_hf_workload

@@ -1,0 +1,362 @@
+"""Device redirection for a script run as it is: its CUDA calls mapped onto the chosen target.
+
+A training script names `cuda` (device strings, `.cuda()`, `torch.cuda.is_available()`, CUDA
+autocast and GradScaler); while it runs in the workbook those calls are answered by the target
+instead, the way GPU-migration tools redirect device calls at run time rather than editing the
+source. Every redirected call is recorded with the file and line in the script that made it, and
+calls with no meaning on another device (cuDNN flags, custom CUDA extensions, CUDA memory
+counters) are recorded as not mapped. This is the one module outside the targets' own that names
+a device: naming them is its job.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.utils.cpp_extension
+
+from workbench.errors import is_user_code, short_path
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """One call the script made that names CUDA, where it was made and what became of it."""
+
+    call: str  # e.g. "torch.device('cuda')", ".cuda()"
+    outcome: str  # what it was mapped to, or why it could not be
+    path: str
+    line: int
+
+    @property
+    def location(self) -> str:
+        return f"{short_path(self.path)}:{self.line}"
+
+
+@dataclass
+class RedirectionLog:
+    """Calls redirected onto the target and calls that could not be, each with its site; a call
+    made in a loop is recorded once per site, with how many times it was made."""
+
+    redirected: Counter[CallSite]
+    unmapped: Counter[CallSite]
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per site, redirected first, for a table or a result file."""
+        return [
+            {
+                "call": site.call,
+                "outcome": site.outcome,
+                "mapped": mapped,
+                "where": site.location,
+                "times": count,
+            }
+            for mapped, sites in ((True, self.redirected), (False, self.unmapped))
+            for site, count in sites.items()
+        ]
+
+
+@contextmanager
+def patched(owner: Any, name: str, replacement: Any) -> Iterator[None]:
+    """`owner.name` is `replacement` inside; afterwards exactly what it was (a method a class
+    inherits, such as Tensor.to from its C base, is inherited again)."""
+    own = isinstance(owner, type) and name in owner.__dict__
+    original = owner.__dict__[name] if own else getattr(owner, name)
+    setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        if own or not isinstance(owner, type):
+            setattr(owner, name, original)
+        else:
+            delattr(owner, name)
+
+
+def _call_site() -> tuple[str, int]:
+    """The innermost frame in the user's code: the script line that made the call."""
+    frames = []
+    frame = sys._getframe(1)
+    while frame is not None:
+        if is_user_code(frame.f_code.co_filename):
+            frames.append((frame.f_code.co_filename, frame.f_lineno))
+        frame = frame.f_back  # type: ignore[assignment]
+    # An installed package between torch and the script (a deprecation wrapper) is not the
+    # line the script wrote: the innermost frame outside installed packages is.
+    for path, line in frames:
+        if "-packages" + os.sep not in path:
+            return path, line
+    return frames[0] if frames else ("<unknown>", 0)
+
+
+def _is_cuda(device: Any) -> bool:
+    if isinstance(device, str):
+        return device.split(":")[0].strip() == "cuda"
+    return isinstance(device, _REAL_DEVICE) and device.type == "cuda"
+
+
+_REAL_DEVICE = torch.device
+_REAL_GENERATOR = torch.Generator
+# Tensor factories that take device=: the ones training scripts use to build data and masks.
+_FACTORIES = (
+    "tensor",
+    "as_tensor",
+    "zeros",
+    "ones",
+    "empty",
+    "full",
+    "rand",
+    "randn",
+    "randint",
+    "randperm",
+    "arange",
+    "linspace",
+    "eye",
+    "zeros_like",
+    "ones_like",
+    "empty_like",
+    "full_like",
+    "rand_like",
+    "randn_like",
+    "randint_like",
+)
+# cuDNN settings: switches of one NVIDIA library that no other device reads.
+_CUDNN_FLAGS = ("benchmark", "deterministic", "allow_tf32", "enabled")
+# torch.cuda readings with no counterpart on another device here: answered 0 and named.
+_CUDA_READINGS = (
+    "memory_allocated",
+    "max_memory_allocated",
+    "memory_reserved",
+    "max_memory_reserved",
+)
+
+
+class DeviceRedirection:
+    """While entered, CUDA calls run on `device`; `log` lists each one by its site."""
+
+    def __init__(self, device: torch.device, synchronize: Callable[[], None]) -> None:
+        self.device = device
+        self.synchronize = synchronize
+        self.log = RedirectionLog(Counter(), Counter())
+
+    # -- recording -------------------------------------------------------------------------
+    def _redirected(self, call: str) -> None:
+        path, line = _call_site()
+        self.log.redirected[CallSite(call, f"ran on {self.device}", path, line)] += 1
+
+    def _unmapped(self, call: str, why: str) -> None:
+        path, line = _call_site()
+        self.log.unmapped[CallSite(call, why, path, line)] += 1
+
+    def _map(self, device: Any, call: str) -> Any:
+        """`device` itself unless it names CUDA; then the target's device, recorded."""
+        if _is_cuda(device):
+            self._redirected(call)
+            return self.device
+        return device
+
+    # -- the patches -----------------------------------------------------------------------
+    @contextmanager
+    def active(self) -> Iterator[DeviceRedirection]:
+        with ExitStack() as stack:
+            for owner, name, replacement in self._patches():
+                stack.enter_context(patched(owner, name, replacement))
+            yield self
+
+    def _patches(self) -> list[tuple[Any, str, Any]]:
+        patches: list[tuple[Any, str, Any]] = [
+            (torch, "device", self._device_type()),
+            (torch, "Generator", self._generator_type()),
+            (torch.Tensor, "to", self._to(torch.Tensor.to, "tensor.to")),
+            (torch.nn.Module, "to", self._to(torch.nn.Module.to, "module.to")),
+            (torch.Tensor, "cuda", self._cuda(torch.Tensor.to, "tensor.cuda()")),
+            (torch.nn.Module, "cuda", self._cuda(torch.nn.Module.to, "module.cuda()")),
+            (torch.cuda, "is_available", self._answer("torch.cuda.is_available()", True)),
+            (torch.cuda, "device_count", self._answer("torch.cuda.device_count()", 1)),
+            (torch.cuda, "current_device", self._answer("torch.cuda.current_device()", 0)),
+            (torch.cuda, "is_bf16_supported", self._answer("torch.cuda.is_bf16_supported()", True)),
+            (torch.cuda, "synchronize", self._synchronize()),
+            (
+                torch.cuda,
+                "get_device_name",
+                self._answer("torch.cuda.get_device_name()", str(self.device)),
+            ),
+            (torch.cuda, "manual_seed", self._seed("torch.cuda.manual_seed")),
+            (torch.cuda, "manual_seed_all", self._seed("torch.cuda.manual_seed_all")),
+            (torch.cuda, "set_device", self._answer("torch.cuda.set_device()", None)),
+            (torch.cuda, "empty_cache", self._answer("torch.cuda.empty_cache()", None)),
+            (torch.amp.autocast_mode.autocast, "__init__", self._autocast()),
+            (torch.amp.grad_scaler.GradScaler, "__init__", self._grad_scaler()),
+            (torch.utils.cpp_extension, "load", self._extension("torch.utils.cpp_extension.load")),
+            (
+                torch.utils.cpp_extension,
+                "load_inline",
+                self._extension("torch.utils.cpp_extension.load_inline"),
+            ),
+        ]
+        patches += [(torch, name, self._factory(getattr(torch, name), name)) for name in _FACTORIES]
+        patches += [(torch.cuda, name, self._reading(name)) for name in _CUDA_READINGS]
+        cudnn_type = type(torch.backends.cudnn)
+        patches += [
+            (cudnn_type, flag, self._cudnn_flag(cudnn_type.__dict__[flag], flag))
+            for flag in _CUDNN_FLAGS
+            if flag in cudnn_type.__dict__
+        ]
+        return patches
+
+    def _device_type(self) -> type:
+        redirection = self
+
+        class _Meta(type):
+            # isinstance(x, torch.device) keeps working for torch and for the script.
+            def __instancecheck__(cls, obj: Any) -> bool:
+                return isinstance(obj, _REAL_DEVICE)
+
+        class device(metaclass=_Meta):  # noqa: N801 - it stands in for torch.device
+            def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+                made = _REAL_DEVICE(*args, **kwargs)
+                return redirection._map(made, f"torch.device({str(made)!r})")
+
+        return device
+
+    def _generator_type(self) -> type:
+        redirection = self
+
+        class _Meta(type):
+            def __instancecheck__(cls, obj: Any) -> bool:
+                return isinstance(obj, _REAL_GENERATOR)
+
+        class Generator(metaclass=_Meta):
+            def __new__(cls, device: Any = "cpu") -> Any:
+                return _REAL_GENERATOR(redirection._map(device, "torch.Generator(device='cuda')"))
+
+        return Generator
+
+    def _to(self, original: Callable[..., Any], name: str) -> Callable[..., Any]:
+        redirection = self
+
+        def to(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            if args and (
+                _is_cuda(args[0]) or (isinstance(args[0], int) and not isinstance(args[0], bool))
+            ):
+                call = f"{name}({args[0]!r})"
+                redirection._redirected(call)
+                args = (redirection.device, *args[1:])
+            if "device" in kwargs:
+                kwargs["device"] = redirection._map(kwargs["device"], f"{name}(device='cuda')")
+            return original(obj, *args, **kwargs)
+
+        return to
+
+    def _cuda(self, to: Callable[..., Any], call: str) -> Callable[..., Any]:
+        redirection = self
+
+        def cuda(obj: Any, device: Any = None, non_blocking: bool = False, **_: Any) -> Any:
+            redirection._redirected(call)
+            if isinstance(obj, torch.Tensor):
+                return to(obj, redirection.device, non_blocking=non_blocking)
+            return to(obj, redirection.device)
+
+        return cuda
+
+    def _factory(self, original: Callable[..., Any], name: str) -> Callable[..., Any]:
+        redirection = self
+
+        def factory(*args: Any, **kwargs: Any) -> Any:
+            if "device" in kwargs:
+                kwargs["device"] = redirection._map(
+                    kwargs["device"], f"torch.{name}(device='cuda')"
+                )
+            return original(*args, **kwargs)
+
+        return factory
+
+    def _answer(self, call: str, value: Any) -> Callable[..., Any]:
+        def answer(*_: Any, **__: Any) -> Any:
+            self._redirected(call)
+            return value
+
+        return answer
+
+    def _synchronize(self) -> Callable[..., None]:
+        def synchronize(*_: Any, **__: Any) -> None:
+            self._redirected("torch.cuda.synchronize()")
+            self.synchronize()
+
+        return synchronize
+
+    def _seed(self, call: str) -> Callable[..., None]:
+        original = getattr(torch.cuda, call.rsplit(".", 1)[1])
+
+        def seed(value: int) -> None:
+            # torch.manual_seed calls this too: only the script's own calls are listed. CUDA's
+            # seeding is queued until CUDA starts, which here it never does.
+            if is_user_code(sys._getframe(1).f_code.co_filename):
+                self._redirected(f"{call}() (torch.manual_seed seeds the target)")
+            original(value)
+
+        return seed
+
+    def _reading(self, name: str) -> Callable[..., int]:
+        def reading(*_: Any, **__: Any) -> int:
+            self._unmapped(
+                f"torch.cuda.{name}()",
+                "a CUDA allocator counter: answered 0 (notebook 01 reads the target's memory)",
+            )
+            return 0
+
+        return reading
+
+    def _autocast(self) -> Callable[..., None]:
+        original = torch.amp.autocast_mode.autocast.__init__
+        redirection = self
+
+        def init(obj: Any, device_type: str, *args: Any, **kwargs: Any) -> None:
+            if _is_cuda(device_type):
+                redirection._redirected(f"autocast({device_type!r})")
+                device_type = redirection.device.type
+            original(obj, device_type, *args, **kwargs)
+
+        return init
+
+    def _grad_scaler(self) -> Callable[..., None]:
+        original = torch.amp.grad_scaler.GradScaler.__init__
+        redirection = self
+
+        def init(obj: Any, device: str = "cuda", *args: Any, **kwargs: Any) -> None:
+            if _is_cuda(device):
+                redirection._redirected(f"GradScaler({device!r})")
+                device = redirection.device.type
+            original(obj, device, *args, **kwargs)
+
+        return init
+
+    def _extension(self, call: str) -> Callable[..., Any]:
+        original = getattr(torch.utils.cpp_extension, call.rsplit(".", 1)[1])
+
+        def build(*args: Any, **kwargs: Any) -> Any:
+            self._unmapped(call, "a custom C++/CUDA extension: its kernels are not redirected")
+            return original(*args, **kwargs)
+
+        return build
+
+    def _cudnn_flag(self, descriptor: Any, flag: str) -> Any:
+        redirection = self
+
+        class Watched:
+            def __get__(self, obj: Any, owner: Any = None) -> Any:
+                return descriptor.__get__(obj, owner)
+
+            def __set__(self, obj: Any, value: Any) -> None:
+                redirection._unmapped(
+                    f"torch.backends.cudnn.{flag} = {value!r}",
+                    "a cuDNN setting: no other device reads it",
+                )
+                descriptor.__set__(obj, value)
+
+        return Watched()

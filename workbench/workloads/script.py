@@ -1,0 +1,492 @@
+"""`script:path/to/train.py`: an unmodified PyTorch training script as a workload.
+
+The script runs in this process, from its own folder, with its own `sys.argv`, under the device
+redirection of workbench/targets/redirect.py, and is watched rather than edited: the model is the
+module whose parameters the first optimizer holds (its weights copied as that optimizer is
+made), a step ends at each `optimizer.step`, the batch is the inputs of the model's first
+forward, the targets and the loss are the loss module or function applied to that forward's
+output, and `backward` gives each step's loss value. The run is stopped after CAPTURE_STEPS
+optimizer steps. From what was seen a Workload is built, so that every notebook measures the
+script's own model on the script's own batch as it would any workload.
+
+While it runs, `torch.compile` is recorded and answered with the model itself (the notebooks
+compile with the target's compiler), and a DataLoader's worker processes are run in-process; a
+script that starts a process itself is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+import io
+import multiprocessing.process
+import os
+import runpy
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.utils._pytree import tree_map
+
+from workbench.errors import BadInput, describe_error, is_user_code, short_path
+from workbench.redact import scrub_text
+from workbench.targets.base import Target
+from workbench.targets.redirect import DeviceRedirection, patched
+from workbench.workload import (
+    DEFAULT_SEED,
+    SCRIPT_PREFIX,
+    Batch,
+    Inputs,
+    Workload,
+    accuracy,
+    seeded,
+)
+
+# Optimizer steps a capture runs: the first gives the model, batch and loss, the rest the
+# script's own step times.
+CAPTURE_STEPS = 5
+# The script's printed output kept for the notebook: the first characters of it.
+OUTPUT_CHARS = 20_000
+
+# Loss functions a script may call on its model's output directly.
+_FUNCTIONAL_LOSSES = (
+    "cross_entropy",
+    "nll_loss",
+    "mse_loss",
+    "l1_loss",
+    "smooth_l1_loss",
+    "huber_loss",
+    "binary_cross_entropy",
+    "binary_cross_entropy_with_logits",
+    "kl_div",
+)
+
+
+def script_spec(path: str, script_args: str = "", cwd: Path | None = None) -> str:
+    """The workload spec of a script: its absolute path (notebooks run in another folder) and
+    its arguments, quoted as a shell would."""
+    folder = cwd if cwd is not None else Path.cwd()
+    try:
+        args = shlex.split(script_args)
+    except ValueError as exc:
+        raise BadInput(f"--script-args {script_args!r} cannot be split: {exc}.") from None
+    absolute = os.path.abspath(folder / Path(path).expanduser())
+    return SCRIPT_PREFIX + shlex.join([absolute, *args])
+
+
+def parse_script_spec(spec: str) -> tuple[Path, list[str]]:
+    """(script path, its arguments) from `script:PATH ARGS...`."""
+    try:
+        words = shlex.split(spec.removeprefix(SCRIPT_PREFIX))
+    except ValueError as exc:
+        raise BadInput(
+            f"Workload {spec!r} cannot be split into a path and arguments: {exc}."
+        ) from None
+    if not words:
+        raise BadInput("Workload 'script:' names no script; give script:path/to/train.py.")
+    return Path(words[0]), words[1:]
+
+
+class _Stop(BaseException):
+    """Raised from optimizer.step once the capture has its steps. A BaseException, so that a
+    script's own `except Exception` does not swallow it."""
+
+
+class _Spawned(BaseException):
+    """The script started a process: refused, since the watching reaches one process only."""
+
+    def __init__(self, call: str, where: str) -> None:
+        super().__init__(call)
+        self.call = call
+        self.where = where
+
+
+@dataclass
+class ScriptCapture:
+    """What watching the script's run found."""
+
+    path: Path
+    args: list[str]
+    model: nn.Module | None = None  # the watched model, live
+    initial_model: nn.Module | None = None  # its weights as the optimizer was made, on the CPU
+    optimizer: torch.optim.Optimizer | None = None
+    inputs: Inputs | None = None
+    output: Any = None  # the first forward's output, to recognise the loss applied to it
+    targets: torch.Tensor | None = None
+    loss_fn: Callable[[Any, torch.Tensor], torch.Tensor] | None = None
+    loss_name: str = ""
+    losses: list[float] = field(default_factory=list)
+    step_ends: list[float] = field(default_factory=list)
+    started: float = 0.0
+    compile_calls: list[str] = field(default_factory=list)
+    dataloaders: list[str] = field(default_factory=list)
+    printed: str = ""
+    stopped: bool = False
+
+    @property
+    def steps(self) -> int:
+        return len(self.step_ends)
+
+    def step_seconds(self) -> list[float]:
+        """Each optimizer step's wall time, the first measured from the optimizer's creation."""
+        ends = [self.started, *self.step_ends]
+        return [b - a for a, b in zip(ends, ends[1:], strict=False)]
+
+
+def _site() -> str:
+    frame = sys._getframe(1)
+    while frame is not None:
+        if is_user_code(frame.f_code.co_filename) and frame.f_code.co_filename != __file__:
+            return f"{short_path(frame.f_code.co_filename)}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return "<unknown>"
+
+
+def _on_cpu(tree: Any) -> Any:
+    return tree_map(lambda t: t.detach().cpu().clone() if isinstance(t, torch.Tensor) else t, tree)
+
+
+def _owning_module(params: set[int]) -> nn.Module | None:
+    """The smallest module, among those the script's frames hold, that owns every parameter
+    the optimizer was given: the model."""
+    found: list[nn.Module] = []
+    frame = sys._getframe(2)
+    while frame is not None:
+        if is_user_code(frame.f_code.co_filename) and frame.f_code.co_filename != __file__:
+            for value in [*frame.f_locals.values(), *frame.f_globals.values()]:
+                if isinstance(value, nn.Module):
+                    owned = {id(p) for p in value.parameters()}
+                    if params <= owned:
+                        found.append(value)
+        frame = frame.f_back  # type: ignore[assignment]
+    return min(found, key=lambda m: sum(1 for _ in m.parameters()), default=None)
+
+
+class _Watch:
+    """The hooks and patches that watch one run of the script."""
+
+    def __init__(self, capture: ScriptCapture, target: Target, steps: int) -> None:
+        self.capture = capture
+        self.target = target
+        self.steps = steps
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        capture = self.capture
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(patched(torch.optim.Optimizer, "__init__", self._optimizer_init()))
+            stack.enter_context(patched(torch.Tensor, "backward", self._backward()))
+            stack.enter_context(patched(torch, "compile", self._compile()))
+            stack.enter_context(
+                patched(torch.utils.data.DataLoader, "__init__", self._dataloader_init())
+            )
+            for name in _FUNCTIONAL_LOSSES:
+                stack.enter_context(
+                    patched(
+                        nn.functional,
+                        name,
+                        self._functional_loss(getattr(nn.functional, name), name),
+                    )
+                )
+            for owner, name in (
+                (multiprocessing.process.BaseProcess, "start"),
+                (subprocess.Popen, "__init__"),
+                (os, "fork"),
+                (os, "system"),
+            ):
+                stack.enter_context(patched(owner, name, _refuse(f"{owner.__name__}.{name}")))
+            for handle in (
+                register_optimizer_step_post_hook(self._after_step),
+                nn.modules.module.register_module_forward_pre_hook(self._before_forward),
+                nn.modules.module.register_module_forward_hook(self._after_forward),
+            ):
+                stack.callback(handle.remove)
+            capture.started = time.perf_counter()
+            yield
+
+    def _optimizer_init(self) -> Callable[..., None]:
+        original = torch.optim.Optimizer.__init__
+        capture = self.capture
+
+        def init(optimizer: torch.optim.Optimizer, params: Any, defaults: Any) -> None:
+            original(optimizer, params, defaults)
+            if capture.optimizer is not None:
+                return
+            held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+            model = _owning_module(held)
+            if model is None:
+                return
+            capture.optimizer = optimizer
+            capture.model = model
+            capture.initial_model = copy.deepcopy(model).to("cpu")
+            capture.started = time.perf_counter()
+
+        return init
+
+    def _after_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        capture = self.capture
+        if optimizer is not capture.optimizer:
+            return
+        self.target.synchronize()
+        capture.step_ends.append(time.perf_counter())
+        if capture.steps >= self.steps:
+            capture.stopped = True
+            raise _Stop
+
+    def _before_forward(self, module: nn.Module, args: tuple[Any, ...]) -> None:
+        capture = self.capture
+        if module is capture.model and capture.inputs is None:
+            capture.inputs = _on_cpu(tuple(args))
+        elif isinstance(module, nn.modules.loss._Loss):
+            self._loss_seen(
+                args, lambda out, tgt, m=copy.deepcopy(module): m(out, tgt), type(module).__name__
+            )
+
+    def _after_forward(self, module: nn.Module, args: Any, output: Any) -> None:
+        capture = self.capture
+        if module is capture.model and capture.output is None:
+            capture.output = output
+
+    def _loss_seen(self, args: Any, loss_fn: Callable[..., Any], name: str) -> None:
+        capture = self.capture
+        if capture.loss_fn is not None or capture.output is None or len(args) < 2:
+            return
+        # The loss is recognised only where it reads the model's output as returned: then
+        # re-running it on the captured batch computes what the script computed.
+        if args[0] is capture.output:
+            capture.loss_fn = loss_fn
+            capture.loss_name = name
+            capture.targets = _on_cpu(args[1])
+
+    def _functional_loss(self, original: Callable[..., Any], name: str) -> Callable[..., Any]:
+        def loss(*args: Any, **kwargs: Any) -> Any:
+            options = {k: v for k, v in kwargs.items() if k not in ("input", "target")}
+            self._loss_seen(args, lambda out, tgt: original(out, tgt, **options), f"F.{name}")
+            return original(*args, **kwargs)
+
+        return loss
+
+    def _backward(self) -> Callable[..., Any]:
+        original = torch.Tensor.backward
+        capture = self.capture
+
+        def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if capture.optimizer is not None and tensor.numel() == 1:
+                capture.losses.append(float(tensor.detach().float().cpu()))
+            return original(tensor, *args, **kwargs)
+
+        return backward
+
+    def _compile(self) -> Callable[..., Any]:
+        capture = self.capture
+
+        def compile(model: Any = None, **options: Any) -> Any:
+            capture.compile_calls.append(_site())
+            if model is None:  # used as @torch.compile(mode=...)
+                return lambda fn: fn
+            return model
+
+        return compile
+
+    def _dataloader_init(self) -> Callable[..., None]:
+        original = torch.utils.data.DataLoader.__init__
+        capture = self.capture
+
+        def init(loader: Any, *args: Any, **kwargs: Any) -> None:
+            workers = kwargs.get("num_workers", 0)
+            if workers:
+                # Worker processes would run outside the watch: the loader runs in-process.
+                kwargs.update(num_workers=0, persistent_workers=False, prefetch_factor=None)
+            original(loader, *args, **kwargs)
+            capture.dataloaders.append(
+                f"DataLoader at {_site()}: batch_size {loader.batch_size}"
+                + (f", num_workers={workers} run in-process" if workers else "")
+            )
+
+        return init
+
+
+def _refuse(call: str) -> Callable[..., Any]:
+    def refuse(*_: Any, **__: Any) -> Any:
+        raise _Spawned(call, _site())
+
+    return refuse
+
+
+@contextlib.contextmanager
+def _as_its_own_program(path: Path, args: list[str]) -> Iterator[io.StringIO]:
+    """The script's folder as working folder and first import path, its own argv, its
+    printed output collected; all restored afterwards."""
+    saved = (os.getcwd(), list(sys.argv), list(sys.path))
+    printed = io.StringIO()
+    os.chdir(path.parent)
+    sys.argv = [str(path), *args]
+    sys.path.insert(0, str(path.parent))
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            yield printed
+    finally:
+        os.chdir(saved[0])
+        sys.argv[:] = saved[1]
+        sys.path[:] = saved[2]
+
+
+def run_script(
+    spec: str, target: Target, steps: int = CAPTURE_STEPS
+) -> tuple[ScriptCapture, DeviceRedirection]:
+    """Run the script of `spec` on `target`, watched, until `steps` optimizer steps (or its
+    end); every way it can fail is a BadInput saying which step it reached."""
+    path, args = parse_script_spec(spec)
+    if not path.is_file():
+        raise BadInput(f"Workload {spec!r}: there is no file {str(path)!r}.")
+    source = path.read_bytes()
+    try:
+        compile(source, str(path), "exec")
+    except SyntaxError as exc:
+        raise BadInput(
+            f"Workload {spec!r}: {path.name} line {exc.lineno} has a syntax error ({exc.msg})."
+        ) from None
+    capture = ScriptCapture(path, args)
+    redirection = DeviceRedirection(target.device, target.synchronize)
+    failure: str | None = None
+    watch = _Watch(capture, target, steps)
+    with (
+        seeded(DEFAULT_SEED),
+        _as_its_own_program(path, args) as printed,
+        redirection.active(),
+        watch.active(),
+    ):
+        try:
+            runpy.run_path(str(path), run_name="__main__")
+        except _Stop:
+            pass
+        except _Spawned as exc:
+            failure = (
+                f"it starts a process ({exc.call} at {exc.where}); the workbook watches one "
+                "process, so run the script's workers in-process"
+            )
+        except SystemExit as exc:
+            if exc.code not in (None, 0):
+                failure = f"it exited with status {exc.code}"
+        except Exception as exc:  # the script's own error, shown as it would be
+            failure = f"it raised {describe_error(exc)}"
+    capture.printed = scrub_text(printed.getvalue())
+    reached = (
+        f"after {capture.steps} optimizer step(s)"
+        if capture.optimizer
+        else "before any optimizer was made"
+    )
+    if failure:
+        raise BadInput(f"Workload {spec!r}: {failure}, {reached}.")
+    if capture.optimizer is None or capture.steps == 0:
+        raise BadInput(
+            f"Workload {spec!r}: the script ended without an optimizer step on a model "
+            "(the workbook finds the model through the optimizer that trains it)."
+        )
+    if capture.loss_fn is None or capture.inputs is None:
+        raise BadInput(
+            f"Workload {spec!r}: the loss `backward` was called on is not a torch loss module "
+            "or function applied to the model's output as returned, so it cannot be re-run "
+            "on the captured batch."
+        )
+    return capture, redirection
+
+
+def load_script_workload(spec: str, target: Target, batch_size: int | None = None) -> Workload:
+    """The Workload of a script: its model's first weights, its first batch, its loss and
+    its optimizer's class and settings."""
+    capture, redirection = run_script(spec, target)
+    assert capture.initial_model is not None and capture.inputs is not None
+    assert capture.targets is not None and capture.loss_fn is not None
+    assert capture.optimizer is not None
+    inputs, targets = capture.inputs, capture.targets
+    captured_size = int(targets.shape[0]) if targets.dim() else 1
+    initial = capture.initial_model
+    optimizer_type = type(capture.optimizer)
+    # The optimizer's settings as its constructor takes them (its defaults also hold entries
+    # it derives, which the constructor does not accept).
+    accepted = inspect.signature(optimizer_type.__init__).parameters
+    settings = {k: v for k, v in capture.optimizer.defaults.items() if k in accepted}
+
+    def batch_maker(size: int, generator: torch.Generator) -> Batch:
+        # The script's own batch; another size repeats its samples in order.
+        rows = torch.arange(size) % captured_size
+        picked = tree_map(
+            lambda t: t[rows] if isinstance(t, torch.Tensor) and t.dim() else t, inputs
+        )
+        return picked, targets[rows] if targets.dim() else targets
+
+    classification = (
+        capture.loss_name in ("F.cross_entropy", "CrossEntropyLoss")
+        and targets.dim() == 1
+        and not targets.is_floating_point()
+    )
+    workload = Workload(
+        name=f"script-{capture.path.stem}",
+        model_factory=lambda: copy.deepcopy(initial),
+        batch_maker=batch_maker,
+        loss_fn=capture.loss_fn,
+        optimizer_factory=lambda params: optimizer_type(params, **settings),
+        batch_size=batch_size or captured_size,
+        task_metric=accuracy if classification else None,
+        task_metric_name="accuracy" if classification else "",
+        description=describe_capture(capture),
+        spec=spec,
+    )
+    workload.script_run = script_record(capture, redirection)
+    show_capture(capture, redirection)
+    return workload
+
+
+def describe_capture(capture: ScriptCapture) -> str:
+    stopped = (
+        f"stopped after {capture.steps} optimizer steps"
+        if capture.stopped
+        else f"ran to its end ({capture.steps} steps)"
+    )
+    return (
+        f"script {capture.path.name}: {type(capture.model).__name__} trained by "
+        f"{type(capture.optimizer).__name__}, loss {capture.loss_name}; {stopped}"
+    )
+
+
+def script_record(capture: ScriptCapture, redirection: DeviceRedirection) -> dict[str, Any]:
+    """What a result file keeps of the script's run."""
+    return {
+        "path": short_path(str(capture.path)),
+        "args": capture.args,
+        "steps_run": capture.steps,
+        "stopped_by_workbook": capture.stopped,
+        "step_seconds": capture.step_seconds(),
+        "losses": capture.losses,
+        "loss": capture.loss_name,
+        "optimizer": type(capture.optimizer).__name__,
+        "compile_called_at": capture.compile_calls,
+        "dataloaders": capture.dataloaders,
+        "device_calls": redirection.log.rows(),
+        "printed": capture.printed[:OUTPUT_CHARS],
+    }
+
+
+def show_capture(capture: ScriptCapture, redirection: DeviceRedirection) -> None:
+    """The run as the console and the notebook show it: what the script printed, then each
+    redirected or unmapped call by its line."""
+    print(f"--- {capture.path.name} printed ---")
+    print(capture.printed[:OUTPUT_CHARS].rstrip() or "(nothing)")
+    print(f"--- {describe_capture(capture)} ---")
+    for row in redirection.log.rows():
+        kind = "redirected" if row["mapped"] else "not mapped"
+        print(f"{kind}: {row['call']} at {row['where']} ({row['times']}x): {row['outcome']}")
+    for site in capture.compile_calls:
+        print(f"torch.compile called at {site}: the notebooks compile with the target's compiler")
+    for loader in capture.dataloaders:
+        print(loader)
