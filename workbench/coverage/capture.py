@@ -404,7 +404,7 @@ def composite_kernel(name: str, device_type: str) -> DispatchKey | None:
 
 # Ops that allocate without writing: their int64 outputs hold whatever the memory held, which
 # says nothing about the values the step computes (those are read where they are used).
-_UNINITIALIZED_OUTPUTS = frozenset(
+UNINITIALIZED_OUTPUTS = frozenset(
     {
         "aten::empty.memory_format",
         "aten::empty_like",
@@ -628,7 +628,7 @@ class OpCaptureMode(TorchDispatchMode):
                 record.sites.append(count)
 
         kinds = self._tensor_kinds[name]
-        read_values = self.check_values and name not in _UNINITIALIZED_OUTPUTS
+        read_values = self.check_values and name not in UNINITIALIZED_OUTPUTS
         for tensor in (*inputs, *outputs):
             # Most calls repeat the tensor kinds already seen; only a new kind is described.
             dtype = tensor.dtype

@@ -26,6 +26,7 @@ import torch
 from workbench.coverage.capture import (
     INT32_MAX,
     PHASE_OPTIMIZER,
+    UNINITIALIZED_OUTPUTS,
     CallSite,
     Capture,
     OpRecord,
@@ -269,8 +270,11 @@ def op_flags(
         for pattern, kind, severity, why in _DTYPE_RULES:
             if pattern.search(dtype):
                 # int64 values read and found within int32 (class targets, token and index
-                # tensors) survive the downcast unchanged: nothing to act on.
-                fits = kind == INT64 and record.int64_max_abs is not None
+                # tensors) survive the downcast unchanged: nothing to act on. An allocation
+                # holds no values yet: the ops that fill and use it are read instead.
+                fits = kind == INT64 and (
+                    record.int64_max_abs is not None or record.op in UNINITIALIZED_OUTPUTS
+                )
                 if not fits:
                     flag(kind, severity, f"{dtype}: {why}", record.dtype_sites.get(dtype))
                 break
