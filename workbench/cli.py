@@ -9,6 +9,7 @@ import argparse
 import importlib
 import importlib.util
 import re
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -91,11 +92,26 @@ def _only(value: Any) -> list[str]:
     return numbers
 
 
+def _workload_spec(workload: str, script_args: str) -> str:
+    """The spec the notebooks load: hf: and script: paths made absolute (notebooks run in
+    another folder), a script's arguments joined to its path."""
+    from workbench.workload import SCRIPT_PREFIX
+    from workbench.workloads.hf_folder import absolute_spec
+
+    if workload.startswith(SCRIPT_PREFIX):
+        from workbench.workloads.script import parse_script_spec, script_spec
+
+        path, given = parse_script_spec(workload)
+        return script_spec(str(path), f"{shlex.join(given)} {script_args}".strip())
+    if script_args:
+        raise BadInput(f"--script-args applies to a script: workload, not {workload!r}.")
+    return absolute_spec(workload)
+
+
 def _request(args: argparse.Namespace) -> Any:
     """The RunRequest that `run` and `open` share: options win over the config file."""
     from workbench.params import parse_assignments
     from workbench.runner import DEFAULT_CELL_TIMEOUT_S, RunRequest
-    from workbench.workloads.hf_folder import absolute_spec
 
     config = _load_config(Path(args.config)) if args.config else {}
     parameters = {**config.get("parameters", {}), **parse_assignments(args.param or [])}
@@ -106,7 +122,10 @@ def _request(args: argparse.Namespace) -> Any:
     cell_timeout = given_timeout if given_timeout is not None else config.get("cell_timeout")
     return RunRequest(
         # Notebooks run in another working folder: a relative hf:./folder is made absolute here.
-        workload=absolute_spec(args.workload or config.get("workload") or DEFAULT_WORKLOAD),
+        workload=_workload_spec(
+            args.workload or config.get("workload") or DEFAULT_WORKLOAD,
+            getattr(args, "script_args", None) or "",
+        ),
         target=args.target or config.get("target") or "auto",
         only=_only(args.only if args.only is not None else config.get("only")),
         out=Path(out) if out is not None else None,
@@ -341,7 +360,12 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
         "--workload",
         metavar="W",
         help=f"built-in name ({', '.join(BUILTIN_WORKLOADS)}), package.module:factory, or "
-        f"hf:FOLDER / hf:MODEL_TYPE (default {DEFAULT_WORKLOAD})",
+        f"hf:FOLDER / hf:MODEL_TYPE, or script:train.py (default {DEFAULT_WORKLOAD})",
+    )
+    group.add_argument(
+        "--script-args",
+        metavar="ARGS",
+        help='the command-line arguments a script: workload runs with, e.g. "--epochs 1"',
     )
     group.add_argument(
         "--target", metavar="T", help="auto, cpu, cuda, xla or neuron (default auto)"

@@ -501,7 +501,10 @@ def _checked_workload_name(request: RunRequest, given: dict[str, Any]) -> str:
         return spec
     from workbench.workload import WorkloadSpec
 
-    workload = WorkloadSpec.from_params({**given, "workload": spec}).load()
+    # The target too: a script: workload's device calls are redirected to it as it loads.
+    workload = WorkloadSpec.from_params(
+        {**given, "workload": spec, "target": request.target}
+    ).load()
     # Scrubbed too: the name becomes the run folder's, the console's and summary.json's, and a
     # folder path may hold a password (hf:/mnt/https://user:pw@host/ckpt).
     return console_line(workload.name)

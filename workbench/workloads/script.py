@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import inspect
 import io
 import multiprocessing.process
@@ -247,30 +248,28 @@ class _Watch:
         if module is capture.model and capture.inputs is None:
             capture.inputs = _on_cpu(tuple(args))
         elif isinstance(module, nn.modules.loss._Loss):
-            self._loss_seen(
-                args, lambda out, tgt, m=copy.deepcopy(module): m(out, tgt), type(module).__name__
-            )
+            self._loss_seen(args, lambda: copy.deepcopy(module), type(module).__name__)
 
     def _after_forward(self, module: nn.Module, args: Any, output: Any) -> None:
         capture = self.capture
         if module is capture.model and capture.output is None:
             capture.output = output
 
-    def _loss_seen(self, args: Any, loss_fn: Callable[..., Any], name: str) -> None:
+    def _loss_seen(self, args: Any, make_loss: Callable[[], Callable[..., Any]], name: str) -> None:
         capture = self.capture
         if capture.loss_fn is not None or capture.output is None or len(args) < 2:
             return
         # The loss is recognised only where it reads the model's output as returned: then
         # re-running it on the captured batch computes what the script computed.
         if args[0] is capture.output:
-            capture.loss_fn = loss_fn
+            capture.loss_fn = make_loss()
             capture.loss_name = name
             capture.targets = _on_cpu(args[1])
 
     def _functional_loss(self, original: Callable[..., Any], name: str) -> Callable[..., Any]:
         def loss(*args: Any, **kwargs: Any) -> Any:
             options = {k: v for k, v in kwargs.items() if k not in ("input", "target")}
-            self._loss_seen(args, lambda out, tgt: original(out, tgt, **options), f"F.{name}")
+            self._loss_seen(args, lambda: functools.partial(original, **options), f"F.{name}")
             return original(*args, **kwargs)
 
         return loss
