@@ -1,0 +1,174 @@
+"""`script:` workloads: an unmodified training script run in-process, watched, its CUDA calls
+redirected to the CPU target (real torch throughout; the fixtures are plain scripts)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.fixtures import REPO_ROOT
+from workbench.coverage.capture import capture_training_step
+from workbench.errors import BadInput
+from workbench.targets import get_target
+from workbench.targets.redirect import DeviceRedirection
+from workbench.workload import load_workload
+from workbench.workloads.script import (
+    CAPTURE_STEPS,
+    load_script_workload,
+    parse_script_spec,
+    run_script,
+    script_spec,
+)
+
+SCRIPTS = REPO_ROOT / "tests" / "fixtures" / "scripts"
+CPU = get_target("cpu")
+
+
+@pytest.fixture(scope="module")
+def smoke():
+    return run_script(script_spec(str(SCRIPTS / "smoke_train.py")), CPU)
+
+
+@pytest.fixture(scope="module")
+def messy():
+    return run_script(script_spec(str(SCRIPTS / "messy_train.py"), "--batch-size 16"), CPU)
+
+
+def _calls(log, mapped=True):
+    return {
+        (row["call"], int(row["where"].rsplit(":", 1)[1]))
+        for row in log.rows()
+        if row["mapped"] is mapped
+    }
+
+
+def test_the_smoke_script_is_watched_and_stopped_after_the_steps_asked(smoke):
+    capture, redirection = smoke
+    assert isinstance(capture.model, torch.nn.Sequential)
+    assert type(capture.optimizer).__name__ == "AdamW"
+    assert capture.loss_name == "CrossEntropyLoss"
+    assert capture.inputs[0].shape == (64, 128) and capture.targets.shape == (64,)
+    # The script asks for 20 steps; the watch stops it after CAPTURE_STEPS and says so.
+    assert capture.steps == CAPTURE_STEPS and capture.stopped
+    assert len(capture.step_seconds()) == CAPTURE_STEPS
+    assert [site.rsplit("/", 1)[-1] for site in capture.compile_calls] == ["smoke_train.py:16"]
+    assert _calls(redirection.log) == {
+        ("torch.cuda.is_available()", 9),
+        ("torch.device('cuda')", 9),
+    }
+
+
+def test_the_workload_recomputes_the_scripts_first_loss(smoke):
+    """Model factory, batch and loss built from the capture give the loss the script's own
+    first backward saw: the capture is the script's step, not a look-alike."""
+    capture, redirection = smoke
+    workload = load_script_workload(script_spec(str(SCRIPTS / "smoke_train.py")), CPU)
+    model = workload.build_model()
+    inputs, targets = workload.batch()
+    loss = workload.compute_loss(workload.forward(model, inputs), targets)
+    assert loss.item() == pytest.approx(capture.losses[0], rel=1e-6)
+    assert workload.describe()["script"]["stopped_by_workbook"] is True
+
+
+def test_the_smoke_scripts_ops_equal_seed_mlps():
+    script = load_workload(script_spec(str(SCRIPTS / "smoke_train.py")), target="cpu")
+    ops = {name: rec.calls for name, rec in capture_training_step(script).ops.items()}
+    reference = {
+        name: rec.calls
+        for name, rec in capture_training_step(load_workload("seed-mlp")).ops.items()
+    }
+    assert ops == reference
+
+
+def test_the_messy_script_runs_with_each_redirected_call_listed(messy):
+    capture, redirection = messy
+    assert capture.inputs[0].shape == (16, 20)  # --batch-size 16 reached argparse
+    assert _calls(redirection.log) == {
+        ("torch.cuda.is_available()", 31),
+        ("module.cuda()", 32),
+        ("GradScaler('cuda')", 35),
+        ("tensor.cuda()", 40),
+    }
+    assert _calls(redirection.log, mapped=False) == {("torch.backends.cudnn.benchmark = True", 27)}
+    assert "num_workers=2 run in-process" in capture.dataloaders[0]
+    assert type(capture.optimizer).__name__ == "SGD"
+
+
+def test_redirection_maps_cuda_inside_and_nothing_outside():
+    with DeviceRedirection(torch.device("cpu"), lambda: None).active() as redirection:
+        assert torch.device("cuda:0").type == "cpu"
+        assert isinstance(torch.device("cpu"), torch.device)
+        assert torch.zeros(2, device="cuda").device.type == "cpu"
+        assert torch.ones(2).to("cuda").device.type == "cpu"
+        assert torch.nn.Linear(2, 2).cuda().weight.device.type == "cpu"
+        assert torch.cuda.is_available()
+        torch.zeros(1, device="cpu").to("cpu")  # not CUDA: not listed
+    assert len(redirection.log.redirected) == 5
+    assert torch.device("cuda").type == "cuda"  # restored
+    assert torch.cuda.is_available() is False or torch.cuda.device_count() > 0
+    assert "to" not in torch.Tensor.__dict__  # the C method is inherited again
+
+
+def _script(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "train.py"
+    path.write_text(textwrap.dedent(body))
+    return script_spec(str(path))
+
+
+TRAINS = """
+import torch
+model = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    loss = torch.nn.functional.cross_entropy(model(torch.randn(8, 4)), torch.randint(2, (8,)))
+    loss.backward()
+    opt.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("x = 1\ny = (\n", "line 2 has a syntax error"),
+        ("import sys\nsys.exit(3)\n", "exited with status 3, before any optimizer was made"),
+        (
+            TRAINS + "    import sys; sys.exit(3)\n",
+            "exited with status 3, after 1 optimizer step(s)",
+        ),
+        ("print('hello')\n", "ended without an optimizer step"),
+        ("import subprocess\nsubprocess.run(['true'])\n", "it starts a process (Popen.__init__ at"),
+        ("raise ValueError('bad data')\n", "ValueError: bad data"),
+        (
+            TRAINS.replace("model(torch.randn(8, 4))", "model(torch.randn(8, 4)) * 2"),
+            "is not a torch loss module or function applied to the model's output",
+        ),
+    ],
+)
+def test_bad_scripts_are_one_sentence(tmp_path, body, message):
+    with pytest.raises(BadInput) as raised:
+        run_script(_script(tmp_path, body), CPU)
+    assert message in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def test_a_script_that_trains_gives_a_workload(tmp_path):
+    workload = load_script_workload(_script(tmp_path, TRAINS), CPU)
+    assert workload.batch()[0][0].shape == (8, 4)
+    assert workload.batch(batch_size=12)[0][0].shape == (12, 4)
+
+
+def test_a_missing_script_is_named(tmp_path):
+    with pytest.raises(BadInput, match="there is no file"):
+        run_script(script_spec(str(tmp_path / "nope.py")), CPU)
+
+
+def test_the_spec_keeps_path_and_arguments(tmp_path):
+    spec = script_spec("dir with space/train.py", "--lr 0.1 --name 'a b'", cwd=tmp_path)
+    path, args = parse_script_spec(spec)
+    assert path == tmp_path / "dir with space" / "train.py"
+    assert args == ["--lr", "0.1", "--name", "a b"]
+    with pytest.raises(BadInput, match="cannot be split"):
+        script_spec("train.py", "--name 'unclosed")
