@@ -122,6 +122,9 @@ def _workbench(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
 def test_mlflow_server_gets_a_parent_and_a_child_per_notebook_once(server, run_folder):
     done = _workbench("export-metrics", str(run_folder), "--to", "mlflow", "--tracking-uri", server)
     assert done.returncode == 0, done.stderr
+    # the link it prints opens MLflow's machine-learning layout, not its GenAI one
+    assert f"; open {server}/#/experiments/" in done.stdout
+    assert done.stdout.rstrip().endswith("?workflowType=machine_learning")
     # reports/latest, the path the README points at, is the same run: nothing is added
     (again,) = export(
         [run_folder.parent / "latest"], ExportOptions(["mlflow"], tracking_uri=server)

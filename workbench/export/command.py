@@ -137,16 +137,17 @@ def export(folders: Sequence[str | Path], options: ExportOptions) -> list[str]:
     runs = [read_run(folder) for folder in folders]
     lines: list[str] = []
     if MLFLOW in options.destinations:
-        from workbench.export.to_mlflow import connect, default_tracking_uri, export_run
+        from workbench.export.to_mlflow import connect, default_tracking_uri, export_run, run_page
 
         for run in runs:
             uri = options.tracking_uri or default_tracking_uri(run.path)
             client, experiment_id = connect(uri, options.experiment)
             done = export_run(client, experiment_id, run)
             state = "exported" if done.created else "already exported, nothing added"
+            page = run_page(uri, experiment_id, done.run_id)
             lines.append(
                 f"mlflow: {run.label} {state}: run {done.run_id} in experiment "
-                f"{options.experiment!r} at {scrub_text(uri)}"
+                f"{options.experiment!r} at {scrub_text(uri)}" + (f"; open {page}" if page else "")
             )
     if TENSORBOARD in options.destinations:
         from workbench.export.to_tensorboard import default_logdir

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -43,6 +44,10 @@ NOTE_TAG = "mlflow.note.content"  # MLflow's own tag for a run's description (ma
 # "custom_model_development" is the classic machine-learning layout of runs, metrics and charts).
 KIND_TAG = "mlflow.experimentKind"
 KIND = "custom_model_development"
+# MLflow 3.17's UI takes its layout from the page address (`workflowType`, its WorkflowType
+# context) before its remembered choice, which starts as GenAI: the link the export prints asks
+# for the machine-learning layout.
+LAYOUT_QUERY = "workflowType=machine_learning"
 # MLflow's limits (mlflow.utils.validation): values are cut to fit rather than refused.
 PARAM_MAX = 6000
 TAG_MAX = 8000
@@ -68,6 +73,17 @@ def default_tracking_uri(run_folder: Path) -> str:
     if given:
         return given
     return f"sqlite:///{(run_folder.resolve().parent / 'mlflow.db').as_posix()}"
+
+
+def run_page(tracking_uri: str, experiment_id: str, run_id: str) -> str | None:
+    """The run's page in a tracking server's UI, in its machine-learning layout; None for a
+    store without a UI (SQLite, a file store). No user name or password is kept in it."""
+    parts = urllib.parse.urlsplit(tracking_uri)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    host = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
+    base = urllib.parse.urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
+    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}?{LAYOUT_QUERY}"
 
 
 def _artifact_location(tracking_uri: str) -> str | None:
