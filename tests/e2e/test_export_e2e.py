@@ -28,6 +28,9 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from tests.fixtures.export_runs import FINDINGS, OUTSIDE, write_export_run
 from tests.fixtures.wandb_files import read_offline_run
 from workbench.export.command import ExportOptions, export
+from workbench.export.flatten import Sweep
+from workbench.export.records import read_run
+from workbench.export.to_wandb import export_run as write_wandb
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKBENCH = str(Path(sys.executable).with_name("workbench"))
@@ -211,7 +214,7 @@ def test_tensorboard_events_read_back_with_scalars_histograms_and_hparams(tmp_pa
     assert events.Histograms(f"{STEADY}/histogram")[0].histogram_value.num == 30
     # a number measured once is no chart: a configuration's throughput sits at its batch size
     tags = events.Tags()["scalars"]
-    assert [s.step for s in events.Scalars("configs/train_eager/by_batch_size/throughput")] == [64]
+    assert "configs/train_eager/by_batch_size/throughput" not in tags  # one batch size: no curve
     assert f"{CONFIG}/phases/steady/first_step" not in tags
     assert f"headline/{CONFIG}/throughput" in tags  # the hparams entry's metric
     content = events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
@@ -243,9 +246,14 @@ def test_wandb_offline_run_read_back_from_the_file_it_wrote(tmp_path, run_folder
     key = f"01_baseline/{STEADY}"
     assert run.axes[key] == "step"
     assert [row["step"] for row in run.history if key in row] == list(range(1, 31))
-    sweep = "01_baseline/configs/train_eager/by_batch_size/throughput"
-    assert run.axes[sweep] == "batch_size"
-    assert [row["batch_size"] for row in run.history if sweep in row] == [64]
+    # a sweep is drawn along its own axis (this run has none: one batch size; one is added)
+    record = read_run(run_folder)
+    sweep = Sweep("batch_size", {1: 90.0, 8: 600.0})
+    record.notebooks[0].found.sweeps["points/eager/by_batch_size/throughput"] = sweep
+    swept = read_offline_run(write_wandb(record, tmp_path / "swept").folder)
+    key = "01_baseline/points/eager/by_batch_size/throughput"
+    assert swept.axes[key] == "batch_size"
+    assert [(r["batch_size"], r[key]) for r in swept.history if key in r] == [(1, 90.0), (8, 600.0)]
 
 
 def test_junit_from_the_command_line_is_valid_for_ci(tmp_path, run_folder):

@@ -8,10 +8,10 @@ verdict. A list of records is keyed by what each record says it is, never by its
 leading string fields (a configuration's kind and mode, a phase, an op), or its `label`, and the
 axis fields it sits at (`batch_size_64`, `streams_4`). Records that sit on an axis also make a
 sweep: each measurement of theirs as a curve over that axis (latency over batch size, over
-offered load). A list of records that name nothing (a serving point's stability windows) is a
-sequence: each of their numbers becomes a series in list order. Lists of plain numbers that are
-not declared per-step values (indices of discarded samples, shapes, bucket edges) and lists of
-lists stay in the result file.
+offered load), where there is more than one point. A list of records that name nothing (a
+serving point's stability windows) is a sequence: each of their numbers becomes a series in list
+order. Lists of plain numbers that are not declared per-step values (indices of discarded
+samples, shapes, bucket edges) and lists of lists stay in the result file.
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ def flatten(record: object) -> Flattened:
     """Every metric, series, sweep and verdict of a dataclass record, keyed by where it sits."""
     found = Flattened()
     _walk(record, "", found, found.metrics)
+    # One point is no curve: a measurement taken at one batch size is its metric alone.
+    found.sweeps = {k: s for k, s in found.sweeps.items() if len(s.points) > 1}
     return found
 
 
