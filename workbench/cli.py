@@ -261,8 +261,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         else "needs pip install 'workbench[hf]'"
     )
     print(
-        "workloads: " + ", ".join(BUILTIN_WORKLOADS) + ", package.module:factory, or "
-        f"hf:FOLDER / hf:MODEL_TYPE (a Hugging Face checkpoint or model type; {hf_state})"
+        "workloads: " + ", ".join(BUILTIN_WORKLOADS) + ", package.module:factory, "
+        f"hf:FOLDER / hf:MODEL_TYPE (a Hugging Face checkpoint or model type; {hf_state}), or "
+        "script:train.py (a training script as it is, with --script-args)"
     )
     print("targets:")
     for name in TARGET_MODULES:

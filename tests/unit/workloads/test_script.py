@@ -172,3 +172,13 @@ def test_the_spec_keeps_path_and_arguments(tmp_path):
     assert args == ["--lr", "0.1", "--name", "a b"]
     with pytest.raises(BadInput, match="cannot be split"):
         script_spec("train.py", "--name 'unclosed")
+
+
+def test_the_command_line_joins_script_args_and_refuses_them_elsewhere(tmp_path, monkeypatch):
+    from workbench.cli import _workload_spec
+
+    monkeypatch.chdir(tmp_path)
+    spec = _workload_spec("script:train.py --lr 1", "--batch-size 8")
+    assert parse_script_spec(spec) == (tmp_path / "train.py", ["--lr", "1", "--batch-size", "8"])
+    with pytest.raises(BadInput, match="--script-args applies to a script: workload"):
+        _workload_spec("seed-mlp", "--batch-size 8")
