@@ -256,6 +256,24 @@ def test_wandb_offline_run_read_back_from_the_file_it_wrote(tmp_path, run_folder
     assert [(r["batch_size"], r[key]) for r in swept.history if key in r] == [(1, 90.0), (8, 600.0)]
 
 
+def test_a_wandb_export_cut_short_leaves_nothing_and_the_next_writes_it_whole(
+    tmp_path, run_folder, monkeypatch
+):
+    from workbench.export import to_wandb
+
+    def cut(session, run):
+        session.log({"step": 1})
+        raise KeyboardInterrupt  # the export stopped mid-way
+
+    with monkeypatch.context() as patched:
+        patched.setattr(to_wandb, "_write", cut)
+        with pytest.raises(KeyboardInterrupt):
+            export([run_folder], ExportOptions(["wandb"], wandb_dir=tmp_path))
+    assert not list((tmp_path / "wandb").glob("offline-run-*"))
+    (line,) = export([run_folder], ExportOptions(["wandb"], wandb_dir=tmp_path))
+    assert "written offline" in line
+
+
 def test_junit_from_the_command_line_is_valid_for_ci(tmp_path, run_folder):
     out = tmp_path / "gate.xml"
     done = _workbench("export-metrics", str(run_folder), "--to", "junit", "--out", str(out))

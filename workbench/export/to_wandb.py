@@ -11,7 +11,8 @@ along W&B's custom x-axis `step`, and each sweep along its own axis (`batch_size
 `rate`, ...), declared with `define_metric` so W&B draws every one against its axis.
 
 A run's W&B id is derived from its key (real folder name and start time), so a second export
-finds the first one's folder and writes nothing, and `wandb sync` of both lands on one W&B run.
+finds the first one's folder and writes nothing, and `wandb sync` of both lands on one W&B run;
+an export cut short removes its folder, so the next one writes the run whole.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,24 +113,32 @@ def export_run(run: RunRecord, directory: Path, project: str = DEFAULT_PROJECT) 
         disable_git=True,
         save_code=False,
     )
-    with _offline():
-        session = wandb.init(
-            project=project,
-            dir=str(directory),
-            mode="offline",
-            id=identifier,
-            name=run.label,
-            group=run.workload,
-            job_type="workbench",
-            tags=_tags(run),
-            notes=scrub_text(run_description(run)),
-            config=_config(run),
-            settings=settings,
-        )
-        try:
-            _write(session, run)
-        finally:
-            session.finish()
+    try:
+        with _offline():
+            session = wandb.init(
+                project=project,
+                dir=str(directory),
+                mode="offline",
+                id=identifier,
+                name=run.label,
+                group=run.workload,
+                job_type="workbench",
+                tags=_tags(run),
+                notes=scrub_text(run_description(run)),
+                config=_config(run),
+                settings=settings,
+            )
+            try:
+                _write(session, run)
+            finally:
+                session.finish()
+    except BaseException:
+        # An export cut short leaves no folder behind: the next one writes the run whole
+        # rather than finding a half and calling it done.
+        partial = existing(directory, identifier)
+        if partial is not None:
+            shutil.rmtree(partial, ignore_errors=True)
+        raise
     folder = existing(directory, identifier)
     if folder is None:
         raise BadInput(f"W&B wrote no offline run for {run.label} in {directory / 'wandb'}.")
