@@ -173,7 +173,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from workbench.execution.workcopy import export_run
 
     exit_code, index = export_run(Path(args.folder), show_code=args.show_code)
-    print(f"report: {index} (exit {exit_code})")
+    _run_progress(f"report: {index} (exit {exit_code})")  # as `run` ends: the path on stdout
     return exit_code
 
 
