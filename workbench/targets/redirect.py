@@ -201,11 +201,13 @@ class DeviceRedirection:
         ]
         patches += [(torch, name, self._factory(getattr(torch, name), name)) for name in _FACTORIES]
         patches += [(torch.cuda, name, self._reading(name)) for name in _CUDA_READINGS]
-        cudnn_type = type(torch.backends.cudnn)
+        # torch.backends.cudnn is a module object whose class holds the flags as descriptors.
+        cudnn_type: Any = type(torch.backends.cudnn)
+        flags = vars(cudnn_type)
         patches += [
-            (cudnn_type, flag, self._cudnn_flag(cudnn_type.__dict__[flag], flag))
+            (cudnn_type, flag, self._cudnn_flag(flags[flag], flag))
             for flag in _CUDNN_FLAGS
-            if flag in cudnn_type.__dict__
+            if flag in flags
         ]
         return patches
 
