@@ -302,6 +302,7 @@ def test_run_with_export_writes_the_run_then_exports_it(tmp_path, server):
     out = reports / "env-only"
     done = _workbench("run", "--only", "00", "--out", str(out), "--export", "mlflow,junit", env=env)
     assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{out / 'index.html'}\n"  # the report path alone; the rest on stderr
     assert "mlflow: env-only exported" in done.stderr
     xmlschema.XMLSchema(SCHEMA).validate(str(out / "junit.xml"))
     client = MlflowClient(tracking_uri=server)
