@@ -26,6 +26,7 @@ from typing import Any
 from workbench.compare.runs import Run, UnreadableRun, load_run, result_path
 from workbench.errors import BadInput
 from workbench.export.flatten import Flattened, flatten
+from workbench.export.safety import component
 from workbench.results import OutcomeStatus, UnreadableResult, load_result
 from workbench.safe_load import is_plain_file
 from workbench.scorecard import STATUSES, Verdict
@@ -139,10 +140,11 @@ class RunRecord:
         """Each notebook's headline numbers and verdict rank, under `<notebook>/<key>`."""
         found: dict[str, float] = {}
         for notebook in self.notebooks:
+            name = component(notebook.notebook)  # one key part, whatever summary.json says
             if notebook.verdict_rank is not None:
-                found[f"{notebook.notebook}/{VERDICT_RANK}"] = notebook.verdict_rank
+                found[f"{name}/{VERDICT_RANK}"] = notebook.verdict_rank
             for key, value in notebook.headline_metrics.items():
-                found[f"{notebook.notebook}/{key}"] = value
+                found[f"{name}/{key}"] = value
         return found
 
     @property

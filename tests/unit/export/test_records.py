@@ -90,3 +90,10 @@ def test_the_run_carries_each_notebooks_headline_numbers_and_verdict_rank(tmp_pa
     assert headline["01_baseline/configs/train_eager/batch_size_64/throughput"] > 0
     assert not any("first_call" in key for key in headline)  # not a headline number
     assert run.verdict_rank == 0.0  # summary.json's verdict, written before OUTSIDE was added
+
+
+def test_a_notebook_name_from_summary_json_is_one_key_part_in_the_parents_metrics(tmp_path):
+    run = read_run(write_export_run(tmp_path / "run"))
+    run.notebooks[-1].notebook = "../../escaped"
+    assert "_.._.._escaped/verdict_rank" in run.headline
+    assert not [key for key in run.headline if key.startswith(".") or "/../" in key]
