@@ -16,6 +16,7 @@ script that starts a process itself is refused.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import copy
 import functools
@@ -57,6 +58,8 @@ from workbench.workload import (
 CAPTURE_STEPS = 5
 # The script's printed output kept for the notebook: the first characters of it.
 OUTPUT_CHARS = 20_000
+# Options through which a script takes its batch size: notebook 04's sweep sets them.
+BATCH_SIZE_FLAGS = ("--batch-size", "--batch_size")
 
 # Loss functions a script may call on its model's output directly.
 _FUNCTIONAL_LOSSES = (
@@ -132,6 +135,12 @@ class ScriptCapture:
     dataloaders: list[str] = field(default_factory=list)
     printed: str = ""
     stopped: bool = False
+    options: list[str] = field(default_factory=list)  # the option strings its argparse declares
+
+    @property
+    def batch_size_flag(self) -> str | None:
+        """The option that sets the script's batch size, where it declares one."""
+        return next((f for f in BATCH_SIZE_FLAGS if f in self.options), None)
 
     @property
     def steps(self) -> int:
@@ -175,10 +184,13 @@ def _owning_module(params: set[int]) -> nn.Module | None:
 class _Watch:
     """The hooks and patches that watch one run of the script."""
 
-    def __init__(self, capture: ScriptCapture, target: Target, steps: int) -> None:
+    def __init__(
+        self, capture: ScriptCapture, target: Target, steps: int, loader_batch: int | None
+    ) -> None:
         self.capture = capture
         self.target = target
         self.steps = steps
+        self.loader_batch = loader_batch  # a DataLoader's batch size, where one is asked
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
@@ -187,6 +199,9 @@ class _Watch:
             stack.enter_context(patched(torch.optim.Optimizer, "__init__", self._optimizer_init()))
             stack.enter_context(patched(torch.Tensor, "backward", self._backward()))
             stack.enter_context(patched(torch, "compile", self._compile()))
+            stack.enter_context(
+                patched(argparse._ActionsContainer, "add_argument", self._add_argument())
+            )
             stack.enter_context(
                 patched(torch.utils.data.DataLoader, "__init__", self._dataloader_init())
             )
@@ -296,11 +311,28 @@ class _Watch:
 
         return compile
 
+    def _add_argument(self) -> Callable[..., Any]:
+        original = argparse._ActionsContainer.add_argument
+        capture = self.capture
+
+        def add_argument(parser: Any, *names: Any, **kwargs: Any) -> Any:
+            capture.options.extend(n for n in names if isinstance(n, str))
+            return original(parser, *names, **kwargs)
+
+        return add_argument
+
     def _dataloader_init(self) -> Callable[..., None]:
         original = torch.utils.data.DataLoader.__init__
         capture = self.capture
 
+        loader_batch = self.loader_batch
+
         def init(loader: Any, *args: Any, **kwargs: Any) -> None:
+            if loader_batch is not None:
+                if len(args) > 1:  # DataLoader(dataset, batch_size, ...)
+                    args = (args[0], loader_batch, *args[2:])
+                else:
+                    kwargs["batch_size"] = loader_batch
             workers = kwargs.get("num_workers", 0)
             if workers:
                 # Worker processes would run outside the watch: the loader runs in-process.
@@ -340,7 +372,7 @@ def _as_its_own_program(path: Path, args: list[str]) -> Iterator[io.StringIO]:
 
 
 def run_script(
-    spec: str, target: Target, steps: int = CAPTURE_STEPS
+    spec: str, target: Target, steps: int = CAPTURE_STEPS, loader_batch: int | None = None
 ) -> tuple[ScriptCapture, DeviceRedirection]:
     """Run the script of `spec` on `target`, watched, until `steps` optimizer steps (or its
     end); every way it can fail is a BadInput saying which step it reached."""
@@ -357,7 +389,7 @@ def run_script(
     capture = ScriptCapture(path, args)
     redirection = DeviceRedirection(target.device, target.synchronize)
     failure: str | None = None
-    watch = _Watch(capture, target, steps)
+    watch = _Watch(capture, target, steps, loader_batch)
     with (
         seeded(DEFAULT_SEED),
         _as_its_own_program(path, args) as printed,
@@ -407,8 +439,8 @@ def load_script_workload(spec: str, target: Target, batch_size: int | None = Non
     assert capture.initial_model is not None and capture.inputs is not None
     assert capture.targets is not None and capture.loss_fn is not None
     assert capture.optimizer is not None
-    inputs, targets = capture.inputs, capture.targets
-    captured_size = int(targets.shape[0]) if targets.dim() else 1
+    targets = capture.targets
+    captured_size = _samples(targets)
     initial = capture.initial_model
     optimizer_type = type(capture.optimizer)
     # The optimizer's settings as its constructor takes them (its defaults also hold entries
@@ -416,14 +448,7 @@ def load_script_workload(spec: str, target: Target, batch_size: int | None = Non
     accepted = inspect.signature(optimizer_type.__init__).parameters
     settings = {k: v for k, v in capture.optimizer.defaults.items() if k in accepted}
 
-    def batch_maker(size: int, generator: torch.Generator) -> Batch:
-        # The script's own batch; another size repeats its samples in order.
-        rows = torch.arange(size) % captured_size
-        picked = tree_map(
-            lambda t: t[rows] if isinstance(t, torch.Tensor) and t.dim() else t, inputs
-        )
-        return picked, targets[rows] if targets.dim() else targets
-
+    batches = ScriptBatches(spec, target, capture)
     classification = (
         capture.loss_name in ("F.cross_entropy", "CrossEntropyLoss")
         and targets.dim() == 1
@@ -432,18 +457,77 @@ def load_script_workload(spec: str, target: Target, batch_size: int | None = Non
     workload = Workload(
         name=f"script-{capture.path.stem}",
         model_factory=lambda: copy.deepcopy(initial),
-        batch_maker=batch_maker,
+        batch_maker=batches,
         loss_fn=capture.loss_fn,
         optimizer_factory=lambda params: optimizer_type(params, **settings),
         batch_size=batch_size or captured_size,
         task_metric=accuracy if classification else None,
         task_metric_name="accuracy" if classification else "",
-        description=describe_capture(capture),
+        description=f"{describe_capture(capture)}; {batches.how}",
         spec=spec,
     )
     workload.script_run = script_record(capture, redirection)
     show_capture(capture, redirection)
     return workload
+
+
+class ScriptBatches:
+    """The script's batch at any size: its own first batch at its own size; at another, the
+    script run again for one step with its batch-size option set (or, without one, with its
+    DataLoader's batch size set), so the batch is what the script makes at that size; a script
+    with neither has its captured samples repeated in order."""
+
+    def __init__(self, spec: str, target: Target, capture: ScriptCapture) -> None:
+        assert capture.inputs is not None and capture.targets is not None
+        self.spec = spec
+        self.target = target
+        self.flag = capture.batch_size_flag
+        self.through_loader = self.flag is None and bool(capture.dataloaders)
+        self.captured_size = _samples(capture.targets)
+        self.made: dict[int, Batch] = {self.captured_size: (capture.inputs, capture.targets)}
+
+    @property
+    def how(self) -> str:
+        if self.flag:
+            return f"another batch size runs the script with {self.flag}"
+        if self.through_loader:
+            return "another batch size runs the script with its DataLoader's batch_size set"
+        return (
+            "the script takes no --batch-size (or --batch_size) and has no DataLoader, so "
+            "another batch size repeats its captured samples"
+        )
+
+    def __call__(self, size: int, generator: torch.Generator) -> Batch:
+        if size not in self.made:
+            self.made[size] = self._make(size)
+        return _on_cpu(self.made[size])
+
+    def _make(self, size: int) -> Batch:
+        if not (self.flag or self.through_loader):
+            inputs, targets = self.made[self.captured_size]
+            rows = torch.arange(size) % self.captured_size
+            picked = tree_map(
+                lambda t: t[rows] if isinstance(t, torch.Tensor) and t.dim() else t, inputs
+            )
+            return picked, targets[rows] if targets.dim() else targets
+        if self.flag:
+            path, args = parse_script_spec(self.spec)
+            spec = script_spec(str(path), shlex.join([*args, self.flag, str(size)]))
+            capture, _ = run_script(spec, self.target, steps=1)
+        else:
+            spec = self.spec
+            capture, _ = run_script(spec, self.target, steps=1, loader_batch=size)
+        assert capture.inputs is not None and capture.targets is not None
+        if _samples(capture.targets) != size:
+            raise BadInput(
+                f"Workload {spec!r}: asked for batch size {size}, the script's first batch "
+                f"has {_samples(capture.targets)} samples."
+            )
+        return capture.inputs, capture.targets
+
+
+def _samples(targets: torch.Tensor) -> int:
+    return int(targets.shape[0]) if targets.dim() else 1
 
 
 def describe_capture(capture: ScriptCapture) -> str:

@@ -182,3 +182,31 @@ def test_the_command_line_joins_script_args_and_refuses_them_elsewhere(tmp_path,
     assert parse_script_spec(spec) == (tmp_path / "train.py", ["--lr", "1", "--batch-size", "8"])
     with pytest.raises(BadInput, match="--script-args applies to a script: workload"):
         _workload_spec("seed-mlp", "--batch-size 8")
+
+
+def test_another_batch_size_runs_the_script_with_its_batch_size_option():
+    workload = load_script_workload(
+        script_spec(str(SCRIPTS / "messy_train.py"), "--batch-size 16"), CPU
+    )
+    assert "with --batch-size" in workload.description
+    (features,), labels = workload.batch(batch_size=8)
+    assert features.shape == (8, 20) and labels.shape == (8,)
+
+
+def test_a_dataloader_without_an_option_has_its_batch_size_set(tmp_path):
+    body = TRAINS.replace(
+        "for _ in range(3):\n    loss = torch.nn.functional.cross_entropy(model(torch.randn(8, 4)), torch.randint(2, (8,)))",
+        "data = torch.utils.data.TensorDataset(torch.randn(40, 4), torch.randint(2, (40,)))\n"
+        "for x, y in torch.utils.data.DataLoader(data, 8):\n"
+        "    loss = torch.nn.functional.cross_entropy(model(x), y)",
+    )
+    workload = load_script_workload(_script(tmp_path, body), CPU)
+    assert "DataLoader's batch_size set" in workload.description
+    assert workload.batch(batch_size=5)[0][0].shape == (5, 4)
+
+
+def test_a_script_with_neither_repeats_its_samples_and_says_so(tmp_path):
+    workload = load_script_workload(_script(tmp_path, TRAINS), CPU)
+    assert "repeats its captured samples" in workload.description
+    inputs = workload.batch(batch_size=12)[0][0]
+    assert torch.equal(inputs[8:], inputs[:4])
