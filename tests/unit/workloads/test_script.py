@@ -195,7 +195,9 @@ def test_another_batch_size_runs_the_script_with_its_batch_size_option():
 
 def test_a_dataloader_without_an_option_has_its_batch_size_set(tmp_path):
     body = TRAINS.replace(
-        "for _ in range(3):\n    loss = torch.nn.functional.cross_entropy(model(torch.randn(8, 4)), torch.randint(2, (8,)))",
+        "for _ in range(3):\n"
+        "    loss = torch.nn.functional.cross_entropy("
+        "model(torch.randn(8, 4)), torch.randint(2, (8,)))",
         "data = torch.utils.data.TensorDataset(torch.randn(40, 4), torch.randint(2, (40,)))\n"
         "for x, y in torch.utils.data.DataLoader(data, 8):\n"
         "    loss = torch.nn.functional.cross_entropy(model(x), y)",
