@@ -50,6 +50,7 @@ from workbench.workload import (
     Inputs,
     Workload,
     accuracy,
+    primary_output,
     seeded,
 )
 
@@ -165,6 +166,31 @@ def _on_cpu(tree: Any) -> Any:
     return tree_map(lambda t: t.detach().cpu().clone() if isinstance(t, torch.Tensor) else t, tree)
 
 
+def _how_loss_reads(argument: Any, output: Any) -> str | None:
+    """How a loss's first argument comes from the model's output: "as returned", "logits"
+    (a container's primary tensor), "flattened" (that tensor over its leading dimensions), or
+    None when it is computed some other way."""
+    if argument is output:
+        return "as returned"
+    try:
+        logits = primary_output(output)
+    except ValueError:
+        return None
+    if argument is logits:
+        return "logits"
+    if (
+        isinstance(argument, torch.Tensor)
+        and argument._base is not None
+        and argument._base is (logits._base if logits._base is not None else logits)
+        and argument.dim() == 2
+        and logits.dim() > 2
+        and argument.shape[-1] == logits.shape[-1]
+        and argument.numel() == logits.numel()
+    ):
+        return "flattened"
+    return None
+
+
 def _owning_module(params: set[int]) -> nn.Module | None:
     """The smallest module, among those the script's frames hold, that owns every parameter
     the optimizer was given: the model."""
@@ -274,12 +300,27 @@ class _Watch:
         capture = self.capture
         if capture.loss_fn is not None or capture.output is None or len(args) < 2:
             return
-        # The loss is recognised only where it reads the model's output as returned: then
-        # re-running it on the captured batch computes what the script computed.
-        if args[0] is capture.output:
-            capture.loss_fn = make_loss()
-            capture.loss_name = name
-            capture.targets = _on_cpu(args[1])
+        # The loss is recognised only where it reads the model's output as returned, its
+        # logits, or those flattened over their leading dimensions (a language model's
+        # `logits.view(-1, vocab)` with `targets.view(-1)`): re-running it on the captured
+        # batch then computes what the script computed.
+        read = _how_loss_reads(args[0], capture.output)
+        if read is None:
+            return
+        loss, flat = make_loss(), read == "flattened"
+        target = args[1]
+        if flat and isinstance(target, torch.Tensor) and target._base is not None:
+            target = target._base  # the targets as the batch holds them, before .view(-1)
+
+        def loss_fn(outputs: Any, targets: torch.Tensor) -> torch.Tensor:
+            logits = primary_output(outputs) if read != "as returned" else outputs
+            if flat:
+                return loss(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+            return loss(logits, targets)
+
+        capture.loss_fn = loss_fn
+        capture.loss_name = name
+        capture.targets = _on_cpu(target)
 
     def _functional_loss(self, original: Callable[..., Any], name: str) -> Callable[..., Any]:
         def loss(*args: Any, **kwargs: Any) -> Any:

@@ -212,3 +212,39 @@ def test_a_script_with_neither_repeats_its_samples_and_says_so(tmp_path):
     assert "repeats its captured samples" in workload.description
     inputs = workload.batch(batch_size=12)[0][0]
     assert torch.equal(inputs[8:], inputs[:4])
+
+
+LANGUAGE_MODEL = """
+import torch
+from torch import nn
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 16)
+        self.head = nn.Linear(16, 50)
+
+    def forward(self, ids):
+        return {"logits": self.head(self.embed(ids))}
+
+model = Tiny()
+opt = torch.optim.Adam(model.parameters())
+ids = torch.randint(50, (4, 12))
+labels = torch.randint(50, (4, 12))
+for _ in range(2):
+    logits = model(ids)["logits"]
+    loss = nn.functional.cross_entropy(logits.view(-1, 50), labels.view(-1))
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_language_models_flattened_logits_loss_is_recomputed(tmp_path):
+    spec = _script(tmp_path, LANGUAGE_MODEL)
+    capture, _ = run_script(spec, CPU)
+    assert capture.targets.shape == (4, 12)  # the batch's targets, not their .view(-1)
+    workload = load_script_workload(spec, CPU)
+    model = workload.build_model()
+    inputs, targets = workload.batch()
+    loss = workload.compute_loss(workload.forward(model, inputs), targets)
+    assert loss.item() == pytest.approx(capture.losses[0], rel=1e-6)
