@@ -902,7 +902,9 @@ def test_a_deterministic_reference_runs_twice_and_hooks_its_layers_once(monkeypa
     refs = run_references(DEEP.build_model, DEEP.batch(), DEEP, STEPS, CPU)
     assert refs.reproducibility.deterministic
     reference, yardstick = refs.spec.label, refs.fp64_spec.label
-    assert trained == [reference, reference, yardstick]
+    # The reference, its repeat, its run from weights one ulp away (its sensitivity), fp64.
+    assert trained == [reference, reference, reference, yardstick]
+    assert refs.sensitivity is not None and len(refs.sensitivity.losses) == STEPS
     # One recorder keeps the reference's inputs, one records the yardstick: none for the repeat.
     assert recorded == [{"keep_inputs": True}, {"keep_inputs": False}]
 
