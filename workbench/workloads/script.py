@@ -29,7 +29,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ from workbench.workload import (
     Inputs,
     Workload,
     accuracy,
+    output_loss,
     primary_output,
     seeded,
 )
@@ -136,6 +137,8 @@ class ScriptCapture:
     dataloaders: list[str] = field(default_factory=list)
     printed: str = ""
     stopped: bool = False
+    loss_from_output: bool = False
+    mixed_inputs: bool = False  # the model was called with positional and keyword inputs
     options: list[str] = field(default_factory=list)  # the option strings its argparse declares
 
     @property
@@ -191,6 +194,13 @@ def _how_loss_reads(argument: Any, output: Any) -> str | None:
     return None
 
 
+def _own_loss(output: Any) -> Any:
+    """The loss a model's output carries (a `loss` key or field), else None."""
+    if isinstance(output, Mapping):
+        return output.get("loss")
+    return getattr(output, "loss", None)
+
+
 def _owning_module(params: set[int]) -> nn.Module | None:
     """The smallest module, among those the script's frames hold, that owns every parameter
     the optimizer was given: the model."""
@@ -217,6 +227,7 @@ class _Watch:
         self.target = target
         self.steps = steps
         self.loader_batch = loader_batch  # a DataLoader's batch size, where one is asked
+        self.model_hooks: list[Any] = []
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
@@ -248,10 +259,10 @@ class _Watch:
                 stack.enter_context(patched(owner, name, _refuse(f"{owner.__name__}.{name}")))
             for handle in (
                 register_optimizer_step_post_hook(self._after_step),
-                nn.modules.module.register_module_forward_pre_hook(self._before_forward),
-                nn.modules.module.register_module_forward_hook(self._after_forward),
+                nn.modules.module.register_module_forward_pre_hook(self._before_loss),
             ):
                 stack.callback(handle.remove)
+            stack.callback(lambda: [handle.remove() for handle in self.model_hooks])
             capture.started = time.perf_counter()
             yield
 
@@ -269,7 +280,12 @@ class _Watch:
                 return
             capture.optimizer = optimizer
             capture.model = model
+            # Copied before the watch's hooks go on: the workload's model carries none.
             capture.initial_model = copy.deepcopy(model).to("cpu")
+            self.model_hooks += [
+                model.register_forward_pre_hook(self._before_model, with_kwargs=True),
+                model.register_forward_hook(self._after_model),
+            ]
             capture.started = time.perf_counter()
 
         return init
@@ -284,17 +300,25 @@ class _Watch:
             capture.stopped = True
             raise _Stop
 
-    def _before_forward(self, module: nn.Module, args: tuple[Any, ...]) -> None:
-        capture = self.capture
-        if module is capture.model and capture.inputs is None:
-            capture.inputs = _on_cpu(tuple(args))
-        elif isinstance(module, nn.modules.loss._Loss):
+    def _before_loss(self, module: nn.Module, args: tuple[Any, ...]) -> None:
+        if isinstance(module, nn.modules.loss._Loss):
             self._loss_seen(args, lambda: copy.deepcopy(module), type(module).__name__)
 
-    def _after_forward(self, module: nn.Module, args: Any, output: Any) -> None:
+    def _before_model(self, module: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
         capture = self.capture
-        if module is capture.model and capture.output is None:
-            capture.output = output
+        if capture.inputs is not None or capture.mixed_inputs:
+            return
+        if args and kwargs:
+            # A batch is positional or keyword inputs (the Workload contract), not both.
+            capture.mixed_inputs = True
+        elif kwargs:
+            capture.inputs = _on_cpu(dict(kwargs))
+        else:
+            capture.inputs = _on_cpu(tuple(args))
+
+    def _after_model(self, module: nn.Module, args: Any, output: Any) -> None:
+        if self.capture.output is None:
+            self.capture.output = output
 
     def _loss_seen(self, args: Any, make_loss: Callable[[], Callable[..., Any]], name: str) -> None:
         capture = self.capture
@@ -337,6 +361,13 @@ class _Watch:
         def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             if capture.optimizer is not None and tensor.numel() == 1:
                 capture.losses.append(float(tensor.detach().float().cpu()))
+            if capture.loss_fn is None and _own_loss(capture.output) is tensor:
+                # The model computed its loss itself (a Hugging Face model given labels).
+                capture.loss_fn = lambda outputs, _: output_loss(outputs)
+                capture.loss_from_output = True
+                capture.loss_name = "the model's own (output.loss)"
+                labels = capture.inputs.get("labels") if isinstance(capture.inputs, dict) else None
+                capture.targets = labels
             return original(tensor, *args, **kwargs)
 
         return backward
@@ -464,11 +495,17 @@ def run_script(
             f"Workload {spec!r}: the script ended without an optimizer step on a model "
             "(the workbook finds the model through the optimizer that trains it)."
         )
-    if capture.loss_fn is None or capture.inputs is None:
+    if capture.mixed_inputs:
         raise BadInput(
-            f"Workload {spec!r}: the loss `backward` was called on is not a torch loss module "
-            "or function applied to the model's output as returned, so it cannot be re-run "
-            "on the captured batch."
+            f"Workload {spec!r}: the script calls its model with positional and keyword inputs "
+            "at once; the workbook feeds a model one or the other."
+        )
+    if capture.loss_fn is None or capture.inputs is None or capture.targets is None:
+        raise BadInput(
+            f"Workload {spec!r}: the loss `backward` was called on is neither a torch loss "
+            "module or function applied to the model's output (or its logits) nor the model's "
+            "own output.loss with `labels` among its inputs, so it cannot be re-run on the "
+            "captured batch."
         )
     return capture, redirection
 
@@ -500,6 +537,7 @@ def load_script_workload(spec: str, target: Target, batch_size: int | None = Non
         model_factory=lambda: copy.deepcopy(initial),
         batch_maker=batches,
         loss_fn=capture.loss_fn,
+        loss_from_output=capture.loss_from_output,
         optimizer_factory=lambda params: optimizer_type(params, **settings),
         batch_size=batch_size or captured_size,
         task_metric=accuracy if classification else None,

@@ -143,7 +143,7 @@ for _ in range(3):
         ("raise ValueError('bad data')\n", "ValueError: bad data"),
         (
             TRAINS.replace("model(torch.randn(8, 4))", "model(torch.randn(8, 4)) * 2"),
-            "is not a torch loss module or function applied to the model's output",
+            "is neither a torch loss module or function applied to the model's output",
         ),
     ],
 )
@@ -248,3 +248,43 @@ def test_a_language_models_flattened_logits_loss_is_recomputed(tmp_path):
     inputs, targets = workload.batch()
     loss = workload.compute_loss(workload.forward(model, inputs), targets)
     assert loss.item() == pytest.approx(capture.losses[0], rel=1e-6)
+
+
+OWN_LOSS = """
+import torch
+from torch import nn
+
+class WithLoss(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(6, 3)
+
+    def forward(self, features, labels):
+        logits = self.head(features)
+        return {"loss": nn.functional.cross_entropy(logits, labels), "logits": logits}
+
+model = WithLoss()
+opt = torch.optim.AdamW(model.parameters())
+for _ in range(2):
+    out = model(features=torch.randn(5, 6), labels=torch.randint(3, (5,)))
+    out["loss"].backward()
+    opt.step()
+"""
+
+
+def test_a_model_that_computes_its_own_loss_from_keyword_inputs(tmp_path):
+    spec = _script(tmp_path, OWN_LOSS)
+    capture, _ = run_script(spec, CPU)
+    assert capture.loss_from_output and set(capture.inputs) == {"features", "labels"}
+    workload = load_script_workload(spec, CPU)
+    inputs, targets = workload.batch()
+    loss = workload.compute_loss(workload.forward(workload.build_model(), inputs), targets)
+    assert loss.item() == pytest.approx(capture.losses[0], rel=1e-6)
+
+
+def test_positional_and_keyword_inputs_at_once_are_refused(tmp_path):
+    body = OWN_LOSS.replace(
+        "model(features=torch.randn(5, 6), labels=", "model(torch.randn(5, 6), labels="
+    )
+    with pytest.raises(BadInput, match="positional and keyword inputs at once"):
+        run_script(_script(tmp_path, body), CPU)
