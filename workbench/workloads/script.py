@@ -430,6 +430,12 @@ def _as_its_own_program(path: Path, args: list[str]) -> Iterator[io.StringIO]:
     """The script's folder as working folder and first import path, its own argv, its
     printed output collected; all restored afterwards."""
     saved = (os.getcwd(), list(sys.argv), list(sys.path))
+    # Process-wide torch settings a script may change; the notebook's own code runs after it.
+    torch_settings = (
+        torch.get_default_dtype(),
+        torch.get_float32_matmul_precision(),
+        torch.are_deterministic_algorithms_enabled(),
+    )
     printed = io.StringIO()
     os.chdir(path.parent)
     sys.argv = [str(path), *args]
@@ -441,6 +447,9 @@ def _as_its_own_program(path: Path, args: list[str]) -> Iterator[io.StringIO]:
         os.chdir(saved[0])
         sys.argv[:] = saved[1]
         sys.path[:] = saved[2]
+        torch.set_default_dtype(torch_settings[0])
+        torch.set_float32_matmul_precision(torch_settings[1])
+        torch.use_deterministic_algorithms(torch_settings[2])
 
 
 def run_script(

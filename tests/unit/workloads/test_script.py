@@ -288,3 +288,9 @@ def test_positional_and_keyword_inputs_at_once_are_refused(tmp_path):
     )
     with pytest.raises(BadInput, match="positional and keyword inputs at once"):
         run_script(_script(tmp_path, body), CPU)
+
+
+def test_process_wide_settings_the_script_changes_are_restored(tmp_path):
+    body = "import torch\ntorch.set_default_dtype(torch.float64)\n" + TRAINS
+    run_script(_script(tmp_path, body), CPU)
+    assert torch.get_default_dtype() == torch.float32
