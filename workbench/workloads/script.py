@@ -39,7 +39,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils._pytree import tree_map
 
-from workbench.errors import BadInput, describe_error, is_user_code, short_path
+from workbench.errors import BadInput, describe_error, is_user_code, one_line, short_path
 from workbench.redact import scrub_text
 from workbench.targets.base import Target
 from workbench.targets.redirect import DeviceRedirection, patched
@@ -498,7 +498,9 @@ def run_script(
         else "before any optimizer was made"
     )
     if failure:
-        raise BadInput(f"Workload {spec!r}: {failure}, {reached}.")
+        last = next((line for line in reversed(capture.printed.splitlines()) if line.strip()), "")
+        said = f" (its last line: {one_line(last)!r})" if last else ""
+        raise BadInput(f"Workload {spec!r}: {failure}, {reached}{said}.")
     if capture.optimizer is None or capture.steps == 0:
         raise BadInput(
             f"Workload {spec!r}: the script ended without an optimizer step on a model "

@@ -133,7 +133,13 @@ for _ in range(3):
     ("body", "message"),
     [
         ("x = 1\ny = (\n", "line 2 has a syntax error"),
-        ("import sys\nsys.exit(3)\n", "exited with status 3, before any optimizer was made"),
+        ("import sys\nsys.exit(3)\n", "exited with status 3, before any optimizer was made."),
+        (
+            "import argparse\np = argparse.ArgumentParser()\np.add_argument('--data', "
+            "required=True)\np.parse_args()\n",
+            "exited with status 2, before any optimizer was made (its last line: "
+            "'train.py: error: the following arguments are required: --data').",
+        ),
         (
             TRAINS + "    import sys; sys.exit(3)\n",
             "exited with status 3, after 1 optimizer step(s)",
