@@ -26,6 +26,7 @@ import multiprocessing.process
 import os
 import runpy
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -626,9 +627,15 @@ def describe_capture(capture: ScriptCapture) -> str:
         if capture.stopped
         else f"ran to its end ({capture.steps} steps)"
     )
+    seconds = capture.step_seconds()
+    # The script's own clock, read by the watch at each optimizer.step (after the target's
+    # synchronize): its first step carries the script's one-time costs, the rest its pace.
+    timed = f", its first step {seconds[0]:.3f} s" if seconds else ""
+    if len(seconds) > 1:
+        timed += f", then a median {statistics.median(seconds[1:]):.3f} s per step"
     return (
         f"script {capture.path.name}: {type(capture.model).__name__} trained by "
-        f"{type(capture.optimizer).__name__}, loss {capture.loss_name}; {stopped}"
+        f"{type(capture.optimizer).__name__}, loss {capture.loss_name}; {stopped}{timed}"
     )
 
 

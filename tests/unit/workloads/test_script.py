@@ -71,6 +71,8 @@ def test_the_workload_recomputes_the_scripts_first_loss(smoke):
     loss = workload.compute_loss(workload.forward(model, inputs), targets)
     assert loss.item() == pytest.approx(capture.losses[0], rel=1e-6)
     assert workload.describe()["script"]["stopped_by_workbook"] is True
+    assert "stopped after 5 optimizer steps, its first step" in workload.description
+    assert "then a median" in workload.description
 
 
 def test_the_smoke_scripts_ops_equal_seed_mlps():
