@@ -479,7 +479,9 @@ class WorkloadSpec:
     hf_config: str = ""  # hf: config overrides, "key=value,key=value"
     allow_partial_model: bool = False  # hf: measure the part of the model a task keeps
     trust_remote_code: bool = False  # hf: run the Python a checkpoint folder ships
-    target: str = "auto"  # script: the target its device calls are redirected to
+    # script: the target its device calls are redirected to. Not part of what the workload is
+    # (equal specs on two targets name the same workload), so left out of comparisons.
+    target: str = field(default="auto", compare=False)
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> WorkloadSpec:
