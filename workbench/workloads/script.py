@@ -659,14 +659,21 @@ def script_record(capture: ScriptCapture, redirection: DeviceRedirection) -> dic
 
 def show_capture(capture: ScriptCapture, redirection: DeviceRedirection) -> None:
     """The run as the console and the notebook show it: what the script printed, then each
-    redirected or unmapped call by its line."""
-    print(f"--- {capture.path.name} printed ---")
-    print(capture.printed[:OUTPUT_CHARS].rstrip() or "(nothing)")
-    print(f"--- {describe_capture(capture)} ---")
+    redirected or unmapped call by its line. On stderr, as a workload's attentions are: the
+    command line keeps stdout for the report's path."""
+    print(f"--- {capture.path.name} printed ---", file=sys.stderr)
+    print(capture.printed[:OUTPUT_CHARS].rstrip() or "(nothing)", file=sys.stderr)
+    print(f"--- {describe_capture(capture)} ---", file=sys.stderr)
     for row in redirection.log.rows():
         kind = "redirected" if row["mapped"] else "not mapped"
-        print(f"{kind}: {row['call']} at {row['where']} ({row['times']}x): {row['outcome']}")
+        print(
+            f"{kind}: {row['call']} at {row['where']} ({row['times']}x): {row['outcome']}",
+            file=sys.stderr,
+        )
     for site in capture.compile_calls:
-        print(f"torch.compile called at {site}: the notebooks compile with the target's compiler")
+        print(
+            f"torch.compile called at {site}: the notebooks compile with the target's compiler",
+            file=sys.stderr,
+        )
     for loader in capture.dataloaders:
-        print(loader)
+        print(loader, file=sys.stderr)

@@ -162,8 +162,12 @@ def test_bad_scripts_are_one_sentence(tmp_path, body, message):
     assert "\n" not in str(raised.value)
 
 
-def test_a_script_that_trains_gives_a_workload(tmp_path):
-    workload = load_script_workload(_script(tmp_path, TRAINS), CPU)
+def test_a_script_that_trains_gives_a_workload(tmp_path, capsys):
+    workload = load_script_workload(_script(tmp_path, "print('epoch 1')\n" + TRAINS), CPU)
+    shown = capsys.readouterr()
+    # The command line keeps stdout for the report's path: the script's output goes to stderr.
+    assert shown.out == "" and "epoch 1" in shown.err
+    assert workload.describe()["script"]["printed"] == "epoch 1\n"
     assert workload.batch()[0][0].shape == (8, 4)
     assert workload.batch(batch_size=12)[0][0].shape == (12, 4)
 
