@@ -362,16 +362,34 @@ class _Watch:
         def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             if capture.optimizer is not None and tensor.numel() == 1:
                 capture.losses.append(float(tensor.detach().float().cpu()))
-            if capture.loss_fn is None and _own_loss(capture.output) is tensor:
-                # The model computed its loss itself (a Hugging Face model given labels).
-                capture.loss_fn = lambda outputs, _: output_loss(outputs)
-                capture.loss_from_output = True
-                capture.loss_name = "the model's own (output.loss)"
-                labels = capture.inputs.get("labels") if isinstance(capture.inputs, dict) else None
-                capture.targets = labels
+            if capture.loss_fn is None and capture.output is not None:
+                self._own_loss_seen(tensor)
             return original(tensor, *args, **kwargs)
 
         return backward
+
+    def _own_loss_seen(self, tensor: torch.Tensor) -> None:
+        """`backward` on a loss the model computed itself: its `loss` (a Hugging Face model
+        given labels) or one element of a tuple it returns (`logits, loss = model(x, y)`)."""
+        capture = self.capture
+        output = capture.output
+        if _own_loss(output) is tensor:
+            capture.loss_fn = lambda outputs, _: output_loss(outputs)
+            capture.loss_from_output = True
+            capture.loss_name = "the model's own (output.loss)"
+        elif isinstance(output, (tuple, list)) and any(item is tensor for item in output):
+            index = next(i for i, item in enumerate(output) if item is tensor)
+            capture.loss_fn = lambda outputs, _: outputs[index]
+            capture.loss_name = f"the model's own (output[{index}])"
+        else:
+            return
+        # Such a model reads its targets among its inputs: the batch's targets are its labels,
+        # else its last positional input (what `model(x, y)` is given as y).
+        inputs = capture.inputs
+        if isinstance(inputs, dict):
+            capture.targets = inputs.get("labels")
+        elif inputs:
+            capture.targets = [t for t in inputs if isinstance(t, torch.Tensor)][-1]
 
     def _compile(self) -> Callable[..., Any]:
         capture = self.capture

@@ -306,3 +306,40 @@ def test_process_wide_settings_the_script_changes_are_restored(tmp_path):
     body = "import torch\ntorch.set_default_dtype(torch.float64)\n" + TRAINS
     run_script(_script(tmp_path, body), CPU)
     assert torch.get_default_dtype() == torch.float32
+
+
+RETURNS_LOGITS_AND_LOSS = """
+import torch
+from torch import nn
+
+class Gpt(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(30, 8)
+        self.head = nn.Linear(8, 30)
+
+    def forward(self, idx, targets=None):
+        logits = self.head(self.embed(idx))
+        loss = nn.functional.cross_entropy(logits.view(-1, 30), targets.view(-1))
+        return logits, loss
+
+model = Gpt()
+opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+for _ in range(2):
+    x, y = torch.randint(30, (3, 7)), torch.randint(30, (3, 7))
+    logits, loss = model(x, y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_model_returning_logits_and_loss_is_recomputed(tmp_path):
+    spec = _script(tmp_path, RETURNS_LOGITS_AND_LOSS)
+    capture, _ = run_script(spec, CPU)
+    assert capture.loss_name == "the model's own (output[1])"
+    workload = load_script_workload(spec, CPU)
+    inputs, targets = workload.batch()
+    loss = workload.compute_loss(workload.forward(workload.build_model(), inputs), targets)
+    assert loss.item() == pytest.approx(capture.losses[0], rel=1e-6)
+    assert workload.batch(batch_size=6)[0][1].shape == (6, 7)
