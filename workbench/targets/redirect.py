@@ -201,6 +201,8 @@ class DeviceRedirection:
         ]
         patches += [(torch, name, self._factory(getattr(torch, name), name)) for name in _FACTORIES]
         patches += [(torch.cuda, name, self._reading(name)) for name in _CUDA_READINGS]
+        matmul_type: Any = type(torch.backends.cuda.matmul)
+        patches.append((matmul_type, "__setattr__", self._cublas_setting(matmul_type)))
         # torch.backends.cudnn is a module object whose class holds the flags as descriptors.
         cudnn_type: Any = type(torch.backends.cudnn)
         flags = vars(cudnn_type)
@@ -346,6 +348,18 @@ class DeviceRedirection:
             return original(*args, **kwargs)
 
         return build
+
+    def _cublas_setting(self, matmul_type: Any) -> Callable[..., None]:
+        original = matmul_type.__dict__["__setattr__"]
+
+        def setattr_(obj: Any, name: str, value: Any) -> None:
+            self._unmapped(
+                f"torch.backends.cuda.matmul.{name} = {value!r}",
+                "a cuBLAS setting: no other device reads it",
+            )
+            original(obj, name, value)
+
+        return setattr_
 
     def _cudnn_flag(self, descriptor: Any, flag: str) -> Any:
         redirection = self
