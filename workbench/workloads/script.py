@@ -613,26 +613,34 @@ class ScriptBatches:
 
     def _make(self, size: int) -> Batch:
         if not (self.flag or self.through_loader):
-            inputs, targets = self.made[self.captured_size]
-            rows = torch.arange(size) % self.captured_size
-            picked = tree_map(
-                lambda t: t[rows] if isinstance(t, torch.Tensor) and t.dim() else t, inputs
-            )
-            return picked, targets[rows] if targets.dim() else targets
+            return _repeated(self.made[self.captured_size], size)
         if self.flag:
             path, args = parse_script_spec(self.spec)
             spec = script_spec(str(path), shlex.join([*args, self.flag, str(size)]))
             capture, _ = run_script(spec, self.target, steps=1)
+            how = f"{self.flag} {size}"
         else:
-            spec = self.spec
-            capture, _ = run_script(spec, self.target, steps=1, loader_batch=size)
+            capture, _ = run_script(self.spec, self.target, steps=1, loader_batch=size)
+            how = f"its DataLoader's batch_size {size}"
         assert capture.inputs is not None and capture.targets is not None
-        if _samples(capture.targets) != size:
-            raise BadInput(
-                f"Workload {spec!r}: asked for batch size {size}, the script's first batch "
-                f"has {_samples(capture.targets)} samples."
+        made = _samples(capture.targets)
+        if made < size:
+            # Its data holds fewer samples than asked (a small dataset): a batch size is then
+            # measured on the samples it has, repeated, and the notebook's output says so.
+            print(
+                f"workbench: {capture.path.name} with {how} gives a batch of {made}; its "
+                f"samples are repeated to {size}",
+                file=sys.stderr,
             )
-        return capture.inputs, capture.targets
+        return _repeated((capture.inputs, capture.targets), size)
+
+
+def _repeated(batch: Batch, size: int) -> Batch:
+    """`size` samples of `batch`, its own repeated in order where it holds fewer."""
+    inputs, targets = batch
+    rows = torch.arange(size) % _samples(targets)
+    picked = tree_map(lambda t: t[rows] if isinstance(t, torch.Tensor) and t.dim() else t, inputs)
+    return picked, targets[rows] if targets.dim() else targets
 
 
 def _samples(targets: torch.Tensor) -> int:

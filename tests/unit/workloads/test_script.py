@@ -209,6 +209,17 @@ def test_another_batch_size_runs_the_script_with_its_batch_size_option():
     assert features.shape == (8, 20) and labels.shape == (8,)
 
 
+def test_a_batch_larger_than_the_scripts_data_repeats_its_samples_and_says_so(capsys):
+    workload = load_script_workload(
+        script_spec(str(SCRIPTS / "messy_train.py"), "--batch-size 16"), CPU
+    )
+    (features,), labels = workload.batch(batch_size=300)  # its dataset holds 256
+    assert features.shape == (300, 20) and torch.equal(features[256:], features[:44])
+    assert "--batch-size 300 gives a batch of 256; its samples are repeated" in (
+        capsys.readouterr().err
+    )
+
+
 def test_a_dataloader_without_an_option_has_its_batch_size_set(tmp_path):
     body = TRAINS.replace(
         "for _ in range(3):\n"
