@@ -125,6 +125,7 @@ _FACTORIES = (
     "randn_like",
     "randint_like",
 )
+_CUDA_COUNTER_RESETS = ("reset_peak_memory_stats", "reset_max_memory_allocated")
 # cuDNN settings: switches of one NVIDIA library that no other device reads.
 _CUDNN_FLAGS = ("benchmark", "deterministic", "allow_tf32", "enabled")
 # torch.cuda readings with no counterpart on another device here: answered 0 and named.
@@ -201,6 +202,9 @@ class DeviceRedirection:
         ]
         patches += [(torch, name, self._factory(getattr(torch, name), name)) for name in _FACTORIES]
         patches += [(torch.cuda, name, self._reading(name)) for name in _CUDA_READINGS]
+        patches += [
+            (torch.cuda, name, self._reading(name, answer=None)) for name in _CUDA_COUNTER_RESETS
+        ]
         matmul_type: Any = type(torch.backends.cuda.matmul)
         patches.append((matmul_type, "__setattr__", self._cublas_setting(matmul_type)))
         # torch.backends.cudnn is a module object whose class holds the flags as descriptors.
@@ -306,13 +310,18 @@ class DeviceRedirection:
 
         return seed
 
-    def _reading(self, name: str) -> Callable[..., int]:
-        def reading(*_: Any, **__: Any) -> int:
+    def _reading(self, name: str, answer: int | None = 0) -> Callable[..., int | None]:
+        def reading(*_: Any, **__: Any) -> int | None:
             self._unmapped(
                 f"torch.cuda.{name}()",
-                "a CUDA allocator counter: answered 0 (notebook 01 reads the target's memory)",
+                (
+                    "a CUDA allocator counter: answered 0"
+                    if answer == 0
+                    else "a CUDA counter reset: ignored"
+                )
+                + " (notebook 01 reads the target's memory)",
             )
-            return 0
+            return answer
 
         return reading
 

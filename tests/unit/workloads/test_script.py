@@ -109,9 +109,11 @@ def test_redirection_maps_cuda_inside_and_nothing_outside():
         assert torch.cuda.is_available()
         torch.zeros(1, device="cpu").to("cpu")  # not CUDA: not listed
         torch.backends.cuda.matmul.allow_tf32 = False
+        assert torch.cuda.max_memory_allocated() == 0
     assert len(redirection.log.redirected) == 5
     assert [site.call for site in redirection.log.unmapped] == [
-        "torch.backends.cuda.matmul.allow_tf32 = False"
+        "torch.backends.cuda.matmul.allow_tf32 = False",
+        "torch.cuda.max_memory_allocated()",
     ]
     assert torch.device("cuda").type == "cuda"  # restored
     assert torch.cuda.is_available() is False or torch.cuda.device_count() > 0
