@@ -337,6 +337,16 @@ def judge_study(
         baseline_steps=[steps_to_target(c, target) for c in baseline],
         candidate_steps=[steps_to_target(c, target) for c in candidate],
     )
+    # The reference first: when its own runs do not reach the target reliably, a candidate that
+    # misses it as often says nothing about the candidate (an identical run would fail).
+    reference = olympic(study.baseline_steps)
+    if not all(math.isfinite(v) for v in reference):
+        study.verdict = "not tested"
+        study.note = (
+            "reference runs that never reached their own target remain after olympic scoring, "
+            "so no test is made: set convergence_steps higher"
+        )
+        return study
     never = sum(1 for v in study.candidate_steps if not math.isfinite(v))
     cap = CANDIDATE_STEP_FACTOR * steps
     if never > 1:
@@ -344,14 +354,6 @@ def judge_study(
         study.note = (
             f"{never} of {len(seeds)} runs never reached the target held-out loss {target:.4g} "
             f"within {cap} steps (more than one: insufficient convergence, as the RCP checker)"
-        )
-        return study
-    reference = olympic(study.baseline_steps)
-    if not all(math.isfinite(v) for v in reference):
-        study.verdict = "not tested"
-        study.note = (
-            "reference runs that never reached their own target remain after olympic scoring, "
-            "so no test is made: set convergence_steps higher"
         )
         return study
     mean, stdev = statistics.fmean(reference), statistics.pstdev(reference)
