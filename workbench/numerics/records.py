@@ -372,7 +372,8 @@ class RunResult:
 
     @property
     def label(self) -> str:
-        return self.run["label"]
+        # str(): `run` is a free-form dict, so a hand-edited file can hold any JSON value here.
+        return str(self.run.get("label", "unlabelled run"))
 
     @property
     def first_nonfinite_step(self) -> int | None:
