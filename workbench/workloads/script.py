@@ -460,7 +460,13 @@ def _as_its_own_program(path: Path, args: list[str]) -> Iterator[io.StringIO]:
     sys.argv = [str(path), *args]
     sys.path.insert(0, str(path.parent))
     try:
-        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        # An empty stdin: a script that asks for input gets EOFError at once rather than
+        # waiting on the terminal of `workbench run`.
+        with (
+            contextlib.redirect_stdout(printed),
+            contextlib.redirect_stderr(printed),
+            _stdin(io.StringIO()),
+        ):
             yield printed
     finally:
         os.chdir(saved[0])
@@ -469,6 +475,16 @@ def _as_its_own_program(path: Path, args: list[str]) -> Iterator[io.StringIO]:
         torch.set_default_dtype(torch_settings[0])
         torch.set_float32_matmul_precision(torch_settings[1])
         torch.use_deterministic_algorithms(torch_settings[2])
+
+
+@contextlib.contextmanager
+def _stdin(stream: io.StringIO) -> Iterator[None]:
+    saved = sys.stdin
+    sys.stdin = stream
+    try:
+        yield
+    finally:
+        sys.stdin = saved
 
 
 def run_script(

@@ -155,6 +155,7 @@ for _ in range(3):
         ("print('hello')\n", "ended without an optimizer step"),
         ("import subprocess\nsubprocess.run(['true'])\n", "it starts a process (Popen.__init__ at"),
         ("raise ValueError('bad data')\n", "ValueError: bad data"),
+        ("name = input('data folder? ')\n", "it raised EOFError"),
         (
             TRAINS.replace("model(torch.randn(8, 4))", "model(torch.randn(8, 4)) * 2"),
             "is neither a torch loss module or function applied to the model's output",
