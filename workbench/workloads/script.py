@@ -172,8 +172,9 @@ def _on_cpu(tree: Any) -> Any:
 
 def _how_loss_reads(argument: Any, output: Any) -> str | None:
     """How a loss's first argument comes from the model's output: "as returned", "logits"
-    (a container's primary tensor), "flattened" (that tensor over its leading dimensions), or
-    None when it is computed some other way."""
+    (a container's primary tensor), "cast" (that tensor in another dtype, as `.float()` makes
+    it), "flattened" (that tensor over its leading dimensions), or None when it is computed
+    some other way."""
     if argument is output:
         return "as returned"
     try:
@@ -182,6 +183,14 @@ def _how_loss_reads(argument: Any, output: Any) -> str | None:
         return None
     if argument is logits:
         return "logits"
+    if (
+        isinstance(argument, torch.Tensor)
+        and argument.grad_fn is not None
+        and argument.grad_fn.name() == "ToCopyBackward0"
+        and argument.grad_fn.next_functions[0][0] is logits.grad_fn
+        and argument.shape == logits.shape
+    ):
+        return "cast"  # logits.float(): the output of a mixed-precision forward, widened
     if (
         isinstance(argument, torch.Tensor)
         and argument._base is not None
@@ -337,8 +346,12 @@ class _Watch:
         if flat and isinstance(target, torch.Tensor) and target._base is not None:
             target = target._base  # the targets as the batch holds them, before .view(-1)
 
+        dtype = args[0].dtype if read == "cast" else None
+
         def loss_fn(outputs: Any, targets: torch.Tensor) -> torch.Tensor:
             logits = primary_output(outputs) if read != "as returned" else outputs
+            if dtype is not None:
+                logits = logits.to(dtype)
             if flat:
                 return loss(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
             return loss(logits, targets)

@@ -361,3 +361,28 @@ def test_a_model_returning_logits_and_loss_is_recomputed(tmp_path):
     loss = workload.compute_loss(workload.forward(workload.build_model(), inputs), targets)
     assert loss.item() == pytest.approx(capture.losses[0], rel=1e-6)
     assert workload.batch(batch_size=6)[0][1].shape == (6, 7)
+
+
+MIXED_PRECISION = """
+import torch
+model = torch.nn.Linear(4, 3)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(2):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = model(torch.randn(8, 4))
+    loss = torch.nn.functional.cross_entropy(out.float(), torch.randint(3, (8,)))
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_loss_on_the_widened_output_of_an_autocast_forward_is_recognised(tmp_path):
+    spec = _script(tmp_path, MIXED_PRECISION)
+    capture, redirection = run_script(spec, CPU)
+    assert capture.loss_name == "F.cross_entropy"
+    assert ("autocast('cuda')", 6) in _calls(redirection.log)
+    workload = load_script_workload(spec, CPU)
+    inputs, targets = workload.batch()
+    loss = workload.compute_loss(workload.forward(workload.build_model(), inputs), targets)
+    # The workload's step runs in fp32 (the notebooks set precision), the script's in bf16.
+    assert loss.item() == pytest.approx(capture.losses[0], rel=2e-2)
