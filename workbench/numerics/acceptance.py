@@ -272,7 +272,7 @@ def judge_runs(
     reference_target: Target,
     settings: NumericsSettings,
 ) -> None:
-    """Every target run's R-ratios (with the first layer above the threshold, own or
+    """Every target run's R-ratios (every layer above the threshold re-run alone: own or
     inherited), agreement, and gates, in order."""
     rule = settings.acceptance
     reference_device = str(reference_target.device)

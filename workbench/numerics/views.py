@@ -517,7 +517,8 @@ def ratio_rows(result: NumericsResult) -> list[dict[str, Any]]:
 
 
 def ratio_table(result: NumericsResult) -> None:
-    """AWS's R-ratio beside the per-layer view, and the first layer above its threshold."""
+    """AWS's R-ratio beside the per-layer view, the first layer above its threshold and the
+    components whose R alone is above it."""
     threshold = result.settings.acceptance.r_threshold
     for run in result.target_runs:
         failure = run.acceptance.first_ratio_failure if run.acceptance else None
