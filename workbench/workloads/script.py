@@ -238,6 +238,8 @@ class _Watch:
         self.steps = steps
         self.loader_batch = loader_batch  # a DataLoader's batch size, where one is asked
         self.model_hooks: list[Any] = []
+        self.pending: Inputs | None = None
+        self.pending_mixed = False
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
@@ -314,21 +316,23 @@ class _Watch:
         if isinstance(module, nn.modules.loss._Loss):
             self._loss_seen(args, lambda: copy.deepcopy(module), type(module).__name__)
 
+    # Each forward that records gradients is held until a loss is seen to read its output:
+    # that forward's inputs are the batch (an evaluation pass before training is not).
     def _before_model(self, module: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
-        capture = self.capture
-        if capture.inputs is not None or capture.mixed_inputs:
+        if self.capture.loss_fn is not None or not torch.is_grad_enabled():
             return
-        if args and kwargs:
-            # A batch is positional or keyword inputs (the Workload contract), not both.
-            capture.mixed_inputs = True
-        elif kwargs:
-            capture.inputs = _on_cpu(dict(kwargs))
-        else:
-            capture.inputs = _on_cpu(tuple(args))
+        # A batch is positional or keyword inputs (the Workload contract), not both.
+        self.pending_mixed = bool(args and kwargs)
+        self.pending = _on_cpu(dict(kwargs)) if kwargs and not args else _on_cpu(tuple(args))
 
     def _after_model(self, module: nn.Module, args: Any, output: Any) -> None:
-        if self.capture.output is None:
+        if self.capture.loss_fn is None and torch.is_grad_enabled():
             self.capture.output = output
+
+    def _loss_found(self) -> None:
+        """The held forward is the step's: its inputs are the batch."""
+        self.capture.inputs = self.pending
+        self.capture.mixed_inputs = self.pending_mixed
 
     def _loss_seen(self, args: Any, make_loss: Callable[[], Callable[..., Any]], name: str) -> None:
         capture = self.capture
@@ -358,6 +362,7 @@ class _Watch:
 
         capture.loss_fn = loss_fn
         capture.loss_name = name
+        self._loss_found()
         capture.targets = _on_cpu(target)
 
     def _functional_loss(self, original: Callable[..., Any], name: str) -> Callable[..., Any]:
@@ -396,6 +401,7 @@ class _Watch:
             capture.loss_name = f"the model's own (output[{index}])"
         else:
             return
+        self._loss_found()
         # Such a model reads its targets among its inputs: the batch's targets are its labels,
         # else its last positional input (what `model(x, y)` is given as y).
         inputs = capture.inputs

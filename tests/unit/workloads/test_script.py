@@ -386,3 +386,12 @@ def test_a_loss_on_the_widened_output_of_an_autocast_forward_is_recognised(tmp_p
     loss = workload.compute_loss(workload.forward(workload.build_model(), inputs), targets)
     # The workload's step runs in fp32 (the notebooks set precision), the script's in bf16.
     assert loss.item() == pytest.approx(capture.losses[0], rel=2e-2)
+
+
+def test_an_evaluation_pass_before_training_is_not_taken_for_the_batch(tmp_path):
+    body = TRAINS.replace(
+        "for _ in range(3):",
+        "with torch.no_grad():\n    model(torch.randn(2, 4))\nfor _ in range(3):",
+    )
+    capture, _ = run_script(_script(tmp_path, body), CPU)
+    assert capture.inputs[0].shape == (8, 4)
