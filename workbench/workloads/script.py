@@ -3,9 +3,9 @@
 The script runs in this process, from its own folder, with its own `sys.argv`, under the device
 redirection of workbench/targets/redirect.py, and is watched rather than edited: the model is the
 module whose parameters the first optimizer holds (its weights copied as that optimizer is
-made), a step ends at each `optimizer.step`, the batch is the inputs of the model's first
-forward, the targets and the loss are the loss module or function applied to that forward's
-output, and `backward` gives each step's loss value. The run is stopped after CAPTURE_STEPS
+made), a step ends at each `optimizer.step`, the batch is the inputs of the first training
+forward whose output the loss reads, the targets and the loss are that loss module or function
+(or the loss the model returns), and `backward` gives each step's loss value. The run is stopped after CAPTURE_STEPS
 optimizer steps. From what was seen a Workload is built, so that every notebook measures the
 script's own model on the script's own batch as it would any workload.
 
