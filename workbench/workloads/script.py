@@ -5,9 +5,10 @@ redirection of workbench/targets/redirect.py, and is watched rather than edited:
 module whose parameters the first optimizer holds (its weights copied as that optimizer is
 made), a step ends at each `optimizer.step`, the batch is the inputs of the first training
 forward whose output the loss reads, the targets and the loss are that loss module or function
-(or the loss the model returns), and `backward` gives each step's loss value. The run is stopped after CAPTURE_STEPS
-optimizer steps. From what was seen a Workload is built, so that every notebook measures the
-script's own model on the script's own batch as it would any workload.
+(or the loss the model returns), and `backward` gives each step's loss value. The run is
+stopped after CAPTURE_STEPS optimizer steps. From what was seen a Workload is built, so that
+every notebook measures the script's own model on the script's own batch as it would any
+workload.
 
 While it runs, `torch.compile` is recorded and answered with the model itself (the notebooks
 compile with the target's compiler), and a DataLoader's worker processes are run in-process; a
