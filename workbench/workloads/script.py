@@ -23,6 +23,7 @@ import copy
 import functools
 import inspect
 import io
+import logging
 import multiprocessing.process
 import os
 import runpy
@@ -475,6 +476,11 @@ def _as_its_own_program(path: Path, args: list[str]) -> Iterator[io.StringIO]:
         torch.get_float32_matmul_precision(),
         torch.are_deterministic_algorithms_enabled(),
     )
+    # logging.basicConfig in the script binds a handler to the stream it sees (the collector
+    # here): the root logger is put back afterwards.
+    # The script starts with an unconfigured root logger, as in a process of its own.
+    root_logging = (list(logging.root.handlers), logging.root.level)
+    logging.root.handlers[:] = []
     printed = io.StringIO()
     os.chdir(path.parent)
     sys.argv = [str(path), *args]
@@ -492,6 +498,8 @@ def _as_its_own_program(path: Path, args: list[str]) -> Iterator[io.StringIO]:
         os.chdir(saved[0])
         sys.argv[:] = saved[1]
         sys.path[:] = saved[2]
+        logging.root.handlers[:] = root_logging[0]
+        logging.root.setLevel(root_logging[1])
         torch.set_default_dtype(torch_settings[0])
         torch.set_float32_matmul_precision(torch_settings[1])
         torch.use_deterministic_algorithms(torch_settings[2])

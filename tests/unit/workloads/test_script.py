@@ -395,3 +395,11 @@ def test_an_evaluation_pass_before_training_is_not_taken_for_the_batch(tmp_path)
     )
     capture, _ = run_script(_script(tmp_path, body), CPU)
     assert capture.inputs[0].shape == (8, 4)
+
+
+def test_each_run_collects_the_scripts_log_lines(tmp_path):
+    body = "import logging\nlogging.basicConfig(level=logging.INFO)\nlogging.info('hello')\n"
+    spec = _script(tmp_path, body + TRAINS)
+    first, _ = run_script(spec, CPU)
+    second, _ = run_script(spec, CPU)
+    assert "INFO:root:hello" in first.printed and "INFO:root:hello" in second.printed
