@@ -31,12 +31,12 @@ class CallSite:
 
     call: str  # e.g. "torch.device('cuda')", ".cuda()"
     outcome: str  # what it was mapped to, or why it could not be
-    path: str
+    path: str  # as short_path gives it while the script runs: relative to the script's folder
     line: int
 
     @property
     def location(self) -> str:
-        return f"{short_path(self.path)}:{self.line}"
+        return f"{self.path}:{self.line}"
 
 
 @dataclass
@@ -90,8 +90,8 @@ def _call_site() -> tuple[str, int]:
     # line the script wrote: the innermost frame outside installed packages is.
     for path, line in frames:
         if "-packages" + os.sep not in path:
-            return path, line
-    return frames[0] if frames else ("<unknown>", 0)
+            return short_path(path), line
+    return (short_path(frames[0][0]), frames[0][1]) if frames else ("<unknown>", 0)
 
 
 def _is_cuda(device: Any) -> bool:

@@ -403,3 +403,16 @@ def test_each_run_collects_the_scripts_log_lines(tmp_path):
     first, _ = run_script(spec, CPU)
     second, _ = run_script(spec, CPU)
     assert "INFO:root:hello" in first.printed and "INFO:root:hello" in second.printed
+
+
+def test_the_docs_show_what_the_fixture_scripts_print(smoke, messy, capsys):
+    """docs/own-models.md quotes the console lines of both fixture scripts: they are these."""
+    from workbench.workloads.script import show_capture
+
+    docs = (REPO_ROOT / "docs" / "own-models.md").read_text().split("## A training script")[1]
+    quoted = [block.split("\n", 1)[1] for block in docs.split("```text")[1:3]]
+    for (capture, redirection), block in zip((smoke, messy), quoted, strict=True):
+        show_capture(capture, redirection)
+        shown = capsys.readouterr().err.splitlines()
+        for line in block.split("```")[0].strip().splitlines():
+            assert line in shown
