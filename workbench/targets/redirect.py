@@ -165,6 +165,12 @@ class DeviceRedirection:
     @contextmanager
     def active(self) -> Iterator[DeviceRedirection]:
         with ExitStack() as stack:
+            # A default device the script sets is its own: the process's is put back after
+            # (None where none was set, so no device mode stays on every later torch call).
+            context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
+            stack.callback(
+                torch.set_default_device, context.device if context is not None else None
+            )
             for owner, name, replacement in self._patches():
                 stack.enter_context(patched(owner, name, replacement))
             yield self
@@ -191,6 +197,7 @@ class DeviceRedirection:
             (torch.cuda, "manual_seed_all", self._seed("torch.cuda.manual_seed_all")),
             (torch.cuda, "set_device", self._answer("torch.cuda.set_device()", None)),
             (torch.cuda, "empty_cache", self._answer("torch.cuda.empty_cache()", None)),
+            (torch, "set_default_device", self._set_default_device()),
             (torch.amp.autocast_mode.autocast, "__init__", self._autocast()),
             (torch.amp.grad_scaler.GradScaler, "__init__", self._grad_scaler()),
             (torch.utils.cpp_extension, "load", self._extension("torch.utils.cpp_extension.load")),
@@ -283,6 +290,14 @@ class DeviceRedirection:
             return original(*args, **kwargs)
 
         return factory
+
+    def _set_default_device(self) -> Callable[[Any], None]:
+        original = torch.set_default_device
+
+        def set_default_device(device: Any) -> None:
+            original(self._map(device, f"torch.set_default_device({device!r})"))
+
+        return set_default_device
 
     def _answer(self, call: str, value: Any) -> Callable[..., Any]:
         def answer(*_: Any, **__: Any) -> Any:

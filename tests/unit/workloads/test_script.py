@@ -110,7 +110,10 @@ def test_redirection_maps_cuda_inside_and_nothing_outside():
         torch.zeros(1, device="cpu").to("cpu")  # not CUDA: not listed
         torch.backends.cuda.matmul.allow_tf32 = False
         assert torch.cuda.max_memory_allocated() == 0
-    assert len(redirection.log.redirected) == 5
+        torch.set_default_device("cuda")
+        assert torch.empty(1).device.type == "cpu"
+    assert getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None) is None
+    assert len(redirection.log.redirected) == 6
     assert [site.call for site in redirection.log.unmapped] == [
         "torch.backends.cuda.matmul.allow_tf32 = False",
         "torch.cuda.max_memory_allocated()",
