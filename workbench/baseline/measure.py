@@ -46,6 +46,7 @@ from workbench.baseline.records import (
     StepFailure,
 )
 from workbench.baseline.reference import write_reference
+from workbench.baseline.script_steps import time_script
 from workbench.errors import describe_error
 from workbench.targets.base import Target
 from workbench.targets.compiling import CompileFailed
@@ -410,7 +411,8 @@ def run_baseline(
     log: Callable[[str], None] = print,
     progress_bars: bool = False,
 ) -> BaselineResult:
-    """Every selected (kind, mode) configuration, then the pre-migration checklist.
+    """Every selected (kind, mode) configuration, then the pre-migration checklist, then, for a
+    `script:` workload, the script's own loop (script_steps.py).
 
     A failing configuration never stops the others. `reference_path` receives the reference
     artifact (torch.save); `log` gets one line per phase; `progress_bars` adds tqdm bars for
@@ -440,6 +442,7 @@ def run_baseline(
                 result.failure.compile_failure = True
             configs.append(result)
     checklist = collect_checklist(workload, target)
+    script_steps = time_script(workload, target, settings)
     return BaselineResult(
         workload=workload.describe(),
         target=target.describe(),
@@ -454,4 +457,5 @@ def run_baseline(
         reference=reference,
         throughput_unit=workload.throughput_unit,
         wall_seconds=perf_counter() - started,
+        script_steps=script_steps,
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from workbench.baseline.checklist import Checklist
 from workbench.baseline.reference import ReferenceSummary
@@ -27,6 +27,9 @@ from workbench.timing import (
     tail_rule,
 )
 from workbench.torch_messages import MessageGroup
+
+if TYPE_CHECKING:  # script_steps reads BaselineSettings from here
+    from workbench.baseline.script_steps import ScriptSteps
 
 TRAIN = "train"
 
@@ -496,6 +499,8 @@ class BaselineResult:
     reference: ReferenceSummary
     throughput_unit: str
     wall_seconds: float
+    # A `script:` workload's own loop, timed by its own steps (baseline/script_steps.py).
+    script_steps: ScriptSteps | None = None
 
     def config(self, kind: str, mode: str) -> ConfigResult | None:
         return next((c for c in self.configs if c.kind == kind and c.mode == mode), None)
@@ -687,4 +692,19 @@ def result_data(result: BaselineResult) -> dict[str, Any]:
             "compile_caches": COMPILE_CACHE_NOTE,
         },
         "wall_seconds": result.wall_seconds,
+        "script_steps": _script_steps_data(result.script_steps),
+    }
+
+
+def _script_steps_data(steps: ScriptSteps | None) -> dict[str, Any] | None:
+    if steps is None:
+        return None
+    return {
+        **asdict(steps),
+        "first": steps.first,
+        "warmup": steps.warmup,
+        "steady": steps.steady,
+        "steady_robust_median": Measurement(steps.steady).robust_median if steps.steady else None,
+        "first_step_excess": steps.first_step_excess,
+        "sentences": steps.sentences(),
     }

@@ -192,6 +192,7 @@ def phase_table(result: BaselineResult) -> None:
     """Every phase of every configuration: time and the machine's load, then memory and
     compile activity (two tables, so each fits the page)."""
     phases = [(c, p) for c in result.configs for p in c.phases]
+    script_loop(result)
     display(
         show.table(
             [_phase_time_row(c, p) for c, p in phases],
@@ -207,6 +208,37 @@ def phase_table(result: BaselineResult) -> None:
             "cost)",
         )
     )
+
+
+def script_loop(result: BaselineResult) -> None:
+    """A `script:` workload's own loop beside the measured configurations: its first step,
+    warm-up and steady state as the script ran them (nothing for other workloads)."""
+    steps = result.script_steps
+    if steps is None:
+        return
+    rows = [
+        {
+            "phase": PHASE_LABELS[phase],
+            "steps": len(times),
+            "total": _seconds(sum(times) if times else None),
+            "median": _seconds(Measurement(times).robust_median if times else None),
+            "min": _seconds(min(times) if times else None),
+            "max": _seconds(max(times) if times else None),
+        }
+        for phase, times in (
+            (PHASE_FIRST_CALL, [steps.first]),
+            (PHASE_WARMUP, steps.warmup),
+            (PHASE_STEADY, steps.steady),
+        )
+    ]
+    display(
+        show.table(
+            rows,
+            caption="The script's own loop: each optimizer step's wall time, read by the watch at "
+            "optimizer.step (target synchronized), split by the same warm-up rule",
+        )
+    )
+    display(show.banner("; ".join(steps.sentences()) + "."))
 
 
 def comparison(result: BaselineResult) -> None:

@@ -233,11 +233,17 @@ class _Watch:
     """The hooks and patches that watch one run of the script."""
 
     def __init__(
-        self, capture: ScriptCapture, target: Target, steps: int, loader_batch: int | None
+        self,
+        capture: ScriptCapture,
+        target: Target,
+        steps: int,
+        loader_batch: int | None,
+        until: Callable[[list[float]], bool] | None = None,
     ) -> None:
         self.capture = capture
         self.target = target
         self.steps = steps
+        self.until = until  # ends the run earlier, judged on the step times so far
         self.loader_batch = loader_batch  # a DataLoader's batch size, where one is asked
         self.model_hooks: list[Any] = []
         self.pending: Inputs | None = None
@@ -310,7 +316,7 @@ class _Watch:
             return
         self.target.synchronize()
         capture.step_ends.append(time.perf_counter())
-        if capture.steps >= self.steps:
+        if capture.steps >= self.steps or (self.until and self.until(capture.step_seconds())):
             capture.stopped = True
             raise _Stop
 
@@ -516,10 +522,16 @@ def _stdin(stream: io.StringIO) -> Iterator[None]:
 
 
 def run_script(
-    spec: str, target: Target, steps: int = CAPTURE_STEPS, loader_batch: int | None = None
+    spec: str,
+    target: Target,
+    steps: int = CAPTURE_STEPS,
+    loader_batch: int | None = None,
+    *,
+    until: Callable[[list[float]], bool] | None = None,
 ) -> tuple[ScriptCapture, DeviceRedirection]:
-    """Run the script of `spec` on `target`, watched, until `steps` optimizer steps (or its
-    end); every way it can fail is a BadInput saying which step it reached."""
+    """Run the script of `spec` on `target`, watched, until `steps` optimizer steps, `until`
+    says so from the script's step times so far, or its end; every way it can fail is a
+    BadInput saying which step it reached."""
     path, args = parse_script_spec(spec)
     if not path.is_file():
         raise BadInput(f"Workload {spec!r}: there is no file {str(path)!r}.")
@@ -533,7 +545,7 @@ def run_script(
     capture = ScriptCapture(path, args)
     redirection = DeviceRedirection(target.device, target.synchronize)
     failure: str | None = None
-    watch = _Watch(capture, target, steps, loader_batch)
+    watch = _Watch(capture, target, steps, loader_batch, until)
     with (
         seeded(DEFAULT_SEED),
         _as_its_own_program(path, args) as printed,
