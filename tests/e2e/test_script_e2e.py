@@ -30,14 +30,16 @@ def _workbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def script_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """02 and 03 of the smoke script, small steps; the script path given relative."""
+    """01, 02 and 03 of the smoke script, small steps; the script path given relative."""
     cwd = tmp_path_factory.mktemp("script")
     out = cwd / "run"
     relative = os.path.relpath(SMOKE, cwd)
     result = _workbench(
-        "run", "--workload", f"script:{relative}", "--only", "02,03", "--out", str(out),
+        "run", "--workload", f"script:{relative}", "--only", "01,02,03", "--out", str(out),
         "-p", "precisions=[fp32]", "-p", "compiled_precisions=[]",
         "-p", "steps=2", "-p", "convergence_steps=4",
+        "-p", "modes=[eager]", "-p", "kinds=[train]", "-p", "steady_steps=3",
+        "-p", "warmup_window=4", "-p", "warmup_max_steps=6",
         cwd=cwd,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -66,6 +68,22 @@ def test_the_smoke_scripts_numerics_pass_in_fp32(script_run: Path) -> None:
     data = json.loads((script_run / "03_numerics.json").read_text())["data"]
     assert data["verdict"]["status"] == "pass", data["headline"]
     assert data["runs"][0]["run"]["label"] == "cpu fp32 eager"
+    # The script's own loop, run on the reference and the target from the same seed.
+    loop = data["script_loop"]
+    assert loop["passed"] and len(loop["reference_losses"]) == 2, loop["sentence"]
+    assert loop["reference_losses"] == loop["target_losses"]  # the same CPU, the same seed
+
+
+def test_the_smoke_scripts_baseline_times_its_own_loop(script_run: Path) -> None:
+    data = json.loads((script_run / "01_baseline.json").read_text())["data"]
+    steps = data["script_steps"]
+    # Stopped once its first step, a warm-up by the rule (cap 6) and 3 steady steps were in.
+    assert steps["stopped_by_workbook"] and len(steps["steady"]) == 3
+    assert len(steps["step_seconds"]) == 1 + steps["warmup_steps"] + 3 <= 1 + 6 + 3
+    assert steps["compile_called_at"] == ["smoke_train.py:16"]
+    assert steps["first_step_excess"] == steps["first"] - steps["steady_robust_median"]
+    # Beside the captured model's own measured phases, not instead of them.
+    assert [c["kind"] + "/" + c["mode"] for c in data["configs"]] == ["train/eager"]
 
 
 @pytest.mark.parametrize(

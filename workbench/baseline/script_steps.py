@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from workbench.baseline.records import BaselineSettings
 from workbench.targets.base import Target
-from workbench.timing import Measurement, format_seconds
+from workbench.timing import HostLoad, HostLoadProbe, Measurement, format_seconds
 from workbench.workload import Workload
 
 # How the first step's extra time is read: it holds everything the script does once.
@@ -41,6 +41,7 @@ class ScriptSteps:
     steady_steps_asked: int
     stopped_by_workbook: bool  # False: the script's own loop ended first
     compile_called_at: list[str] = field(default_factory=list)
+    host: HostLoad | None = None  # the machine's state while the script's loop ran
 
     @property
     def first(self) -> float:
@@ -75,6 +76,8 @@ class ScriptSteps:
             )
             + f", steady {len(self.steady)} of the {self.steady_steps_asked} asked"
         ]
+        if self.host is not None and self.host.loaded:
+            said.append(f"timed on a loaded machine ({self.host.shares()})")
         if not self.stopped_by_workbook:
             said.append(
                 "the script's own loop ended before the workbook stopped it, so its phases hold "
@@ -132,7 +135,9 @@ def time_script(
     from workbench.workloads.script import run_script
 
     most = 1 + settings.warmup.max_steps + settings.steady_steps
-    capture, _ = run_script(workload.spec, target, steps=most, until=enough_steps(settings))
+    # What else the machine did meanwhile, read as for every measured phase.
+    with HostLoadProbe() as load:
+        capture, _ = run_script(workload.spec, target, steps=most, until=enough_steps(settings))
     seconds = capture.step_seconds()
     warmup, converged = split_steps(seconds, settings)
     if not capture.stopped and converged is None:
@@ -145,4 +150,5 @@ def time_script(
         steady_steps_asked=settings.steady_steps,
         stopped_by_workbook=capture.stopped,
         compile_called_at=list(capture.compile_calls),
+        host=load.result,
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from workbench import scorecard
 from workbench.errors import BadInput
@@ -35,6 +35,9 @@ from workbench.numerics.metrics import (
 from workbench.numerics.nonfinite import NonFinite, first_nonfinite_step
 from workbench.numerics.validation import DEFAULT_VALIDATION_BATCHES, HeldOutScore
 from workbench.scorecard import ATTENTION, BLOCKER, PASS, Finding, judge
+
+if TYPE_CHECKING:  # script_loop reads TensorComparison from here
+    from workbench.numerics.script_loop import ScriptLoop
 
 # The migration's own precisions, judged: fp32, and bf16 as Trainium trains in it (autocast
 # with fp32 weights, or bf16 weights; neuron.md 2.3). fp16 is no Trainium default.
@@ -428,6 +431,8 @@ class NumericsResult:
     acceptance_set: str = ""  # what the agreement gates were measured on, in words
     # Notebook 04's batch and accumulation against the original batch, over seeds.
     recommended_convergence: ConvergenceStudy | None = None
+    # A `script:` workload's own loop on the reference and the target (script_loop.py).
+    script_loop: ScriptLoop | None = None
 
     @property
     def target_runs(self) -> list[RunResult]:
@@ -518,7 +523,8 @@ def numerics_rule(settings: NumericsSettings) -> str:
     )
     return (
         f"{NUMERICS_RULE}; blocker also: a run fails an acceptance gate ({gates}); the "
-        "convergence parity gate, and notebook 04's batch trained to the same target, need "
+        "convergence parity gate, notebook 04's batch trained to the same target, and a "
+        "script's own loop on the target against the reference (script_loop.py), need "
         "attention when they fail"
     )
 
@@ -571,6 +577,9 @@ def notebook_verdict(result: NumericsResult) -> scorecard.Verdict:
     recommended = _recommended_finding(result)
     if recommended is not None:
         findings.append(recommended)
+    loop = result.script_loop
+    if loop is not None and not loop.passed:
+        findings.append(Finding(ATTENTION, loop.sentence()))
     for run in result.chosen_runs:
         if run.verdict is None:
             continue
@@ -640,6 +649,12 @@ def headline(result: NumericsResult) -> str:
     recommended = _recommended_finding(result)
     if recommended is not None:
         parts.append(recommended.reason)
+    if result.script_loop is not None:
+        loop = result.script_loop
+        parts.append(
+            f"the script's own loop: {'pass' if loop.passed else 'needs attention'} over "
+            f"{loop.compared_steps} steps"
+        )
     informative = [informative_outcome(r) for r in result.informative_runs]
     if informative:
         parts.append(
@@ -917,6 +932,12 @@ def result_data(result: NumericsResult) -> dict[str, Any]:
         "runs": [asdict(run) for run in result.runs],
         "wall_seconds": result.wall_seconds,
         "acceptance": acceptance_data(result),
+        "script_loop": (
+            asdict(result.script_loop)
+            | {"passed": result.script_loop.passed, "sentence": result.script_loop.sentence()}
+            if result.script_loop is not None
+            else None
+        ),
     }
 
 

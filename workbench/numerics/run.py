@@ -50,6 +50,7 @@ from workbench.numerics.references import (
     run_references,
     train_run,
 )
+from workbench.numerics.script_loop import compare_script_loop, trajectory_yardstick
 from workbench.numerics.training import compare_training
 from workbench.numerics.validation import held_out_batches
 from workbench.targets import get_target
@@ -277,6 +278,11 @@ def run_numerics(
         # Judged only now (a 16-bit run's fidelity needs its CPU baseline): the same words
         # as the report's runs table.
         log(records.run_line(result))
+    script_loop = compare_script_loop(
+        workload, target, settings.steps, settings.rule, trajectory_yardstick(refs)
+    )
+    if script_loop is not None:
+        log(script_loop.sentence())
     before, after = refs.training.held_out_before, refs.training.held_out_after
     data = NumericsResult(
         workload=workload.describe(),
@@ -303,6 +309,7 @@ def run_numerics(
         wall_seconds=perf_counter() - started,
         acceptance_set=prepared.acceptance_set.description if prepared.acceptance_set else "",
         recommended_convergence=recommended,
+        script_loop=script_loop,
     )
     log(f"verdict {records.notebook_verdict(data).status}. {records.headline(data)}")
     return data

@@ -382,6 +382,40 @@ def training_table(result: NumericsResult) -> None:
             ),
         )
     )
+    script_loop_table(result)
+
+
+def script_loop_rows(result: NumericsResult) -> list[dict[str, Any]]:
+    """The script's own loop (a `script:` workload only): its loss at each step on the
+    reference and on the target, and the trajectory rule's verdict."""
+    loop = result.script_loop
+    if loop is None:
+        return []
+    trajectory = loop.trajectory
+    return [
+        {
+            "run": "the script's own loop",
+            "on": loop.target_label,
+            "steps compared": loop.compared_steps,
+            "final loss (reference)": loop.reference_losses[-1] if loop.reference_losses else None,
+            "final loss (run)": loop.target_losses[-1] if loop.target_losses else None,
+            "trajectory": "not compared" if trajectory is None else _check_cell(trajectory.verdict),
+            "rule": "" if trajectory is None else trajectory.verdict.reason,
+        }
+    ]
+
+
+def script_loop_table(result: NumericsResult) -> None:
+    rows = script_loop_rows(result)
+    if rows:
+        display(
+            show.table(
+                rows,
+                caption="The script's own loop, run unmodified on the reference (cpu fp32 eager) "
+                "and on the target from the same seed: its losses at each backward, judged by "
+                "the trajectory rule",
+            )
+        )
 
 
 def _flat(prefix: str, value: Any) -> dict[str, Any]:

@@ -134,6 +134,7 @@ class ScriptCapture:
     loss_fn: Callable[[Any, torch.Tensor], torch.Tensor] | None = None
     loss_name: str = ""
     losses: list[float] = field(default_factory=list)
+    loss_dtype: torch.dtype | None = None  # of the tensors `backward` was called on
     step_ends: list[float] = field(default_factory=list)
     started: float = 0.0
     compile_calls: list[str] = field(default_factory=list)
@@ -388,6 +389,7 @@ class _Watch:
         def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             if capture.optimizer is not None and tensor.numel() == 1:
                 capture.losses.append(float(tensor.detach().float().cpu()))
+                capture.loss_dtype = tensor.dtype
             if capture.loss_fn is None and capture.output is not None:
                 self._own_loss_seen(tensor)
             return original(tensor, *args, **kwargs)

@@ -15,7 +15,7 @@ from workbench.baseline.script_steps import (
     time_script,
 )
 from workbench.targets import get_target
-from workbench.timing import WarmupRule
+from workbench.timing import HostLoad, WarmupRule
 from workbench.workload import load_workload
 from workbench.workloads.script import load_script_workload, script_spec
 
@@ -81,3 +81,28 @@ def test_a_script_whose_loop_ends_first_says_so(smoke_workload):
 
 def test_other_workloads_have_no_script_loop():
     assert time_script(load_workload("seed-mlp"), CPU, SMALL) is None
+
+
+def test_a_loop_timed_on_a_loaded_machine_says_so():
+    loaded = HostLoad(
+        threads=2,
+        cores=2,
+        wall_seconds=1.0,
+        other_share=0.6,
+        steal_share=0.0,
+        load_average=None,
+        loaded=True,
+    )
+    quiet = HostLoad(
+        threads=2,
+        cores=2,
+        wall_seconds=1.0,
+        other_share=0.0,
+        steal_share=0.0,
+        load_average=None,
+        loaded=False,
+    )
+    said = " ".join(ScriptSteps([3.0, 1.0], 1, None, 3, True, host=loaded).sentences())
+    assert "loaded machine" in said
+    said = " ".join(ScriptSteps([3.0, 1.0], 1, None, 3, True, host=quiet).sentences())
+    assert "loaded machine" not in said
