@@ -12,7 +12,7 @@ reference's inputs, against the band its precision's rounding alone gives (`own_
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -336,7 +336,10 @@ class VerdictRule:
             f"always fails. {SCALAR_RULE} A run keeps device fidelity when its outputs, loss, "
             "every gradient and its loss trajectory pass against the run it is judged by (the "
             "fp32 reference, or the CPU eager run of its own precision); leaf outputs that "
-            "fail are flagged for the precision-cost check."
+            "fail are flagged for the precision-cost check. The yardstick of each gradient and "
+            "of the trajectory is at least their spread in the reference run again from weights "
+            "and inputs one unit in the last place away (a ReLU kink taken on the other side "
+            "keeps or drops a whole upstream gradient)."
         )
 
 
@@ -667,7 +670,7 @@ def loss_floor(
 ) -> LossFloor:
     """The floor of a loss comparison at `dtype` (see LossFloor); `fp64` is the fp64 run's
     trajectory beside the reference's, when there is one, and `nudged` the reference's run
-    from weights one ulp away."""
+    from weights and inputs one ulp away."""
     unit = UNIT_ROUNDOFF.get(dtype, UNIT_ROUNDOFF[torch.float32])
     scale = loss_scale(reference)
     noise = None if fp64 is None else multiplier * _largest_gap(reference, fp64)
@@ -681,19 +684,28 @@ class TrajectorySensitivity:
     its initial weights each moved by one unit in the last place (up or down at random), the
     size of difference a reordered sum makes. Training amplifies such a difference: in a
     chaotic run (a loss driven to 1e-4, a high learning rate) far beyond the fp32 reference's
-    distance from fp64, so a compiled run's reordering is judged against this spread."""
+    distance from fp64, so a compiled run's reordering is judged against this spread.
+
+    The same holds for one step's gradients of a net with ReLU kinks: a pre-activation within
+    a reordering's error of zero takes the other side of the kink in either run, and its whole
+    upstream gradient is kept or dropped, so gradients move far more than rounding alone moves
+    them. `gradients` holds, per parameter, the RMSE of the nudged run's first gradient against
+    the reference's: how far this model's gradients move for a difference of that size."""
 
     losses: list[float]  # the nudged run's loss per step
     rmse: float  # RMSE of its trajectory against the reference's
     largest: float  # largest |nudged - reference| over the steps
     held_out_gap: float | None = None  # |held-out loss after training, nudged - reference|
+    gradients: dict[str, float] = field(default_factory=dict)  # name -> RMSE vs the reference
 
 
 def trajectory_sensitivity(
     reference: list[float],
     nudged: list[float],
     held_out: tuple[float, float] | None = None,
+    gradients: tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]] | None = None,
 ) -> TrajectorySensitivity:
+    """`gradients`: the nudged run's first gradients and the reference's, paired by name."""
     pairs = [
         (a, b)
         for a, b in zip(nudged, reference, strict=False)
@@ -701,7 +713,17 @@ def trajectory_sensitivity(
     ]
     rmse = math.sqrt(sum((a - b) ** 2 for a, b in pairs) / len(pairs)) if pairs else 0.0
     gap = None if held_out is None else abs(held_out[0] - held_out[1])
-    return TrajectorySensitivity(list(nudged), rmse, _largest_gap(reference, nudged), gap)
+    spreads = {}
+    if gradients is not None:
+        moved, original = gradients
+        for name, gradient in moved.items():
+            other = original.get(name)
+            if other is None or other.shape != gradient.shape:
+                continue
+            difference = (_flat64(gradient) - _flat64(other)).nan_to_num()
+            spreads[name] = float(difference.square().mean().sqrt()) if difference.numel() else 0.0
+    largest = _largest_gap(reference, nudged)
+    return TrajectorySensitivity(list(nudged), rmse, largest, gap, spreads)
 
 
 def check_scalars(

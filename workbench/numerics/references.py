@@ -57,7 +57,7 @@ class ReferenceRuns:
     spread: Spread  # empty when the two reference runs agree exactly
     trajectory_spread: float  # largest relative loss difference of the two runs (and held out)
     metric_spread: float  # their held-out task metric difference
-    # The reference trained again from weights one ulp away: how far its training moves a
+    # The reference trained again from weights and inputs one ulp away: how far it moves a
     # difference of the size reordering makes.
     sensitivity: TrajectorySensitivity | None = None
     _fp64_model: torch.nn.Module | None = field(default=None, repr=False)
@@ -120,17 +120,36 @@ class ReferenceRuns:
 NUDGE_SEED = 20261206  # which way each weight moves: fixed, so a run is repeatable
 
 
+def _nudged(tensor: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """`tensor` with every element one unit in the last place up or down, at random."""
+    up = torch.rand(tensor.shape, generator=generator) < 0.5
+    toward = torch.where(up.to(tensor.device), math.inf, -math.inf).to(tensor.dtype)
+    return torch.nextafter(tensor, toward)
+
+
 def nudge_weights(model: torch.nn.Module, seed: int = NUDGE_SEED) -> None:
     """Move every floating-point parameter of `model` by one unit in the last place, up or down
     at random: the size of difference a reordered floating-point sum makes."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for parameter in model.parameters():
-            if not parameter.is_floating_point():
-                continue
-            up = torch.rand(parameter.shape, generator=generator) < 0.5
-            toward = torch.where(up.to(parameter.device), math.inf, -math.inf).to(parameter.dtype)
-            parameter.copy_(torch.nextafter(parameter, toward))
+            if parameter.is_floating_point():
+                parameter.copy_(_nudged(parameter, generator))
+
+
+def nudge_inputs(batch: Batch, seed: int = NUDGE_SEED) -> Batch:
+    """The batch with every floating-point model input moved by one unit in the last place (a
+    reordered sum in the layer before a normalization moves its input that far); token ids,
+    masks and targets stay as they are."""
+    generator = torch.Generator().manual_seed(seed + 1)
+
+    def nudge(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            return _nudged(value, generator)
+        return value
+
+    inputs, targets = batch
+    return tree_map(nudge, inputs), targets
 
 
 def _sensitivity(
@@ -142,15 +161,21 @@ def _sensitivity(
     held_out: HeldOutBatches | None,
     reference: TrainingCapture,
 ) -> TrajectorySensitivity:
-    """The reference run again from its initial weights nudged by one ulp (nudge_weights)."""
+    """The reference run again from its initial weights and floating-point inputs nudged by one
+    ulp (nudge_weights, nudge_inputs): its trajectory and its first gradients against the
+    reference's."""
     model, _ = prepared_model(build, spec)
     nudge_weights(model)
-    nudged = train_run(model, spec, batch, workload, steps, None, held_out, score_initial=False)
+    nudged_batch = nudge_inputs(batch)
+    nudged = train_run(
+        model, spec, nudged_batch, workload, steps, None, held_out, score_initial=False
+    )
     scores = (nudged.held_out_after, reference.held_out_after)
     held = None
     if all(isinstance(h, HeldOutScore) for h in scores):
         held = (scores[0].loss, scores[1].loss)
-    return trajectory_sensitivity(reference.losses, nudged.losses, held)
+    gradients = (nudged.gradients, reference.gradients)
+    return trajectory_sensitivity(reference.losses, nudged.losses, held, gradients)
 
 
 def prepared_model(build: ModelBuilder, spec: RunSpec) -> tuple[torch.nn.Module, list[str]]:
@@ -289,8 +314,9 @@ def run_references(
     reference_target: Target,
     held_out: HeldOutBatches | None = None,
 ) -> ReferenceRuns:
-    """The fp32 eager reference twice, once more from weights nudged by one ulp (how much its
-    training amplifies a difference of the size reordering makes), and the fp64 yardstick.
+    """The fp32 eager reference twice, once more from weights and inputs nudged by one ulp (how
+    much its training amplifies a difference of the size reordering makes), and the fp64
+    yardstick.
 
     The first reference run records every layer with its inputs. The second only has to agree,
     so it records no layer and scores held-out data only after its trajectory: when its

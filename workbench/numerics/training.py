@@ -37,7 +37,12 @@ from workbench.numerics.tensors import (
 )
 from workbench.numerics.validation import HeldOutScore
 
-SENSITIVITY_SOURCE = "the reference's own sensitivity: its trajectory from weights one ulp away"
+SENSITIVITY_SOURCE = (
+    "the reference's own sensitivity: its trajectory from weights and inputs one ulp away"
+)
+GRADIENT_SENSITIVITY_SOURCE = (
+    "the reference's own sensitivity: its gradient from weights and inputs one ulp away"
+)
 
 
 def _trajectory(losses: list[float], dtype: torch.dtype) -> torch.Tensor:
@@ -100,6 +105,10 @@ def compare_training(
         )
         for n in paired
     ]
+    gradient_spreads = refs.sensitivity.gradients if refs.sensitivity else {}
+    for comparison in result.gradients:
+        moved = gradient_spreads.get(comparison.name)
+        widen_by_sensitivity(comparison, moved, GRADIENT_SENSITIVITY_SOURCE, rule)
     result.losses = training.losses
     result.trajectory = compare_tensor(
         "trajectory",
@@ -110,7 +119,8 @@ def compare_training(
         rule,
         spread.get(("trajectory", "losses")),
     )
-    _widen_by_sensitivity(result.trajectory, refs, rule)
+    sensitivity = refs.sensitivity.rmse if refs.sensitivity else None
+    widen_by_sensitivity(result.trajectory, sensitivity, SENSITIVITY_SOURCE, rule)
     result.trajectory_deviation, result.trajectory_worst_step = relative_gap(
         training.losses, ref.losses
     )
@@ -139,20 +149,20 @@ def compare_training(
         result.validation.loss_floor.sensitivity = rule.multiplier * gap
 
 
-def _widen_by_sensitivity(
-    trajectory: TensorComparison, refs: ReferenceRuns, rule: VerdictRule
+def widen_by_sensitivity(
+    comparison: TensorComparison, sensitivity: float | None, source: str, rule: VerdictRule
 ) -> None:
-    """Judge the trajectory again with the reference's own sensitivity as its spread, where
-    that is larger than the two reference runs' spread: a run that reorders its sums moves its
-    trajectory as far as the reference's own run from weights one ulp away moves, times the
-    dynamo multiplier (the rule's factor on every yardstick)."""
-    sensitivity = refs.sensitivity
-    metrics = trajectory.metrics
-    if sensitivity is None or not sensitivity.rmse > (metrics.reference_spread or 0.0):
+    """Judge a tensor again with the reference's own sensitivity as its spread, where that is
+    larger than the two reference runs' spread: a run that reorders its sums moves its
+    trajectory, and a net's gradients across ReLU kinks, as far as the reference's own run from
+    weights and inputs one ulp away moves them, times the dynamo multiplier (the rule's factor
+    on every yardstick). The rule's other branches (closeness, NaN/Inf) read no spread."""
+    metrics = comparison.metrics
+    if sensitivity is None or not sensitivity > (metrics.reference_spread or 0.0):
         return
-    metrics.reference_spread = sensitivity.rmse
-    metrics.spread_source = SENSITIVITY_SOURCE
-    trajectory.verdict = judge(metrics, rule)
+    metrics.reference_spread = sensitivity
+    metrics.spread_source = source
+    comparison.verdict = judge(metrics, rule)
 
 
 def _not_evidence(nan_step: int | None) -> str | None:

@@ -902,9 +902,11 @@ def test_a_deterministic_reference_runs_twice_and_hooks_its_layers_once(monkeypa
     refs = run_references(DEEP.build_model, DEEP.batch(), DEEP, STEPS, CPU)
     assert refs.reproducibility.deterministic
     reference, yardstick = refs.spec.label, refs.fp64_spec.label
-    # The reference, its repeat, its run from weights one ulp away (its sensitivity), fp64.
+    # The reference, its repeat, its run from weights and inputs one ulp away (its
+    # sensitivity, with its first gradients), fp64.
     assert trained == [reference, reference, reference, yardstick]
     assert refs.sensitivity is not None and len(refs.sensitivity.losses) == STEPS
+    assert set(refs.sensitivity.gradients) == set(refs.training.gradients)
     # One recorder keeps the reference's inputs, one records the yardstick: none for the repeat.
     assert recorded == [{"keep_inputs": True}, {"keep_inputs": False}]
 

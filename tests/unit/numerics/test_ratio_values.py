@@ -33,7 +33,7 @@ from workbench.numerics.ratio import layer_ratios, ratio_basis, ratio_gate
 from workbench.numerics.records import INHERITED, OWN, RunResult
 from workbench.numerics.references import nudge_weights
 from workbench.numerics.tensors import compare_tensor
-from workbench.numerics.training import SENSITIVITY_SOURCE, _widen_by_sensitivity
+from workbench.numerics.training import SENSITIVITY_SOURCE, widen_by_sensitivity
 
 THRESHOLD = AcceptanceRule().r_threshold
 RULE = VerdictRule()
@@ -202,7 +202,7 @@ def _trajectory(run_losses, nudged):
         RULE,
     )
     sensitivity = trajectory_sensitivity(REFERENCE, nudged)
-    _widen_by_sensitivity(comparison, SimpleNamespace(sensitivity=sensitivity), RULE)
+    widen_by_sensitivity(comparison, sensitivity.rmse, SENSITIVITY_SOURCE, RULE)
     return comparison
 
 
