@@ -198,7 +198,7 @@ BAD_INPUTS = [
         "parameter without =",
         ["run", "--only", "00", "-p", "novalue"],
         {},
-        "not of the form key=value",
+        "give KEY=VALUE or KEY VALUE",
     ),
     (
         "parameter without name",

@@ -41,6 +41,11 @@ E2E_SETTINGS = [
     "-p", "steps=5",
     "-p", "validation_batches=2",
     "-p", 'precisions=["fp32", "bf16-autocast"]',
+    # The convergence study and the informative fp16 run are numerics' own tests' business:
+    # here one short seed each keeps three checkpoints' 03 within CI's time.
+    "-p", "informative_precisions=[]",
+    "-p", "convergence_seeds=1",
+    "-p", "convergence_steps=4",
 ]  # fmt: skip
 # GPT-2 goes through torch.compile in 01 and 03; BERT and Llama run eager to keep CI short.
 E2E_MODELS = {
