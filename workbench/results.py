@@ -22,6 +22,7 @@ from workbench.errors import BadInput
 from workbench.redact import scrub_data
 from workbench.safe_load import (
     RESULT_MAX_BYTES,
+    RESULT_MAX_VALUES,
     Required,
     Shape,
     check_fields,
@@ -132,7 +133,9 @@ def load_result(path: str | Path) -> dict[str, Any]:
     check the fields every reader of it reads; UnreadableResult says what is wrong."""
     path = Path(path)
     try:
-        record = load_json(read_bounded(path, "Result file", RESULT_MAX_BYTES), str(path))
+        record = load_json(
+            read_bounded(path, "Result file", RESULT_MAX_BYTES), str(path), RESULT_MAX_VALUES
+        )
         if not isinstance(record, dict):
             raise BadInput(f"{path} does not hold a JSON object: it is not a result file.")
         version = record.get("schema_version")

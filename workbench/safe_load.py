@@ -31,6 +31,9 @@ CONFIG_MAX_BYTES = 1 << 20
 RESULT_MAX_BYTES = 64 << 20
 MAX_DEPTH = 64
 MAX_VALUES = 200_000
+# JSON has no aliases, so its values are bounded by its bytes; a result file may hold the raw
+# samples of seconds-long measurement windows (05 keeps tens of thousands per batch point).
+RESULT_MAX_VALUES = 8_000_000
 MAX_YAML_ALIASES = 64
 MAX_INT_DIGITS = 19  # every 64-bit integer
 
@@ -130,7 +133,7 @@ def load_yaml(text: str, where: str) -> Any:
     return value
 
 
-def load_json(text: str, where: str) -> Any:
+def load_json(text: str, where: str, max_values: int = MAX_VALUES) -> Any:
     """JSON within the bounds; one sentence for text that is not JSON."""
     try:
         value = json.loads(text, parse_float=_finite_float, parse_int=_bounded_int)
@@ -138,7 +141,7 @@ def load_json(text: str, where: str) -> Any:
         raise BadInput(f"{where} nests deeper than this reads ({MAX_DEPTH} levels).") from None
     except ValueError as exc:  # JSONDecodeError, or an integer of more than 4,300 digits
         raise BadInput(f"{where} is not readable JSON ({str(exc).split(';')[0]}).") from None
-    check_shape(value, where)
+    check_shape(value, where, max_values)
     return value
 
 
@@ -158,17 +161,17 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
-def check_shape(value: Any, where: str) -> None:
-    """Walk the parsed document without recursion: at most MAX_DEPTH levels and MAX_VALUES
+def check_shape(value: Any, where: str, max_values: int = MAX_VALUES) -> None:
+    """Walk the parsed document without recursion: at most MAX_DEPTH levels and `max_values`
     values, counting each alias's target every time it is used."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     seen = 0
     while stack:
         item, depth = stack.pop()
         seen += 1
-        if seen > MAX_VALUES:
+        if seen > max_values:
             raise BadInput(
-                f"{where} holds more than {MAX_VALUES:,} values once expanded: a YAML alias "
+                f"{where} holds more than {max_values:,} values once expanded: a YAML alias "
                 "bomb or a file that is not what it should be."
             )
         if depth > MAX_DEPTH:

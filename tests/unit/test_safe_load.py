@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from workbench.errors import BadInput
-from workbench.safe_load import load_json, read_bounded, read_bounded_bytes, read_plain_bytes
+from workbench.safe_load import (
+    RESULT_MAX_VALUES,
+    load_json,
+    read_bounded,
+    read_bounded_bytes,
+    read_plain_bytes,
+)
 
 
 def test_a_device_a_pipe_or_a_folder_is_refused_without_reading_or_waiting(tmp_path: Path) -> None:
@@ -39,3 +45,12 @@ def test_a_file_over_the_bound_is_refused(tmp_path: Path) -> None:
     with pytest.raises(BadInput, match="over the 0.00195312 MiB this reads"):
         read_bounded(path, "File", 2048)
     assert len(read_bounded(path, "File", 4096)) == 2049
+
+
+def test_a_result_file_may_hold_a_serving_points_raw_samples_a_config_may_not() -> None:
+    """05 keeps every request of its last three 1-second windows: 37,000 samples per series
+    for a 77 us call, about 700,000 values over a default run's ten points."""
+    text = "[" + ",".join(["7.7e-05"] * 700_000) + "]"
+    assert len(load_json(text, "05_serving.json", RESULT_MAX_VALUES)) == 700_000
+    with pytest.raises(BadInput, match="more than 200,000 values"):
+        load_json(text, "config.json")

@@ -22,6 +22,7 @@ from workbench.questions import result_file
 from workbench.results import LEAD, SCHEMA_VERSION, ResultFile, ResultLead, RunSummary, read_summary
 from workbench.safe_load import (
     RESULT_MAX_BYTES,
+    RESULT_MAX_VALUES,
     Shape,
     check_fields,
     load_json,
@@ -76,7 +77,7 @@ def _read_json(path: Path, shape: Shape) -> dict[str, Any]:
         # A link (to /proc/self/environ, to a file outside the run) is refused, not followed:
         # exports upload and compare shows what these files hold.
         text = read_bounded(path, "File", RESULT_MAX_BYTES, follow_links=False)
-        value = load_json(text, str(path))
+        value = load_json(text, str(path), RESULT_MAX_VALUES)
         if not isinstance(value, dict):
             raise UnreadableRun(f"{path} does not hold a JSON object")
         check_fields(value, shape, str(path))
