@@ -116,24 +116,12 @@ def _quiet_mlflow() -> Iterator[None]:
             logger.setLevel(level)
 
 
-@contextlib.contextmanager
-def _no_retries() -> Iterator[None]:
+def _no_retries() -> contextlib.AbstractContextManager[None]:
     """MLflow's client reads these at each request: the check fails fast, the export after it
     keeps MLflow's retries."""
-    settings = {
-        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
-        "MLFLOW_HTTP_REQUEST_TIMEOUT": str(PROBE_TIMEOUT_S),
-    }
-    saved = {key: os.environ.get(key) for key in settings}
-    os.environ.update(settings)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    return mlflow_bounds(
+        MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT=str(PROBE_TIMEOUT_S)
+    )
 
 
 def connect(tracking_uri: str, experiment: str = DEFAULT_EXPERIMENT) -> tuple[MlflowClient, str]:
