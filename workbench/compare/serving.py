@@ -6,7 +6,8 @@ step-time gate, a Mann-Whitney U test on the raw samples below the p-value, the 
 interquartile ranges apart, and then beyond the machine's run-to-run variation: outside the
 history band from HISTORY_SPREAD_RUNS earlier runs on, beyond the pair allowance below that. The
 tail is a p99 only where every run compared has the samples to support one, else the slowest
-call ("max latency"), as notebook 05 itself reports it. A point measured on a loaded machine is
+call ("max latency"), as notebook 05 itself reports it. Both come from the raw samples the
+result file stores (serving.records.STORED_SAMPLES per series at most, evenly spaced in time). A point measured on a loaded machine is
 not judged; earlier ones measured loaded are left out, and said so.
 """
 

@@ -634,10 +634,61 @@ def serving_verdict(result: ServingResult) -> Verdict:
     )
 
 
+# Raw samples 05_serving.json keeps per series. A 77 µs call fills its windows with ~37,000
+# calls in four series (the call and its three parts), ~24 MB of JSON for the default sweep, and
+# a call under ~50 µs would pass the result-file bound (safe_load). 2,048 is above LoadGen's 662
+# for a p99, so a reader of the file can still claim one, and keeps the default file near 2 MB.
+STORED_SAMPLES = 2048
+
+
+def stored_indices(count: int, bound: int = STORED_SAMPLES) -> list[int]:
+    """Which of `count` samples in time order the file keeps: all up to `bound`, else `bound`
+    evenly spaced in time, the first and the last among them."""
+    if count <= bound:
+        return list(range(count))
+    return [round(i * (count - 1) / (bound - 1)) for i in range(bound)]
+
+
+def stored_measurement(measurement: Measurement | None) -> dict[str, Any] | None:
+    """A measurement as the file keeps it: every statistic from all its samples, at most
+    STORED_SAMPLES of the raw samples (stored_indices), how many of how many, and `discarded`
+    as positions in the stored samples."""
+    if measurement is None:
+        return None
+    picked = stored_indices(len(measurement.times))
+    left_out = set(measurement.discarded)
+    return {
+        **asdict(measurement),
+        "times": [measurement.times[i] for i in picked],
+        "discarded": [at for at, i in enumerate(picked) if i in left_out],
+        "samples_stored": len(picked),
+        "samples_measured": len(measurement.times),
+    }
+
+
+def stored_samples_note(result: ServingResult) -> str:
+    """What the result file keeps of each batch point's raw samples, said once for the file and
+    the report: "N of M samples stored" per point."""
+    counts = [
+        f"{p.name} {len(stored_indices(len(p.latency.times))):,} of {len(p.latency.times):,}"
+        for p in result.points
+        if p.latency is not None
+    ]
+    return (
+        f"05_serving.json keeps at most {STORED_SAMPLES:,} raw samples per series, evenly spaced "
+        "in time (first and last kept); every statistic, here and in the file, comes from all "
+        "samples. Samples stored: " + ("; ".join(counts) or "none measured")
+    )
+
+
 def _point_data(point: BatchPoint, q: float) -> dict[str, Any]:
     found = point.tail(q)
     return {
         **asdict(point),
+        "latency": stored_measurement(point.latency),
+        "input_copy": stored_measurement(point.input_copy),
+        "infer": stored_measurement(point.infer),
+        "output_copy": stored_measurement(point.output_copy),
         "throughput": point.throughput,
         "tail_label": found[0] if found else None,
         "tail": found[1] if found else None,
@@ -646,11 +697,18 @@ def _point_data(point: BatchPoint, q: float) -> dict[str, Any]:
 
 
 def _load_data(point: LoadPoint) -> dict[str, Any]:
-    return {**asdict(point), "achieved": point.achieved}
+    return {
+        **asdict(point),
+        "latency": stored_measurement(point.latency),
+        "queue": stored_measurement(point.queue),
+        "compute": stored_measurement(point.compute),
+        "achieved": point.achieved,
+    }
 
 
 def result_data(result: ServingResult) -> dict[str, Any]:
-    """Everything 05_serving.json keeps; raw samples sit under each measurement's times."""
+    """Everything 05_serving.json keeps; raw samples sit under each measurement's times, at most
+    STORED_SAMPLES of them per series (stored_measurement)."""
     settings = result.settings
     q = settings.quantile
     return {
@@ -683,6 +741,7 @@ def result_data(result: ServingResult) -> dict[str, Any]:
                 "arrival"
             ),
             "host_load": HOST_LOAD_RULE,
+            "stored_samples": stored_samples_note(result),
             "host_memory": result.host_memory_source,
             "device_memory": result.device_memory_source,
             "cpu_cores": os.cpu_count(),

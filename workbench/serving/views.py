@@ -16,6 +16,7 @@ from workbench.serving.records import (
     benchmark_report,
     serving_verdict,
     stability_rule,
+    stored_samples_note,
     tail_cause,
     tail_limited,
 )
@@ -126,6 +127,7 @@ def sweep_costs(result: ServingResult) -> None:
                 "timing": REQUEST_TIMING,
                 "stability": stability_rule(result.settings),
                 "machine": HOST_LOAD_RULE,
+                "samples stored": stored_samples_note(result),
                 "host memory": result.host_memory_source,
                 "device memory": result.device_memory_source,
             },

@@ -22,6 +22,7 @@ from workbench.serving.records import (
     COMPILED_WHILE_TIMED,
     EAGER,
     JITTER,
+    STORED_SAMPLES,
     BatchPoint,
     LoadPoint,
     RequestTime,
@@ -29,6 +30,7 @@ from workbench.serving.records import (
     ServingSettings,
     Window,
     benchmark_report,
+    result_data,
     serving_verdict,
     window_percentile,
 )
@@ -312,3 +314,33 @@ def test_serving_batch_sizes_are_bounded_before_anything_is_built() -> None:
     with pytest.raises(BadInput, match="at most 64 sizes"):
         ServingSettings(batch_sizes=tuple(range(1, 66)))
     assert ServingSettings(batch_sizes=(1, 65_536)).batch_sizes == (1, 65_536)
+
+
+def _spread_point(count: int) -> BatchPoint:
+    rng = random.Random(1)
+    times = [0.001 * (1 + rng.random()) + (0.01 if i % 97 == 0 else 0.0) for i in range(count)]
+    windows = [Window(count // 3, count / 3 * 0.0015, 666.0, 0.0015)] * 3
+    measured = {"latency": Measurement(times), "infer": Measurement([t * 0.9 for t in times])}
+    return BatchPoint(EAGER, 1, "ok", windows=windows, stable=True, **measured)
+
+
+def test_a_series_over_the_bound_is_stored_bounded_with_its_statistics_from_all_samples() -> None:
+    over, under = _spread_point(3 * STORED_SAMPLES + 5), _spread_point(STORED_SAMPLES)
+    data = result_data(_result([over, under]))
+    stored, whole = data["points"][0]["latency"], data["points"][1]["latency"]
+    latency = over.latency
+    assert latency is not None and under.latency is not None
+    assert len(stored["times"]) == stored["samples_stored"] == STORED_SAMPLES
+    assert stored["samples_measured"] == len(latency.times)
+    assert stored["times"][0] == latency.times[0] and stored["times"][-1] == latency.times[-1]
+    # Statistics, the benchmark report and the tail still come from every sample.
+    assert (stored["median"], stored["p99"], stored["max"]) == (
+        latency.median, latency.p99, latency.max)  # fmt: skip
+    assert data["points"][0]["benchmark_report"]["n_samples"] == len(latency.times)
+    assert all(stored["times"][at] > latency.median for at in stored["discarded"])
+    assert len(data["points"][0]["infer"]["times"]) == STORED_SAMPLES
+    assert whole["times"] == under.latency.times and whole["discarded"] == under.latency.discarded
+    assert whole["samples_stored"] == whole["samples_measured"] == STORED_SAMPLES
+    note = data["sources"]["stored_samples"]
+    assert f"{STORED_SAMPLES:,} of {len(latency.times):,}" in note
+    assert f"{STORED_SAMPLES:,} of {STORED_SAMPLES:,}" in note
