@@ -15,7 +15,7 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,14 @@ import torch
 import torch.utils.cpp_extension
 
 from workbench.errors import is_user_code, short_path
+from workbench.targets.cuda_runtime import (
+    ANSWERED_CAPABILITY,
+    TargetEvent,
+    TargetProperties,
+    TargetStream,
+    on_stream,
+    total_memory_source,
+)
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,20 @@ def _call_site() -> tuple[str, int]:
     return (short_path(frames[0][0]), frames[0][1]) if frames else ("<unknown>", 0)
 
 
+def _stand_in(real: type, name: str, make: Callable[..., Any]) -> type:
+    """A class standing in for `real` while the script runs: calling it calls `make`, and
+    isinstance(x, it) keeps answering for `real`, for torch's code and the script's."""
+
+    class _Meta(type):
+        def __instancecheck__(cls, obj: Any) -> bool:
+            return isinstance(obj, real)
+
+    def new(cls: type, *args: Any, **kwargs: Any) -> Any:
+        return make(*args, **kwargs)
+
+    return _Meta(name, (), {"__new__": new})
+
+
 def _is_cuda(device: Any) -> bool:
     if isinstance(device, str):
         return device.split(":")[0].strip() == "cuda"
@@ -140,15 +162,22 @@ _CUDA_READINGS = (
 class DeviceRedirection:
     """While entered, CUDA calls run on `device`; `log` lists each one by its site."""
 
-    def __init__(self, device: torch.device, synchronize: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        device: torch.device,
+        synchronize: Callable[[], None],
+        device_memory_bytes: int | None = None,
+    ) -> None:
         self.device = device
         self.synchronize = synchronize
+        # What get_device_properties().total_memory answers, and where it comes from.
+        self.total_memory = total_memory_source(device_memory_bytes)
         self.log = RedirectionLog(Counter(), Counter())
 
     # -- recording -------------------------------------------------------------------------
-    def _redirected(self, call: str) -> None:
+    def _redirected(self, call: str, outcome: str = "") -> None:
         path, line = _call_site()
-        self.log.redirected[CallSite(call, f"ran on {self.device}", path, line)] += 1
+        self.log.redirected[CallSite(call, outcome or f"ran on {self.device}", path, line)] += 1
 
     def _unmapped(self, call: str, why: str) -> None:
         path, line = _call_site()
@@ -177,8 +206,8 @@ class DeviceRedirection:
 
     def _patches(self) -> list[tuple[Any, str, Any]]:
         patches: list[tuple[Any, str, Any]] = [
-            (torch, "device", self._device_type()),
-            (torch, "Generator", self._generator_type()),
+            (torch, "device", _stand_in(_REAL_DEVICE, "device", self._device)),
+            (torch, "Generator", _stand_in(_REAL_GENERATOR, "Generator", self._generator)),
             (torch.Tensor, "to", self._to(torch.Tensor.to, "tensor.to")),
             (torch.nn.Module, "to", self._to(torch.nn.Module.to, "module.to")),
             (torch.Tensor, "cuda", self._cuda(torch.Tensor.to, "tensor.cuda()")),
@@ -197,6 +226,13 @@ class DeviceRedirection:
             (torch.cuda, "manual_seed_all", self._seed("torch.cuda.manual_seed_all")),
             (torch.cuda, "set_device", self._answer("torch.cuda.set_device()", None)),
             (torch.cuda, "empty_cache", self._answer("torch.cuda.empty_cache()", None)),
+            (torch.cuda, "get_device_properties", self._properties()),
+            (torch.cuda, "get_device_capability", self._capability()),
+            (torch.cuda, "Event", _stand_in(TargetEvent, "Event", self._event)),
+            (torch.cuda, "Stream", _stand_in(TargetStream, "Stream", self._stream("Stream"))),
+            (torch.cuda, "current_stream", self._stream("current_stream")),
+            (torch.cuda, "default_stream", self._stream("default_stream")),
+            (torch.cuda, "stream", self._on_stream),
             (torch, "set_default_device", self._set_default_device()),
             (torch.amp.autocast_mode.autocast, "__init__", self._autocast()),
             (torch.amp.grad_scaler.GradScaler, "__init__", self._grad_scaler()),
@@ -212,6 +248,8 @@ class DeviceRedirection:
         patches += [
             (torch.cuda, name, self._reading(name, answer=None)) for name in _CUDA_COUNTER_RESETS
         ]
+        if self.device.type != "cuda":
+            patches.append((torch.Tensor, "pin_memory", self._pin_memory()))
         matmul_type: Any = type(torch.backends.cuda.matmul)
         patches.append((matmul_type, "__setattr__", self._cublas_setting(matmul_type)))
         # torch.backends.cudnn is a module object whose class holds the flags as descriptors.
@@ -224,33 +262,12 @@ class DeviceRedirection:
         ]
         return patches
 
-    def _device_type(self) -> type:
-        redirection = self
+    def _device(self, *args: Any, **kwargs: Any) -> Any:
+        made = _REAL_DEVICE(*args, **kwargs)
+        return self._map(made, f"torch.device({str(made)!r})")
 
-        class _Meta(type):
-            # isinstance(x, torch.device) keeps working for torch and for the script.
-            def __instancecheck__(cls, obj: Any) -> bool:
-                return isinstance(obj, _REAL_DEVICE)
-
-        class device(metaclass=_Meta):  # noqa: N801 - it stands in for torch.device
-            def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-                made = _REAL_DEVICE(*args, **kwargs)
-                return redirection._map(made, f"torch.device({str(made)!r})")
-
-        return device
-
-    def _generator_type(self) -> type:
-        redirection = self
-
-        class _Meta(type):
-            def __instancecheck__(cls, obj: Any) -> bool:
-                return isinstance(obj, _REAL_GENERATOR)
-
-        class Generator(metaclass=_Meta):
-            def __new__(cls, device: Any = "cpu") -> Any:
-                return _REAL_GENERATOR(redirection._map(device, "torch.Generator(device='cuda')"))
-
-        return Generator
+    def _generator(self, device: Any = "cpu") -> Any:
+        return _REAL_GENERATOR(self._map(device, "torch.Generator(device='cuda')"))
 
     def _to(self, original: Callable[..., Any], name: str) -> Callable[..., Any]:
         redirection = self
@@ -305,6 +322,63 @@ class DeviceRedirection:
             return value
 
         return answer
+
+    def _properties(self) -> Callable[..., TargetProperties]:
+        total, source = self.total_memory
+        outcome = (
+            f"answered for {self.device}: name {str(self.device)!r}, total_memory {source}, "
+            f"major.minor {ANSWERED_CAPABILITY[0]}.{ANSWERED_CAPABILITY[1]} as "
+            "get_device_capability() answers"
+        )
+
+        def properties(*_: Any, **__: Any) -> TargetProperties:
+            self._redirected("torch.cuda.get_device_properties()", outcome)
+            return TargetProperties(str(self.device), total, *ANSWERED_CAPABILITY)
+
+        return properties
+
+    def _capability(self) -> Callable[..., tuple[int, int]]:
+        def capability(*_: Any, **__: Any) -> tuple[int, int]:
+            self._unmapped(
+                "torch.cuda.get_device_capability()",
+                f"a CUDA compute capability: no other device has one; answered "
+                f"{ANSWERED_CAPABILITY}, the first with bf16, as is_bf16_supported() answers True",
+            )
+            return ANSWERED_CAPABILITY
+
+        return capability
+
+    def _event(self, *_: Any, **__: Any) -> TargetEvent:
+        self._redirected(
+            "torch.cuda.Event()",
+            f"an event on {self.device}: record() synchronizes it and reads the host clock",
+        )
+        return TargetEvent(self.synchronize)
+
+    def _stream(self, name: str) -> Callable[..., TargetStream]:
+        def stream(*_: Any, **__: Any) -> TargetStream:
+            self._redirected(
+                f"torch.cuda.{name}()",
+                f"{self.device}'s one queue: work runs in order, synchronize() waits on it",
+            )
+            return TargetStream(self.synchronize)
+
+        return stream
+
+    def _on_stream(self, stream: Any = None) -> AbstractContextManager[None]:
+        self._redirected("torch.cuda.stream()", f"{self.device}'s one queue")
+        return on_stream(stream)
+
+    def _pin_memory(self) -> Callable[..., torch.Tensor]:
+        def pin_memory(tensor: torch.Tensor, *_: Any, **__: Any) -> torch.Tensor:
+            self._unmapped(
+                "tensor.pin_memory()",
+                "page-locked host memory speeds copies to a CUDA device only: the tensor is "
+                "returned as it is",
+            )
+            return tensor
+
+        return pin_memory
 
     def _synchronize(self) -> Callable[..., None]:
         def synchronize(*_: Any, **__: Any) -> None:

@@ -32,7 +32,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,12 +111,23 @@ class _Stop(BaseException):
 
 
 class _Spawned(BaseException):
-    """The script started a process: refused, since the watching reaches one process only."""
+    """The script started a process or joined a process group: refused, since the watching
+    reaches one process only."""
 
-    def __init__(self, call: str, where: str) -> None:
-        super().__init__(call)
-        self.call = call
-        self.where = where
+    def __init__(self, sentence: str) -> None:
+        super().__init__(sentence)
+        self.sentence = sentence  # what the script did, where, and what to do instead
+
+
+# What the run says for each refused call: what the script did, and what to do instead.
+_STARTS_A_PROCESS = (
+    "it starts a process",
+    "the workbook watches one process, so run the script's workers in-process",
+)
+_JOINS_A_GROUP = (
+    "it joins a process group",
+    "the workbook runs the script as one process, so run it without torchrun or WORLD_SIZE",
+)
 
 
 @dataclass
@@ -214,6 +225,22 @@ def _own_loss(output: Any) -> Any:
     return getattr(output, "loss", None)
 
 
+def _held_modules(values: Iterable[Any]) -> Iterator[nn.Module]:
+    """The modules among `values` and among the attributes of the script's own objects there
+    (a Trainer's `self.model`): a model need not be a variable of its own."""
+    for value in values:
+        if isinstance(value, nn.Module):
+            yield value
+        elif _defined_by_the_user(type(value)) and hasattr(value, "__dict__"):
+            yield from (held for held in vars(value).values() if isinstance(held, nn.Module))
+
+
+def _defined_by_the_user(kind: type) -> bool:
+    """A class of the script or of a module beside it, not of an installed package."""
+    source = getattr(sys.modules.get(kind.__module__), "__file__", None)
+    return bool(source) and is_user_code(source) and "-packages" + os.sep not in source
+
+
 def _owning_module(params: set[int]) -> nn.Module | None:
     """The smallest module, among those the script's frames hold, that owns every parameter
     the optimizer was given: the model."""
@@ -221,11 +248,9 @@ def _owning_module(params: set[int]) -> nn.Module | None:
     frame = sys._getframe(2)
     while frame is not None:
         if is_user_code(frame.f_code.co_filename) and frame.f_code.co_filename != __file__:
-            for value in [*frame.f_locals.values(), *frame.f_globals.values()]:
-                if isinstance(value, nn.Module):
-                    owned = {id(p) for p in value.parameters()}
-                    if params <= owned:
-                        found.append(value)
+            for value in _held_modules([*frame.f_locals.values(), *frame.f_globals.values()]):
+                if params <= {id(p) for p in value.parameters()}:
+                    found.append(value)
         frame = frame.f_back  # type: ignore[assignment]
     return min(found, key=lambda m: sum(1 for _ in m.parameters()), default=None)
 
@@ -271,13 +296,15 @@ class _Watch:
                         self._functional_loss(getattr(nn.functional, name), name),
                     )
                 )
-            for owner, name in (
-                (multiprocessing.process.BaseProcess, "start"),
-                (subprocess.Popen, "__init__"),
-                (os, "fork"),
-                (os, "system"),
+            for owner, name, why in (
+                (multiprocessing.process.BaseProcess, "start", _STARTS_A_PROCESS),
+                (subprocess.Popen, "__init__", _STARTS_A_PROCESS),
+                (os, "fork", _STARTS_A_PROCESS),
+                (os, "system", _STARTS_A_PROCESS),
+                (torch.distributed, "init_process_group", _JOINS_A_GROUP),
             ):
-                stack.enter_context(patched(owner, name, _refuse(f"{owner.__name__}.{name}")))
+                refusal = _refuse(f"{owner.__name__}.{name}", why)
+                stack.enter_context(patched(owner, name, refusal))
             for handle in (
                 register_optimizer_step_post_hook(self._after_step),
                 nn.modules.module.register_module_forward_pre_hook(self._before_loss),
@@ -466,9 +493,11 @@ class _Watch:
         return init
 
 
-def _refuse(call: str) -> Callable[..., Any]:
+def _refuse(call: str, why: tuple[str, str]) -> Callable[..., Any]:
+    what, instead = why
+
     def refuse(*_: Any, **__: Any) -> Any:
-        raise _Spawned(call, _site())
+        raise _Spawned(f"{what} ({call} at {_site()}); {instead}")
 
     return refuse
 
@@ -545,7 +574,10 @@ def run_script(
             f"Workload {spec!r}: {path.name} line {exc.lineno} has a syntax error ({exc.msg})."
         ) from None
     capture = ScriptCapture(path, args)
-    redirection = DeviceRedirection(target.device, target.synchronize)
+    memory = target.device_memory()
+    redirection = DeviceRedirection(
+        target.device, target.synchronize, memory.total_bytes if memory else None
+    )
     failure: str | None = None
     watch = _Watch(capture, target, steps, loader_batch, until)
     with (
@@ -559,10 +591,7 @@ def run_script(
         except _Stop:
             pass
         except _Spawned as exc:
-            failure = (
-                f"it starts a process ({exc.call} at {exc.where}); the workbook watches one "
-                "process, so run the script's workers in-process"
-            )
+            failure = exc.sentence
         except SystemExit as exc:
             if exc.code not in (None, 0):
                 failure = f"it exited with status {exc.code}"

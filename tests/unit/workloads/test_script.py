@@ -419,3 +419,121 @@ def test_the_docs_show_what_the_fixture_scripts_print(smoke, messy, capsys):
         shown = capsys.readouterr().err.splitlines()
         for line in block.split("```")[0].strip().splitlines():
             assert line in shown
+
+
+# Scripts in the styles teams bring, each run once through the capture: the workload they give
+# must recompute the script's own first loss, and every CUDA call must be listed by its line.
+REALISTIC = ("main_function", "cuda_heavy", "trainer_class", "distributed_ready")
+
+
+@pytest.fixture(scope="module")
+def realistic():
+    return {
+        name: load_script_workload(script_spec(str(SCRIPTS / f"{name}_train.py")), CPU)
+        for name in REALISTIC
+    }
+
+
+def _rows(workload, mapped=True):
+    return {
+        (row["call"], int(row["where"].rsplit(":", 1)[1]))
+        for row in workload.script_run["device_calls"]
+        if row["mapped"] is mapped
+    }
+
+
+@pytest.mark.parametrize("name", REALISTIC)
+def test_a_realistic_script_gives_a_workload_that_recomputes_its_first_loss(realistic, name):
+    workload = realistic[name]
+    run = workload.script_run
+    assert run["steps_run"] == CAPTURE_STEPS and run["stopped_by_workbook"]
+    inputs, targets = workload.batch()
+    loss = workload.compute_loss(workload.forward(workload.build_model(), inputs), targets)
+    # cuda_heavy's step runs under bf16 autocast; the workload's in fp32.
+    assert loss.item() == pytest.approx(
+        run["losses"][0], rel=2e-2 if name == "cuda_heavy" else 1e-6
+    )
+
+
+def test_a_main_function_scripts_argparse_batch_size_and_seeding_are_seen(realistic):
+    workload = realistic["main_function"]
+    assert workload.batch_maker.flag == "--batch_size"
+    assert workload.batch()[0][0].shape == (24, 12)  # its default, not the evaluation pass's 96
+    assert _rows(workload) == {
+        ("torch.cuda.manual_seed_all() (torch.manual_seed seeds the target)", 28),
+        ("torch.cuda.is_available()", 73),
+        ("torch.device('cuda')", 74),
+    }
+    assert "'batch_size': 24" in workload.script_run["printed"]
+
+
+def test_a_script_written_for_one_gpu_has_each_cuda_call_mapped_or_named(realistic):
+    workload = realistic["cuda_heavy"]
+    assert _rows(workload) == {
+        ("torch.cuda.manual_seed_all() (torch.manual_seed seeds the target)", 9),
+        ("torch.device('cuda:0')", 11),
+        ("torch.cuda.get_device_name()", 13),
+        ("torch.cuda.get_device_properties()", 14),
+        ("GradScaler('cuda')", 28),
+        ("torch.cuda.is_available()", 32),
+        ("torch.cuda.Event()", 35),
+        ("torch.cuda.Event()", 36),
+        ("tensor.to('cuda')", 38),
+        ("autocast('cuda')", 41),
+        ("torch.cuda.synchronize()", 48),
+        ("torch.cuda.empty_cache()", 53),
+    }
+    assert _rows(workload, mapped=False) == {
+        ("torch.backends.cudnn.benchmark = True", 10),
+        ("torch.cuda.get_device_capability()", 15),
+        ("tensor.pin_memory()", 33),
+        ("torch.cuda.memory_allocated()", 51),
+    }
+    printed = workload.script_run["printed"]
+    assert "GPU cpu" in printed and "compute capability 8.0" in printed
+    # The events timed the step on the host clock: a positive time in milliseconds.
+    step_ms = float(printed.split("step 0 loss ")[1].split()[1])
+    assert step_ms > 0
+
+
+def test_a_trainer_class_keeps_its_model_as_an_attribute(realistic):
+    workload = realistic["trainer_class"]
+    assert type(workload.build_model()).__name__ == "TinyLM"
+    inputs, targets = workload.batch()
+    assert inputs[0].shape == (8, 10) and targets.shape == (8, 10)  # before .view(-1)
+    assert "DataLoader's batch_size set" in workload.description
+    assert _rows(workload) == {
+        ("torch.cuda.is_available()", 51),
+        ("module.to('cuda')", 52),
+        ("tensor.to('cuda')", 61),
+    }
+
+
+def test_a_torchrun_ready_script_runs_alone_and_refuses_a_process_group(realistic, monkeypatch):
+    assert _rows(realistic["distributed_ready"]) == {
+        ("torch.cuda.set_device()", 19),
+        ("torch.device('cuda:0')", 20),
+    }
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(BadInput) as raised:
+        run_script(script_spec(str(SCRIPTS / "distributed_ready_train.py")), CPU)
+    message = str(raised.value)
+    assert "it joins a process group (torch.distributed.init_process_group at " in message
+    assert "distributed_ready_train.py:18" in message and "\n" not in message
+
+
+def test_events_and_streams_on_the_target_time_the_work_between_them():
+    synchronized = []
+    with DeviceRedirection(torch.device("cpu"), lambda: synchronized.append(1)).active():
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        assert isinstance(start, torch.cuda.Event)
+        with pytest.raises(RuntimeError, match="must be recorded"):
+            start.elapsed_time(end)
+        start.record()
+        with torch.cuda.stream(torch.cuda.Stream()):
+            torch.randn(64, 64) @ torch.randn(64, 64)
+        end.record()
+        torch.cuda.current_stream().synchronize()
+        assert start.elapsed_time(end) > 0
+        assert torch.cuda.get_device_properties(0).total_memory > 0
+    assert len(synchronized) == 3  # each record and the stream's synchronize waited on it
