@@ -237,8 +237,8 @@ def _held_modules(values: Iterable[Any]) -> Iterator[nn.Module]:
 
 def _defined_by_the_user(kind: type) -> bool:
     """A class of the script or of a module beside it, not of an installed package."""
-    source = getattr(sys.modules.get(kind.__module__), "__file__", None)
-    return bool(source) and is_user_code(source) and "-packages" + os.sep not in source
+    source: str | None = getattr(sys.modules.get(kind.__module__), "__file__", None)
+    return source is not None and is_user_code(source) and "-packages" + os.sep not in source
 
 
 def _owning_module(params: set[int]) -> nn.Module | None:
