@@ -30,21 +30,17 @@ from workbench.numerics.metrics import (
     check_scalars,
     metric_allowance,
 )
-from workbench.numerics.records import (
-    ATTENTION,
-    BLOCKER,
+from workbench.numerics.records import Judgement, NumericsRunVerdict, RunResult
+from workbench.numerics.statuses import (
     COULD_NOT_RUN,
     JUDGED_FAIL,
     JUDGED_PASS,
     NOT_JUDGED,
-    PASS,
     TRIVIAL,
-    Judgement,
     JudgementStatus,
-    NumericsRunVerdict,
-    RunResult,
-    cost_advice,
 )
+from workbench.numerics.wording import cost_advice
+from workbench.scorecard import ATTENTION, BLOCKER, PASS
 
 
 def _percent(value: float) -> str:

@@ -11,22 +11,18 @@ from IPython.display import display
 from workbench import markup as show
 from workbench.numerics.acceptance_records import JUDGED_AS_VALUE, min_ratio_elements
 from workbench.numerics.metrics import budget_of
-from workbench.numerics.records import (
-    BLOCKER,
-    INHERITED,
-    OWN,
-    PASS,
-    NumericsResult,
-    RunResult,
+from workbench.numerics.records import NumericsResult, RunResult, notebook_verdict
+from workbench.numerics.statuses import INHERITED, OWN
+from workbench.numerics.wording import (
     acceptance_headline,
     first_gate_failure,
     headline,
     judgement_cell,
-    notebook_verdict,
     reading,
     run_explanation,
     short_label,
 )
+from workbench.scorecard import BLOCKER, PASS
 
 
 def _verdict_cell(run: RunResult) -> str:

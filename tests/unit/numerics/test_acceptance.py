@@ -13,7 +13,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from workbench.errors import BadInput
-from workbench.numerics import acceptance, convergence
+from workbench.numerics import acceptance, convergence, wording
 from workbench.numerics import records as numerics_records
 from workbench.numerics import run as numerics
 from workbench.numerics.acceptance_records import (
@@ -150,9 +150,7 @@ def test_bad_gate_thresholds_are_one_sentence(kwargs, message):
 
 
 def _all_pass(result):
-    assert numerics_records.notebook_verdict(result).status == PASS, numerics_records.headline(
-        result
-    )
+    assert numerics_records.notebook_verdict(result).status == PASS, wording.headline(result)
     for run in result.target_runs:
         assert run.verdict.status == PASS, run.verdict.reason
         statuses = {g.gate: g.status for g in run.acceptance.gates}
@@ -163,7 +161,7 @@ def _all_pass(result):
         # the study says (tests/unit/numerics/test_convergence.py holds its pass and fail cases).
         study = run.acceptance.convergence
         assert statuses[CONVERGENCE] == GATE_PASS or "no quality to reach" in study.note
-    assert numerics_records.headline(result).split(";")[0].startswith("Acceptance: all 2 runs")
+    assert wording.headline(result).split(";")[0].startswith("Acceptance: all 2 runs")
 
 
 @pytest.mark.parametrize("name", ["seed-mlp", "tiny-cnn", "tiny-transformer"])
@@ -245,7 +243,7 @@ def test_a_planted_miscompile_fails_the_r_ratio_at_the_planted_layer_as_its_own(
     assert r_gate.measured.startswith("1 of 4 components fail alone (planted (_Planted)")
     assert "inherited (R alone <= 1.2: head)" in r_gate.measured
     assert run.verdict.status == BLOCKER
-    assert numerics_records.headline(result).startswith("Acceptance: R-ratio fails first")
+    assert wording.headline(result).startswith("Acceptance: R-ratio fails first")
 
 
 def _evaluation_workload(evaluate):

@@ -18,7 +18,7 @@ from torch.nn import functional as F
 from workbench.baseline.reference import make_reference, save_reference
 from workbench.errors import BadInput
 from workbench.numerics import records as numerics_records
-from workbench.numerics import references, verdicts
+from workbench.numerics import references, verdicts, wording
 from workbench.numerics import run as numerics
 from workbench.numerics import views as numerics_views
 from workbench.numerics.batch import baseline_artifact_path, load_batch
@@ -293,7 +293,7 @@ def test_fp16_cast_nan_leads_the_headline_as_a_blocker(seed_mlp):
     assert nonfinite.step == next(i for i, v in enumerate(run.losses, 1) if math.isnan(v))
     # Adam's update in fp16 (eps 1e-8 underflows to 0) is where the first NaN/Inf is born.
     assert nonfinite.tensor.startswith("parameter ")
-    headline = numerics_records.headline(seed_mlp)
+    headline = wording.headline(seed_mlp)
     assert headline.startswith(
         f"Blocker: fp16-cast eager: loss becomes NaN at step {nonfinite.step}; first non-finite "
         f"tensor: {nonfinite.tensor}"
@@ -315,7 +315,7 @@ def test_a_nan_in_an_informative_precision_is_reported_not_a_blocker(seed_mlp):
     verdict = numerics_records.notebook_verdict(informative)
     assert verdict.status != BLOCKER and "fp16-cast" not in verdict.reason
     assert all("fp16-cast" not in f.reason for f in verdict.findings)
-    headline = numerics_records.headline(informative)
+    headline = wording.headline(informative)
     assert not headline.startswith("Blocker") and "fp16-cast eager needs" not in headline
     assert (
         "informative, not in the verdict (not in precisions): "
@@ -323,12 +323,10 @@ def test_a_nan_in_an_informative_precision_is_reported_not_a_blocker(seed_mlp):
     ) in headline
     rows = {r["run"]: r for r in numerics_views.verdict_rows(informative)}
     assert rows["cpu fp16-cast eager"]["verdict"] == "BLOCKER (informative, not in the verdict)"
-    about = [
-        (kind, text) for kind, text in numerics_records.reading(informative) if "fp16-cast" in text
-    ]
+    about = [(kind, text) for kind, text in wording.reading(informative) if "fp16-cast" in text]
     assert about and all(kind == "info" for kind, _ in about)
     assert about[0][1].startswith("Informative, not in the verdict: cpu fp16-cast eager: loss")
-    explanation = numerics_records.run_explanation(informative.run("cpu fp16-cast eager"))
+    explanation = wording.run_explanation(informative.run("cpu fp16-cast eager"))
     assert "name it in precisions to have it judged" in explanation
 
 
@@ -344,7 +342,7 @@ def test_fp16_autocast_trains_as_torch_amp_does_and_stays_finite(seed_mlp):
     assert run.nonfinite is None and run.skipped_steps == []
     assert run.precision_cost.passed, run.precision_cost.reason
     assert run.verdict.status != BLOCKER
-    assert f"fp16-autocast eager {run.verdict.status}" in numerics_records.headline(seed_mlp)
+    assert f"fp16-autocast eager {run.verdict.status}" in wording.headline(seed_mlp)
 
 
 def test_a_loss_that_degrades_beyond_tolerance_fails_the_precision_cost(seed_mlp):
@@ -808,7 +806,7 @@ def test_the_first_divergence_is_the_cancelling_layer_in_fp16_and_none_in_fp32()
     assert "layer cancel (Cancel)" in fp16.precision_cost.reason
     # Its logits are far from fp32's: AWS's teacher-forced cosine gate blocks the port.
     assert fp16.verdict.status == BLOCKER and "teacher-forced cosine fails" in fp16.verdict.reason
-    text = " ".join(t for _, t in numerics_records.reading(result))
+    text = " ".join(t for _, t in wording.reading(result))
     assert "first divergence at layer cancel (Cancel)" in text and "float16 band" in text
     saved = numerics_records.result_data(result)["runs"][1]
     assert saved["first_divergence"]["attribution"]["own"]["unit_roundoff"] == 2.0**-11
@@ -874,7 +872,7 @@ def test_a_reference_that_is_not_deterministic_is_said_and_judged_against_its_sp
     assert not reproducibility.deterministic and reproducibility.largest_difference > 0
     assert reproducibility.note.startswith("The reference is not deterministic")
     assert f"{reproducibility.largest_difference:.3g}" in reproducibility.note
-    assert ("warn", reproducibility.note) in numerics_records.reading(result)
+    assert ("warn", reproducibility.note) in wording.reading(result)
     (run,) = result.runs
     spreads = [c.metrics.reference_spread for c in run.final_comparisons]
     # Each comparison carries the references' spread, so the verdict can widen by it. (Whether

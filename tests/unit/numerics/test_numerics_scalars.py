@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from workbench.numerics import records, verdicts, views
+from workbench.numerics import records, verdicts, views, wording
 from workbench.numerics.capture import PRECISIONS
 from workbench.numerics.matched import matched_check
 from workbench.numerics.metrics import (
@@ -25,8 +25,9 @@ from workbench.numerics.metrics import (
     loss_floor,
     scalar_tolerance,
 )
-from workbench.numerics.records import JUDGED_FAIL, JUDGED_PASS, NumericsSettings, RunResult
+from workbench.numerics.records import NumericsSettings, RunResult
 from workbench.numerics.run import run_numerics
+from workbench.numerics.statuses import JUDGED_FAIL, JUDGED_PASS
 from workbench.numerics.tensors import compare_tensor, scalar_tolerance_of
 from workbench.numerics.training import _validation
 from workbench.numerics.validation import HeldOutScore
@@ -224,7 +225,7 @@ def test_the_console_prints_each_runs_table_cells_and_the_headline(logged):
         row = rows[run.label]
         assert f"device fidelity {row['device fidelity']};" in line
         assert line.endswith(f"precision cost {row['precision cost']}")
-    assert lines[-1].endswith(records.headline(result))
+    assert lines[-1].endswith(wording.headline(result))
 
 
 def test_the_console_never_prints_the_fp32_tensor_count_of_a_16_bit_run(logged):
@@ -239,10 +240,10 @@ def test_the_console_never_prints_the_fp32_tensor_count_of_a_16_bit_run(logged):
 
 def test_the_verdict_is_said_once_and_table_cells_stay_short(logged):
     result, _ = logged
-    items = records.reading(result)
+    items = wording.reading(result)
     verdict = records.notebook_verdict(result)
     assert not any(verdict.reason in text for _, text in items)
     for row in views.verdict_rows(result):
         assert all(len(str(value)) <= 60 for value in row.values()), row
-    explanation = records.run_explanation(result.run("cpu bf16-autocast eager"))
+    explanation = wording.run_explanation(result.run("cpu bf16-autocast eager"))
     assert "device fidelity" in explanation and "precision cost" in explanation
