@@ -16,6 +16,11 @@ import pytest
 
 from tests.fixtures.retune_results import search_only_result
 from tests.fixtures.tuning_workloads import OOM_ABOVE, failing_workloads
+from workbench.processes import (
+    FINISHED,
+    TERMINATE_GRACE_S,
+    run_in_child,
+)
 from workbench.targets.cpu import CpuTarget
 from workbench.tuning import views
 from workbench.tuning.dataloader import (
@@ -28,11 +33,6 @@ from workbench.tuning.parallel import TIMEOUT as RUN_TIMEOUT
 from workbench.tuning.parallel import (
     RankJob,
     launch,
-)
-from workbench.tuning.process import (
-    FINISHED,
-    TERMINATE_GRACE_S,
-    run_in_child,
 )
 from workbench.tuning.records import (
     RetuneSettings,

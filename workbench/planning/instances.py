@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import psutil
 
 from workbench.errors import BadInput, did_you_mean
+from workbench.processes import usable_cores
 
 GiB = 2**30
 HERE = "here"
@@ -104,9 +105,6 @@ INSTANCES: dict[str, InstanceSpec] = {
 def this_machine(ranks: int | None = None) -> InstanceSpec:
     """The machine this runs on: `ranks` processes (default one per usable core) sharing its
     physical memory, as the gloo check runs do."""
-    # Imported here: notebook 04's records import this module, and tuning's package imports them.
-    from workbench.tuning.process import usable_cores
-
     count = ranks or usable_cores()
     total = int(psutil.virtual_memory().total)
     return InstanceSpec(

@@ -47,7 +47,7 @@ from workbench.planning.layouts import (
 from workbench.planning.probe import measure_hf
 from workbench.planning.shapes import ModelShape, read_shape
 from workbench.planning.tracking import BACKWARD, FORWARD, STEP, phase, tracked_step
-from workbench.tuning.process import read_tail, torchrun
+from workbench.processes import read_tail, torchrun
 
 FSDP2 = "fsdp2"
 TP = "tp"

@@ -4,11 +4,11 @@ cannot do what was asked says so in one sentence (a Problem) and the others stil
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from time import perf_counter
 
 from workbench.environment.instance import resolve_instance_type
+from workbench.processes import usable_cores
 from workbench.serving.calls import ServedCall, build_serving_model, prepare_call
 from workbench.serving.gaps import gap_series
 from workbench.serving.load import closed_loop, open_loop
@@ -31,10 +31,6 @@ from workbench.tuning.cost import load_prices
 from workbench.workload import Workload
 
 THROUGHPUT_UNIT = "requests/s"
-
-
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class Sections:

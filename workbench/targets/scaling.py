@@ -7,10 +7,10 @@ The defaults fit a host-CPU target: one worker per usable core, gloo, Distribute
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from typing import TYPE_CHECKING, ClassVar
 
+from workbench.processes import usable_cores
 from workbench.targets.availability import Availability
 
 if TYPE_CHECKING:
@@ -46,9 +46,7 @@ class Scaling:
     def max_data_parallel_workers(self) -> int:
         """How many data-parallel workers this machine runs side by side on this target; by
         default one per usable host core (os.sched_getaffinity honours CPU pinning)."""
-        if hasattr(os, "sched_getaffinity"):
-            return len(os.sched_getaffinity(0))
-        return os.cpu_count() or 1
+        return usable_cores()
 
     def collectives(self) -> Availability:
         """Whether several processes can all-reduce over `distributed_backend` here."""

@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from workbench.errors import BadInput
+from workbench.processes import FINISHED, run_in_child, usable_cores
 from workbench.targets import get_target
 from workbench.targets.base import Target
 from workbench.timing import OUTLIER_RULE, HostLoadProbe, Measurement, format_seconds
@@ -34,7 +35,6 @@ from workbench.tuning.noise import (
     fastest_then_cheapest,
     host_load_from,
 )
-from workbench.tuning.process import FINISHED, run_in_child, usable_cores
 from workbench.workload import Inputs, WorkloadSpec, input_tensors, move_inputs
 
 # PyTorch's TensorBoard profiler plugin advises more workers once DataLoader time passes 5% of

@@ -30,6 +30,11 @@ import torch
 from tqdm.auto import tqdm
 
 from workbench.errors import BadInput
+from workbench.processes import (
+    read_tail,
+    torchrun,
+    usable_cores,
+)
 from workbench.targets import get_target, target_class
 from workbench.targets.base import Target
 from workbench.timing import HostLoad, HostLoadProbe, Measurement, format_seconds
@@ -41,11 +46,6 @@ from workbench.tuning.noise import (
     fastest_then_cheapest,
     host_load_from,
     with_own_helpers,
-)
-from workbench.tuning.process import (
-    read_tail,
-    torchrun,
-    usable_cores,
 )
 from workbench.workload import WorkloadSpec
 

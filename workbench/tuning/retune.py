@@ -25,6 +25,7 @@ from time import perf_counter
 
 from workbench.environment.instance import resolve_instance_type
 from workbench.planning.planner import Plan
+from workbench.processes import usable_cores
 from workbench.targets.base import Target
 from workbench.timing import format_seconds
 from workbench.tuning.buckets import BucketStudy, plan_buckets, read_lengths
@@ -42,7 +43,6 @@ from workbench.tuning.plan import (
     check_accumulation,
     plan_global_batch,
 )
-from workbench.tuning.process import usable_cores
 from workbench.tuning.recommend import recommend
 from workbench.tuning.records import Recommendation, RetuneResult, RetuneSettings
 from workbench.tuning.trials import (

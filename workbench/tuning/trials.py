@@ -35,6 +35,12 @@ from workbench.baseline.records import (
     LedgerEntry,
 )
 from workbench.errors import BadInput
+from workbench.processes import (
+    SIGNALLED,
+    TIMED_OUT,
+    ChildOutcome,
+    run_in_child,
+)
 from workbench.targets import get_target
 from workbench.targets.base import Target
 from workbench.timing import HostPeakRss, Measurement, WarmupRule, format_seconds
@@ -44,12 +50,6 @@ from workbench.tuning.noise import (
     RemeasurePolicy,
     fastest_then_cheapest,
     host_load_from,
-)
-from workbench.tuning.process import (
-    SIGNALLED,
-    TIMED_OUT,
-    ChildOutcome,
-    run_in_child,
 )
 from workbench.workload import WorkloadSpec
 

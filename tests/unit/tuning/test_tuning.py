@@ -17,6 +17,11 @@ from tests.fixtures.tuning_workloads import failing_workloads
 from workbench.baseline.records import LedgerEntry
 from workbench.environment.instance import InstanceType
 from workbench.errors import BadInput
+from workbench.processes import (
+    EXITED,
+    FINISHED,
+    ChildOutcome,
+)
 from workbench.scorecard import ATTENTION, BLOCKER
 from workbench.targets.cpu import CpuTarget
 from workbench.targets.cuda import CudaTarget
@@ -49,11 +54,6 @@ from workbench.tuning.plan import (
     lr_scaling_rule,
     plan_global_batch,
     split_global_batch,
-)
-from workbench.tuning.process import (
-    EXITED,
-    FINISHED,
-    ChildOutcome,
 )
 from workbench.tuning.records import (
     RetuneSettings,

@@ -10,6 +10,7 @@ import os
 import pytest
 
 from tests.fixtures.retune_results import make_result
+from workbench.processes import FINISHED, ChildOutcome
 from workbench.scorecard import ATTENTION, PASS
 from workbench.targets.cpu import CpuTarget
 from workbench.timing import HostLoad, Measurement
@@ -24,7 +25,6 @@ from workbench.tuning.noise import (
 )
 from workbench.tuning.parallel import OK as RUN_OK
 from workbench.tuning.parallel import ScalingRun, ScalingStudy, choose_world_size, launch_load
-from workbench.tuning.process import FINISHED, ChildOutcome
 from workbench.tuning.records import RetuneResult, RetuneSettings, retuning_verdict
 from workbench.tuning.retune import _plans
 from workbench.tuning.trials import OK, MemoryBudget, Trial, choose_batch, classify

@@ -1,4 +1,6 @@
-"""Run one tuning job in a child process of its own, with a deadline.
+"""Child processes and this machine's cores: the one place every package starts, bounds and
+counts processes from (notebook 04's trials and torchrun launches, the planner's gloo check
+runs, notebook 05's stream cap, a target's data-parallel workers).
 
 A trial that runs out of memory, crashes the interpreter or hangs must not take the notebook's
 kernel with it, and a device runtime must be released after every trial. So each job runs in a
