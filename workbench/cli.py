@@ -158,7 +158,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_open(args: argparse.Namespace) -> int:
-    from workbench.execution.workcopy import open_run
+    from workbench.workcopy import open_run
 
     opened = open_run(_request(args))
     print(f"prepared {len(opened.notebooks)} notebook(s) in {opened.folder}")
@@ -170,7 +170,7 @@ def cmd_open(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from workbench.execution.workcopy import export_run
+    from workbench.workcopy import export_run
 
     exit_code, index = export_run(Path(args.folder), show_code=args.show_code)
     _run_progress(f"report: {index} (exit {exit_code})")  # as `run` ends: the path on stdout

@@ -25,7 +25,7 @@ try:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 except ImportError:  # the test skips below with the reason
     PlaywrightTimeout = TimeoutError  # type: ignore[misc,assignment]
-from workbench.execution.workcopy import open_run
+from workbench.workcopy import open_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 

@@ -12,7 +12,7 @@ from nbclient import NotebookClient
 
 from workbench.errors import EXIT_OK
 from workbench.execution.kernel import private_kernelspec
-from workbench.execution.workcopy import export_run, open_run
+from workbench.workcopy import export_run, open_run
 from workbench.runner import RunRequest
 
 
