@@ -11,7 +11,7 @@ import importlib.util
 import re
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -30,6 +30,7 @@ from workbench.errors import (
     did_you_mean,
     exit_codes_line,
 )
+from workbench.params import add_param_option
 from workbench.redact import REDACTED, console_line, is_secret_key
 from workbench.safe_load import CONFIG_MAX_BYTES, load_yaml, read_bounded
 from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
@@ -277,41 +278,6 @@ def cmd_list(args: argparse.Namespace) -> int:
             if p.name not in RUNNER_PARAMETERS:
                 print(f"       {p.name} ({p.type_name}, default {p.default!r}): {p.help}")
     return EXIT_OK
-
-
-class ParamAction(argparse.Action):
-    """`-p KEY=VALUE`, or papermill's own `-p KEY VALUE`; kept as KEY=VALUE either way."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[Any] | None,
-        option_string: str | None = None,
-    ) -> None:
-        words = [str(v) for v in (values or [])] if not isinstance(values, str) else [values]
-        if len(words) == 1 and "=" in words[0]:
-            pair = words[0]
-        elif len(words) == 2 and "=" not in words[0]:
-            pair = f"{words[0]}={words[1]}"
-        else:
-            raise argparse.ArgumentError(
-                self, f"give KEY=VALUE or KEY VALUE (papermill's form), not {' '.join(words)!r}"
-            )
-        setattr(namespace, self.dest, [*(getattr(namespace, self.dest, None) or []), pair])
-
-
-def add_param_option(parser: argparse.ArgumentParser | Any, help: str) -> None:
-    """The one -p of `run`, `open`, `plan`, `prewarm` and `rehearse`."""
-    parser.add_argument(
-        "-p",
-        "--param",
-        action=ParamAction,
-        nargs="+",
-        dest="param",
-        metavar=("KEY=VALUE", "VALUE"),  # usage: -p KEY=VALUE [VALUE ...]
-        help=f"{help}: KEY=VALUE, or KEY VALUE as papermill takes it; repeat for more",
-    )
 
 
 class _Parser(argparse.ArgumentParser):

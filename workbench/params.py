@@ -6,11 +6,13 @@ name or a value of the wrong type is rejected before any kernel starts.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import io
 import json
 import math
 import tokenize
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -218,3 +220,38 @@ def validate(
             name: coerce(params[name], value) for name, value in overrides.items() if name in params
         }
     return per_notebook
+
+
+class ParamAction(argparse.Action):
+    """`-p KEY=VALUE`, or papermill's own `-p KEY VALUE`; kept as KEY=VALUE either way."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        words = [str(v) for v in (values or [])] if not isinstance(values, str) else [values]
+        if len(words) == 1 and "=" in words[0]:
+            pair = words[0]
+        elif len(words) == 2 and "=" not in words[0]:
+            pair = f"{words[0]}={words[1]}"
+        else:
+            raise argparse.ArgumentError(
+                self, f"give KEY=VALUE or KEY VALUE (papermill's form), not {' '.join(words)!r}"
+            )
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest, None) or []), pair])
+
+
+def add_param_option(parser: argparse.ArgumentParser | Any, help: str) -> None:
+    """The one -p of `run`, `open`, `plan`, `prewarm` and `rehearse`."""
+    parser.add_argument(
+        "-p",
+        "--param",
+        action=ParamAction,
+        nargs="+",
+        dest="param",
+        metavar=("KEY=VALUE", "VALUE"),  # usage: -p KEY=VALUE [VALUE ...]
+        help=f"{help}: KEY=VALUE, or KEY VALUE as papermill takes it; repeat for more",
+    )

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from workbench.errors import EXIT_OK, BadInput, did_you_mean
+from workbench.params import add_param_option
 from workbench.planning.instances import DEFAULT_INSTANCE, HERE, INSTANCES
 from workbench.planning.layouts import PRECISIONS
 from workbench.planning.lines import plan_lines
@@ -33,8 +34,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         metavar="TYPE",
         help=f"{', '.join(INSTANCES)}, or {HERE} for this machine (default {DEFAULT_INSTANCE})",
     )
-    from workbench.cli import add_param_option
-
     add_param_option(
         parser, "a workload parameter, as `run` takes it (hf_config, num_classes, ...)"
     )
