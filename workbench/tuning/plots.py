@@ -8,6 +8,7 @@ from matplotlib.figure import Figure
 
 from workbench.tuning.records import RetuneResult
 from workbench.tuning.trials import COMPILER_HOST_RAM, OK, OOM, OVER_BUDGET, TIMEOUT, Trial
+from workbench.tuning.wording import sweep_caveat
 
 STATUS_STYLE = {
     OK: ("tab:green", "o"),
@@ -63,7 +64,7 @@ def throughput_and_memory(result: RetuneResult) -> Figure:
                 )
         fastest = result.choice.best_batch_size if result.choice else None
         if fastest is not None and fastest != chosen and fastest in rates:
-            caveat = result.sweep_caveat(fastest)
+            caveat = sweep_caveat(result, fastest)
             left.scatter(
                 [fastest],
                 [rates[fastest]],

@@ -1,5 +1,5 @@
-"""Notebook 04's records: settings, the recommendation, the whole result, and the shape of
-04_retuning.json."""
+"""Notebook 04's records: settings, the recommendation, what the stages measured, the whole
+result, its verdict, and the shape of 04_retuning.json. The report's sentences are wording.py's."""
 
 from __future__ import annotations
 
@@ -13,30 +13,22 @@ from workbench.markup import named_list
 from workbench.planning.instances import get_instance
 from workbench.planning.planner import Plan, plan_data
 from workbench.scorecard import ATTENTION, BLOCKER, Finding, Verdict, judge
-from workbench.timing import FLUCTUATION_SEVERE, HOST_LOAD_RULE, Measurement
+from workbench.timing import Measurement
+from workbench.tuning import wording
 from workbench.tuning.buckets import BucketStudy
 from workbench.tuning.cost import CostStudy
-from workbench.tuning.dataloader import (
-    LoaderStudy,
-)
+from workbench.tuning.dataloader import LoaderStudy
 from workbench.tuning.noise import COMPARISON_RULE, RemeasurePolicy
 from workbench.tuning.parallel import FAILED as LAUNCH_FAILED
 from workbench.tuning.parallel import TIMEOUT as LAUNCH_TIMEOUT
 from workbench.tuning.parallel import ScalingRun, ScalingStudy, world_size_rule
-from workbench.tuning.plan import (
-    AccumulationCheck,
-    GlobalBatchPlan,
-)
+from workbench.tuning.plan import AccumulationCheck, GlobalBatchPlan
 from workbench.tuning.trials import COMPILER_HOST_RAM as TRIAL_COMPILER_HOST_RAM
 from workbench.tuning.trials import CRASHED as TRIAL_CRASHED
 from workbench.tuning.trials import ERROR as TRIAL_ERROR
 from workbench.tuning.trials import TIMEOUT as TRIAL_TIMEOUT
-from workbench.tuning.trials import (
-    BatchChoice,
-    MemoryBudget,
-    SearchResult,
-    Trial,
-)
+from workbench.tuning.trials import BatchChoice, MemoryBudget, SearchResult, Trial
+from workbench.tuning.wording import RETUNING_RULE, count, steady_recompiles
 
 
 @dataclass(frozen=True)
@@ -125,6 +117,7 @@ class RetuneSettings:
 
 
 @dataclass
+@dataclass
 class RecommendationItem:
     knob: str
     value: str
@@ -145,8 +138,10 @@ class Recommendation:
     items: list[RecommendationItem] = field(default_factory=list)
 
 
-@dataclass
-class RetuneResult:
+@dataclass(kw_only=True)
+class RetuneMeasurements:
+    """What the stages measured and planned (retune.py), before anything is recommended."""
+
     workload: dict[str, Any]
     target: dict[str, Any]
     measured_label: str  # "measured on this machine (<target>)"
@@ -163,9 +158,7 @@ class RetuneResult:
     loader: LoaderStudy | None
     buckets: BucketStudy | None
     cost: CostStudy | None
-    recommendation: Recommendation
     skipped: dict[str, str]  # stage -> why it did not run
-    wall_seconds: float
     remeasure: RemeasurePolicy = field(default_factory=RemeasurePolicy)
     plan: Plan | None = None  # the memory-fit plan on a Trainium instance (workbench.planning)
 
@@ -217,225 +210,111 @@ class RetuneResult:
             not self.plan.fits_one_rank or self.search.largest_fit is None
         )
 
-    def headline(self) -> str:
-        """The measured result in a sentence, after the plan's where the plan leads."""
-        measured = self._measured_headline()
-        if self.plan is not None and self.plan_leads:
-            return f"{self.plan.headline()} {measured}"
-        return measured
-
-    def _measured_headline(self) -> str:
-        rec = self.recommendation
-        fit = self.search.largest_fit
-        lead = self.measured_label[0].upper() + self.measured_label[1:]
-        cut = self.search.compiler_host_ram is not None
-        if fit is None:
-            if cut:
-                return f"{lead}: {TRIAL_COMPILER_HOST_RAM}: {self.search.stopped}."
-            return f"{lead}: no batch size from {self.search.low} fits: {self.search.stopped}."
-        text = (
-            f"{lead}: batches up to {fit} fit the "
-            f"{self.budget.total_bytes / 2**30:.3g} GiB budget ({len(self.search.trials)} search "
-            "trials)"
-        )
-        if cut:
-            text += f"; {TRIAL_COMPILER_HOST_RAM}: {self.search.stopped}"
-        if self.choice:
-            text += "; " + self._choice_clause()
-        if self.plans:
-            text += f"; the plan is {self.plans[0].equation()}{self.plan_reason()}"
-        if rec.dataloader_workers is not None:
-            text += f" with {rec.dataloader_workers} DataLoader worker(s)"
-        if rec.buckets:
-            text += f" and padding buckets {rec.buckets}"
-        return text + "." + self._unsettled_sentence()
-
-    def _unsettled_sentence(self) -> str:
-        """What the choices above cannot be read as clean for, naming the measurements."""
-        parts = []
-        noisy, loaded = self.noisy(), self.loaded()
-        if noisy:
-            parts.append(
-                f"{_count(noisy)} stayed noisy after re-measuring, IQR above "
-                f"{self.remeasure.limit:.0%} ({named_list(noisy, 3)})"
-            )
-        if loaded:
-            parts.append(f"{_count(loaded)} ran on a loaded machine ({named_list(loaded, 3)})")
-        if not parts:
-            return ""
-        return (
-            f" Attention: {'; '.join(parts)}; the choices read from them are provisional: "
-            "re-run on a quiet machine."
-        )
-
-    def _choice_clause(self) -> str:
-        """The sweep's chosen batch, and the fastest one where its noise made them a tie."""
-        choice = self.choice
-        assert choice is not None
-        unit = self.throughput_unit
-        chosen = f"{choice.batch_size}, {choice.throughput:,.0f} {unit} in its steady state"
-        timing = "the search's short fit checks and the launches time batches their own way"
-        if choice.batch_size == choice.best_batch_size:
-            return f"the batch-size sweep's throughput-best per-core batch is {chosen} ({timing})"
-        return (
-            f"the batch-size sweep's chosen per-core batch is {chosen}, the smallest that its "
-            f"noise cannot tell from the fastest, {choice.best_batch_size} at "
-            f"{choice.best_throughput:,.0f} {unit} ({timing})"
-        )
-
     @property
     def chosen_batch(self) -> int | None:
         """The per-core batch the plan uses: the one batch the sweep's figure and banner, the
         plans and the recommendation name as chosen (the sweep's own pick only feeds it)."""
         return self.plans[0].per_core_batch if self.plans else None
 
-    def sweep_caveat(self, batch: int) -> str:
-        """Why the sweep's figure at `batch` may be noise or load rather than the batch: its IQR
-        above the re-measuring limit, the machine loaded while timed; empty when neither."""
-        trial = next((t for t in self.sweep if t.batch_size == batch and t.steady), None)
-        if trial is None or trial.steady is None:
-            return ""
-        measurement, parts = trial.steady, []
-        if measurement.relative_iqr > self.remeasure.limit:
-            parts.append(f"IQR {measurement.relative_iqr:.0%}")
-        if measurement.loaded and measurement.host is not None:
-            parts.append(f"timed on a loaded machine: {measurement.host.shares()}")
-        return "; ".join(parts)
 
-    def plan_reason(self) -> str:
-        """Why the plan's per-core batch is not the fastest one, when it is not."""
-        plan = self.plans[0]
-        if self.choice is None or plan.per_core_batch == self.choice.batch_size:
-            return ""
-        if plan.global_batch == plan.reference_global_batch:
-            return (
-                f", not {self.choice.batch_size} per core, because it keeps the recipe's global "
-                f"batch of {plan.reference_global_batch}, so the training dynamics stay as they "
-                "are (the faster batch is the alternative in the plans, with its learning rate)"
-            )
-        return (
-            f", not {self.choice.batch_size} per core, to reach the global batch of "
-            f"{plan.target_global_batch}"
-        )
+@dataclass(kw_only=True)
+class RetuneResult(RetuneMeasurements):
+    """The measurements, the recommendation read from them (recommend.py), and the run's time."""
 
+    recommendation: Recommendation
+    wall_seconds: float
 
-def _count(names: list[str]) -> str:
-    return f"{len(names)} measurement{'s' if len(names) > 1 else ''}"
+    @classmethod
+    def of(
+        cls, measured: RetuneMeasurements, recommendation: Recommendation, wall_seconds: float
+    ) -> RetuneResult:
+        found = {f.name: getattr(measured, f.name) for f in fields(RetuneMeasurements)}
+        return cls(**found, recommendation=recommendation, wall_seconds=wall_seconds)
 
-
-RETUNING_RULE = (
-    "blocker: no batch size of the range fits, unless the memory-fit plan predicts that one core "
-    "cannot hold the model and lays it out over several (then attention, naming the layout); "
-    "attention: a trial or a data-parallel launch "
-    "broke for a reason other than memory (an error, a crash, a timeout), the compiler ran out "
-    "of host RAM in a trial (the search stops there), a trial compiled during its timed steps "
-    "(its throughput includes compile time), accumulated micro-batches do not reproduce one "
-    "big batch's gradients, a measurement a choice is read from (a sweep trial, a DataLoader "
-    "setting, a launch) stayed noisy after its re-measures (relative IQR above "
-    f"{FLUCTUATION_SEVERE:.0%}), or one ran while the machine was loaded ({HOST_LOAD_RULE}); "
-    "pass otherwise"
-)
-
-
-def steady_recompiles(trials: list[Trial]) -> str | None:
-    """The trials that compiled during their timed steps, in one sentence; None if none did."""
-    unsteady = [t for t in trials if t.steady_compiles]
-    if not unsteady:
-        return None
-    first = unsteady[0]
-    return (
-        f"{len(unsteady)} trial(s) recompiled during steady state, first at batch "
-        f"{first.batch_size}: {first.steady_compiles[0].sentence()}"
-    )
+    def headline(self) -> str:
+        """The measured result in a sentence, after the plan's where the plan leads."""
+        return wording.headline(self)
 
 
 def retuning_verdict(result: RetuneResult) -> Verdict:
     """Notebook 04's verdict, by RETUNING_RULE."""
-    findings = []
-    compiler = [t for t in result.trials if t.status == TRIAL_COMPILER_HOST_RAM]
-    if result.search.largest_fit is None:
-        lead = "no batch size was measured to fit" if compiler else "no batch size fits"
-        plan = result.plan
-        if plan is not None and not plan.fits_one_rank and plan.chosen is not None:
-            findings.append(
-                Finding(
-                    ATTENTION,
-                    f"{lead}: {result.search.stopped}; the plan predicts one core cannot hold "
-                    f"the model and lays it out as {plan.chosen.layout.name} on "
-                    f"{plan.instance.name}: retune per rank of that layout",
-                )
-            )
-        else:
-            findings.append(Finding(BLOCKER, f"{lead}: {result.search.stopped}"))
-    if compiler:
-        first = compiler[0]
-        findings.append(
-            Finding(
-                ATTENTION,
-                f"{len(compiler)} trial(s) stopped by the compiler running out of host RAM, "
-                f"first at batch {first.batch_size}: {first.diagnosis}",
-            )
-        )
-    broken = [t for t in result.trials if t.status in (TRIAL_ERROR, TRIAL_CRASHED, TRIAL_TIMEOUT)]
-    if broken:
-        first = broken[0]
-        findings.append(
-            Finding(
-                ATTENTION,
-                f"{len(broken)} trial(s) broke, first at batch {first.batch_size}: {first.status}",
-            )
-        )
-    recompiled = steady_recompiles(result.trials)
-    if recompiled:
-        findings.append(Finding(ATTENTION, recompiled))
-    launches = result.scaling.runs if result.scaling else []
-    failed = [r for r in launches if r.status in (LAUNCH_FAILED, LAUNCH_TIMEOUT)]
-    if failed:
-        findings.append(
-            Finding(
-                ATTENTION,
-                f"{len(failed)} data-parallel launch(es) failed, first at world size "
-                f"{failed[0].world_size}",
-            )
-        )
-    if result.accumulation is not None and not result.accumulation.passed:
-        findings.append(
-            Finding(ATTENTION, "accumulated micro-batches differ from one big batch's gradients")
-        )
-    noisy, loaded = result.noisy(), result.loaded()
-    if noisy:
-        findings.append(
-            Finding(
-                ATTENTION,
-                f"{_count(noisy)} stayed noisy after re-measuring, so the choices read from "
-                f"them are provisional: {named_list(noisy, 3)}",
-            )
-        )
-    if loaded:
-        findings.append(
-            Finding(
-                ATTENTION,
-                f"{_count(loaded)} ran while the machine was loaded, so no choice or speed-up "
-                f"read from them is claimed as clean: {named_list(loaded, 3)}",
-            )
-        )
     return judge(
-        findings,
+        [*_fit_findings(result), *_broken_findings(result), *_unsettled_findings(result)],
         RETUNING_RULE,
         "a batch fits, every trial and launch ran, and every measurement a choice is read from "
         "was quiet",
     )
 
 
-def _trial_data(trial: Trial) -> dict[str, Any]:
-    return {**asdict(trial), "fits": trial.fits, "throughput": trial.throughput}
+def _fit_findings(result: RetuneResult) -> list[Finding]:
+    """No batch fits: a blocker, unless the plan lays the model out over several cores."""
+    if result.search.largest_fit is not None:
+        return []
+    compiler = any(t.status == TRIAL_COMPILER_HOST_RAM for t in result.trials)
+    lead = "no batch size was measured to fit" if compiler else "no batch size fits"
+    plan = result.plan
+    if plan is None or plan.fits_one_rank or plan.chosen is None:
+        return [Finding(BLOCKER, f"{lead}: {result.search.stopped}")]
+    return [
+        Finding(
+            ATTENTION,
+            f"{lead}: {result.search.stopped}; the plan predicts one core cannot hold "
+            f"the model and lays it out as {plan.chosen.layout.name} on "
+            f"{plan.instance.name}: retune per rank of that layout",
+        )
+    ]
+
+
+def _broken_findings(result: RetuneResult) -> list[Finding]:
+    """What broke for a reason other than memory, and a check that did not hold."""
+    found = []
+    compiler = [t for t in result.trials if t.status == TRIAL_COMPILER_HOST_RAM]
+    if compiler:
+        found.append(
+            f"{len(compiler)} trial(s) stopped by the compiler running out of host RAM, "
+            f"first at batch {compiler[0].batch_size}: {compiler[0].diagnosis}"
+        )
+    broken = [t for t in result.trials if t.status in (TRIAL_ERROR, TRIAL_CRASHED, TRIAL_TIMEOUT)]
+    if broken:
+        found.append(
+            f"{len(broken)} trial(s) broke, first at batch {broken[0].batch_size}: "
+            f"{broken[0].status}"
+        )
+    recompiled = steady_recompiles(result.trials)
+    if recompiled:
+        found.append(recompiled)
+    launches = result.scaling.runs if result.scaling else []
+    failed = [r for r in launches if r.status in (LAUNCH_FAILED, LAUNCH_TIMEOUT)]
+    if failed:
+        found.append(
+            f"{len(failed)} data-parallel launch(es) failed, first at world size "
+            f"{failed[0].world_size}"
+        )
+    if result.accumulation is not None and not result.accumulation.passed:
+        found.append("accumulated micro-batches differ from one big batch's gradients")
+    return [Finding(ATTENTION, reason) for reason in found]
+
+
+def _unsettled_findings(result: RetuneResult) -> list[Finding]:
+    """The measurements a choice is read from that stayed noisy, or ran on a loaded machine."""
+    found = []
+    noisy, loaded = result.noisy(), result.loaded()
+    if noisy:
+        found.append(
+            f"{count(noisy)} stayed noisy after re-measuring, so the choices read from "
+            f"them are provisional: {named_list(noisy, 3)}"
+        )
+    if loaded:
+        found.append(
+            f"{count(loaded)} ran while the machine was loaded, so no choice or speed-up "
+            f"read from them is claimed as clean: {named_list(loaded, 3)}"
+        )
+    return [Finding(ATTENTION, reason) for reason in found]
 
 
 def result_data(result: RetuneResult) -> dict[str, Any]:
     """Everything the result file keeps: every trial with its raw step times, and the
     recommendation with its evidence."""
-    scaling = result.scaling
-    loader = result.loader
     return {
         "headline": result.headline(),
         "verdict": retuning_verdict(result),
@@ -444,100 +323,123 @@ def result_data(result: RetuneResult) -> dict[str, Any]:
         "target": result.target,
         "settings": asdict(result.settings),
         "comparison_rule": COMPARISON_RULE,
-        "remeasure": {
-            **asdict(result.remeasure),
-            "rule": result.remeasure.rule(),
-        },
+        "remeasure": {**asdict(result.remeasure), "rule": result.remeasure.rule()},
         "noisy": result.noisy(),
         "loaded": result.loaded(),
         "throughput_unit": result.throughput_unit,
         "memory_budget": {**asdict(result.budget), "usable_bytes": result.budget.usable},
-        "search": {
-            "range": [result.search.low, result.search.high],
-            "trial_bound": result.search.bound,
-            "trials": [_trial_data(t) for t in result.search.trials],
-            "largest_fit": result.search.largest_fit,
-            "smallest_failure": result.search.smallest_failure,
-            "stopped": result.search.stopped,
-            "compiler_host_ram_batch": result.search.compiler_host_ram,
-        },
+        "search": _search_data(result.search),
         "sweep": {
             "trials": [_trial_data(t) for t in result.sweep],
             "choice": asdict(result.choice) if result.choice else None,
         },
-        "scaling": None
-        if scaling is None
-        else {
-            **{k: v for k, v in asdict(scaling).items() if k != "runs"},
-            "runs": [
-                {**asdict(r), "throughput": r.throughput, "per_worker": r.per_worker}
-                for r in scaling.runs
-            ],
-            "chosen_world_size": result.world.world_size if result.world else None,
-            "rule": world_size_rule(result.settings.min_scaling_efficiency),
-        },
-        "global_batch_plans": [
-            {
-                **asdict(p),
-                "global_batch": p.global_batch,
-                "exact": p.exact,
-                "suggested_lr": p.suggested_lr,
-                "equation": p.equation(),
-            }
-            for p in result.plans
-        ],
-        "accumulation_check": None
-        if result.accumulation is None
-        else {
-            **asdict(result.accumulation),
-            "passed": result.accumulation.passed,
-            "explanation": result.accumulation.explanation(),
-        },
-        "dataloader": None
-        if loader is None
-        else {
-            **{
-                k: v
-                for k, v in asdict(loader).items()
-                if k not in ("results", "recommended", "fastest")
-            },
-            "results": [
-                {**asdict(r), "wait_share": r.wait_share, "throughput": r.throughput}
-                for r in loader.results
-            ],
-            "recommended": asdict(loader.recommended.setting) if loader.recommended else None,
-            "fastest": asdict(loader.fastest.setting) if loader.fastest else None,
-        },
-        "buckets": None
-        if result.buckets is None
-        else {
-            **{k: v for k, v in asdict(result.buckets).items() if k not in ("plans", "chosen")},
-            "plans": [{**asdict(p), "waste": p.waste} for p in result.buckets.plans],
-            "chosen": result.buckets.chosen.boundaries if result.buckets.chosen else None,
-        },
-        "cost": None
-        if result.cost is None
-        else {
-            "prices": asdict(result.cost.prices),
-            "unit": result.cost.unit,
-            "items": result.cost.items,
-            "per_worker_rate": result.cost.per_worker_rate,
-            "per_worker_basis": result.cost.per_worker_basis,
-            "instance": asdict(result.cost.instance),
-            "price_note": result.cost.price_note,
-            "rows": [
-                {
-                    **asdict(row),
-                    "label": result.measured_label,
-                    "items_per_dollar": row.items_per_dollar,
-                    "hours_for_items": row.hours_for_items,
-                    "dollars_for_items": row.dollars_for_items,
-                }
-                for row in result.cost.rows
-            ],
-        },
+        "scaling": _scaling_data(result),
+        "global_batch_plans": [_plan_data(p) for p in result.plans],
+        "accumulation_check": _accumulation_data(result.accumulation),
+        "dataloader": _loader_data(result.loader),
+        "buckets": _buckets_data(result.buckets),
+        "cost": _cost_data(result.cost, result.measured_label),
         "recommendation": asdict(result.recommendation),
         "skipped": result.skipped,
         "wall_seconds": result.wall_seconds,
         "plan": plan_data(result.plan) if result.plan else None,
+    }
+
+
+def _trial_data(trial: Trial) -> dict[str, Any]:
+    return {**asdict(trial), "fits": trial.fits, "throughput": trial.throughput}
+
+
+def _without(record: Any, *names: str) -> dict[str, Any]:
+    """A record's fields as data, less those written in their own form beside them."""
+    return {k: v for k, v in asdict(record).items() if k not in names}
+
+
+def _search_data(search: SearchResult) -> dict[str, Any]:
+    return {
+        "range": [search.low, search.high],
+        "trial_bound": search.bound,
+        "trials": [_trial_data(t) for t in search.trials],
+        "largest_fit": search.largest_fit,
+        "smallest_failure": search.smallest_failure,
+        "stopped": search.stopped,
+        "compiler_host_ram_batch": search.compiler_host_ram,
+    }
+
+
+def _scaling_data(result: RetuneResult) -> dict[str, Any] | None:
+    if result.scaling is None:
+        return None
+    return {
+        **_without(result.scaling, "runs"),
+        "runs": [
+            {**asdict(r), "throughput": r.throughput, "per_worker": r.per_worker}
+            for r in result.scaling.runs
+        ],
+        "chosen_world_size": result.world.world_size if result.world else None,
+        "rule": world_size_rule(result.settings.min_scaling_efficiency),
+    }
+
+
+def _plan_data(plan: GlobalBatchPlan) -> dict[str, Any]:
+    return {
+        **asdict(plan),
+        "global_batch": plan.global_batch,
+        "exact": plan.exact,
+        "suggested_lr": plan.suggested_lr,
+        "equation": plan.equation(),
+    }
+
+
+def _accumulation_data(check: AccumulationCheck | None) -> dict[str, Any] | None:
+    if check is None:
+        return None
+    return {**asdict(check), "passed": check.passed, "explanation": check.explanation()}
+
+
+def _loader_data(loader: LoaderStudy | None) -> dict[str, Any] | None:
+    if loader is None:
+        return None
+    return {
+        **_without(loader, "results", "recommended", "fastest"),
+        "results": [
+            {**asdict(r), "wait_share": r.wait_share, "throughput": r.throughput}
+            for r in loader.results
+        ],
+        "recommended": asdict(loader.recommended.setting) if loader.recommended else None,
+        "fastest": asdict(loader.fastest.setting) if loader.fastest else None,
+    }
+
+
+def _buckets_data(buckets: BucketStudy | None) -> dict[str, Any] | None:
+    if buckets is None:
+        return None
+    return {
+        **_without(buckets, "plans", "chosen"),
+        "plans": [{**asdict(p), "waste": p.waste} for p in buckets.plans],
+        "chosen": buckets.chosen.boundaries if buckets.chosen else None,
+    }
+
+
+def _cost_data(cost: CostStudy | None, label: str) -> dict[str, Any] | None:
+    if cost is None:
+        return None
+    return {
+        "prices": asdict(cost.prices),
+        "unit": cost.unit,
+        "items": cost.items,
+        "per_worker_rate": cost.per_worker_rate,
+        "per_worker_basis": cost.per_worker_basis,
+        "instance": asdict(cost.instance),
+        "price_note": cost.price_note,
+        "rows": [
+            {
+                **asdict(row),
+                "label": label,
+                "items_per_dollar": row.items_per_dollar,
+                "hours_for_items": row.hours_for_items,
+                "dollars_for_items": row.dollars_for_items,
+            }
+            for row in cost.rows
+        ],
     }

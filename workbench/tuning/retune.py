@@ -21,6 +21,7 @@ while it is noisy or the machine is loaded (noise.RemeasurePolicy), within a tim
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from time import perf_counter
 
 from workbench.environment.instance import resolve_instance_type
@@ -29,24 +30,34 @@ from workbench.processes import usable_cores
 from workbench.targets.base import Target
 from workbench.timing import format_seconds
 from workbench.tuning.buckets import BucketStudy, plan_buckets, read_lengths
-from workbench.tuning.cost import cost_study, load_prices
+from workbench.tuning.cost import CostStudy, cost_study, load_prices
 from workbench.tuning.dataloader import (
+    LoaderStudy,
     calibrate_sample_work,
     default_worker_counts,
     loader_settings,
     sweep_loader,
 )
 from workbench.tuning.noise import RemeasurePolicy
-from workbench.tuning.parallel import ScalingStudy, choose_world_size, sweep_world_sizes
+from workbench.tuning.parallel import (
+    ScalingRun,
+    ScalingStudy,
+    choose_world_size,
+    sweep_world_sizes,
+)
 from workbench.tuning.plan import (
+    AccumulationCheck,
     GlobalBatchPlan,
     check_accumulation,
     plan_global_batch,
 )
 from workbench.tuning.recommend import recommend
-from workbench.tuning.records import Recommendation, RetuneResult, RetuneSettings
+from workbench.tuning.records import RetuneMeasurements, RetuneResult, RetuneSettings
 from workbench.tuning.trials import (
     BatchChoice,
+    MemoryBudget,
+    SearchResult,
+    Trial,
     TrialRunner,
     choose_batch,
     power_of_two_sizes,
@@ -62,6 +73,24 @@ SCALING_WARMUP_STEPS = 5
 
 # The accumulation check runs in float64 on the CPU; more micro-batches add cost, not insight.
 MAX_CHECKED_ACCUMULATION_STEPS = 8
+
+
+@dataclass(frozen=True)
+class _Retuning:
+    """What every stage of one retuning reads: the workload, the target, the settings, the
+    re-measure policy the whole run shares, and where it reports."""
+
+    spec: WorkloadSpec
+    workload: Workload
+    target: Target
+    settings: RetuneSettings
+    policy: RemeasurePolicy
+    log: Callable[[str], None]
+    progress_bars: bool
+
+    @property
+    def label(self) -> str:
+        return f"measured on this machine ({self.target.name})"
 
 
 def _validate_inputs(settings: RetuneSettings) -> tuple[list[int], str]:
@@ -87,101 +116,25 @@ def run_retuning(
     settings = settings or RetuneSettings()
     lengths, lengths_source = _validate_inputs(settings)
     started = perf_counter()
-    label = f"measured on this machine ({target.name})"
-    skipped: dict[str, str] = {}
-
-    budget = resolve_budget(target, settings.memory_budget_gib, settings.memory_margin)
-    log(
-        f"memory budget {budget.total_bytes / 2**30:,.2f} GiB ({budget.source}), "
-        f"{budget.margin:.0%} kept free"
-    )
-    runner = TrialRunner(spec, target, budget, settings.mode, settings.trial_timeout_s, log)
     policy = RemeasurePolicy(settings.max_remeasures, settings.remeasure_budget_s)
-    search = search_largest_batch(
-        runner, settings.min_batch, settings.max_batch, progress_bars=progress_bars
-    )
-    log(f"search: {search.stopped} ({len(search.trials)} of at most {search.bound} trials)")
-
-    sizes = list(settings.batch_sizes)
-    if not sizes and search.largest_fit is not None:
-        sizes = power_of_two_sizes(settings.min_batch, search.largest_fit)
-    sweep = sweep_batch_sizes(
-        runner, sizes, settings.steady_steps, policy=policy, progress_bars=progress_bars
-    )
+    run = _Retuning(spec, workload, target, settings, policy, log, progress_bars)
+    budget = resolve_budget(target, settings.memory_budget_gib, settings.memory_margin)
+    search, sweep = _batch_stages(run, budget)
     choice = choose_batch(sweep)
-    if not sizes:
-        skipped["sweep"] = f"no batch size fits ({search.stopped})"
-
-    scaling = world = accumulation = loader = None
+    scaling = world = accumulation = loader = cost = None
     plans: list[GlobalBatchPlan] = []
-    if choice is None:
-        reason = skipped.get("sweep", "no swept batch size ran within the memory budget")
-        for stage in ("scaling", "plan", "accumulation", "dataloader"):
-            skipped[stage] = reason
-    else:
-        scaling = sweep_world_sizes(
-            spec,
-            target,
-            choice.batch_size,
-            settings.world_sizes,
-            items_per_sample=workload.items_per_sample(),
-            warmup_steps=SCALING_WARMUP_STEPS,
-            steps=settings.scaling_steps,
-            timeout_s=settings.launch_timeout_s,
-            policy=policy,
-            log=log,
-            progress_bars=progress_bars,
-        )
-        if scaling.skipped_reason:
-            skipped["scaling"] = scaling.skipped_reason
+    if choice is not None:
+        scaling = _scaling_stage(run, choice)
         world = choose_world_size(scaling, settings.min_scaling_efficiency)
         plans = _plans(workload, settings, choice, world.world_size if world else 1)
-        primary = plans[0]
-        accumulation = check_accumulation(
-            workload,
-            max(2, min(primary.per_core_batch, workload.batch_size)),
-            min(max(2, primary.accumulation_steps), MAX_CHECKED_ACCUMULATION_STEPS),
-        )
-        log(f"accumulation check: {accumulation.explanation()}")
-        counts = list(settings.dataloader_workers) or default_worker_counts(usable_cores())
-        loader = sweep_loader(
-            spec,
-            target,
-            primary.per_core_batch,
-            loader_settings(counts, settings.prefetch_factors, target.pin_memory_helps),
-            calibrate_sample_work(settings.per_sample_cost_ms),
-            items_per_sample=workload.items_per_sample(),
-            steps=settings.loader_steps,
-            timeout_s=settings.trial_timeout_s,
-            policy=policy,
-            log=log,
-            progress_bars=progress_bars,
-        )
-
+        accumulation = _accumulation_stage(run, plans[0])
+        loader = _loader_stage(run, plans[0])
+        cost = _cost_stage(run, choice, scaling, world)
     buckets = _buckets(workload, settings, lengths, lengths_source)
-    if buckets is None:
-        skipped["buckets"] = "not a sequence workload, and no sequence lengths were given"
-
-    cost = None
-    if choice is not None:
-        rate, basis = _per_worker_rate(choice, scaling, label)
-        cost = cost_study(
-            load_prices(settings.prices_file),
-            per_worker_rate=rate,
-            per_worker_basis=basis,
-            world=world,
-            instance=resolve_instance_type(settings.instance_type),
-            target_name=target.name,
-            unit="tokens" if workload.is_sequence else "samples",
-            items=settings.price_items,
-        )
-    else:
-        skipped["cost"] = "no throughput was measured"
-
-    result = RetuneResult(
+    measured = RetuneMeasurements(
         workload=workload.describe(),
         target=target.describe(),
-        measured_label=label,
+        measured_label=run.label,
         settings=settings,
         throughput_unit=workload.throughput_unit,
         budget=budget,
@@ -195,16 +148,122 @@ def run_retuning(
         loader=loader,
         buckets=buckets,
         cost=cost,
-        recommendation=Recommendation(),
-        skipped=skipped,
-        wall_seconds=0.0,
+        skipped=_skipped(search, sweep, scaling, buckets),
         remeasure=policy,
         plan=plan,
     )
-    result.recommendation = recommend(result)
-    result.wall_seconds = perf_counter() - started
-    log(f"retuning finished in {format_seconds(result.wall_seconds)}")
-    return result
+    recommendation = recommend(measured)
+    wall_seconds = perf_counter() - started
+    log(f"retuning finished in {format_seconds(wall_seconds)}")
+    return RetuneResult.of(measured, recommendation, wall_seconds)
+
+
+def _batch_stages(run: _Retuning, budget: MemoryBudget) -> tuple[SearchResult, list[Trial]]:
+    """Stages 1 and 2: the largest batch that fits the budget, then the sweep up to it (or
+    over the sizes given)."""
+    settings, log = run.settings, run.log
+    log(
+        f"memory budget {budget.total_bytes / 2**30:,.2f} GiB ({budget.source}), "
+        f"{budget.margin:.0%} kept free"
+    )
+    runner = TrialRunner(run.spec, run.target, budget, settings.mode, settings.trial_timeout_s, log)
+    search = search_largest_batch(
+        runner, settings.min_batch, settings.max_batch, progress_bars=run.progress_bars
+    )
+    log(f"search: {search.stopped} ({len(search.trials)} of at most {search.bound} trials)")
+    sizes = list(settings.batch_sizes)
+    if not sizes and search.largest_fit is not None:
+        sizes = power_of_two_sizes(settings.min_batch, search.largest_fit)
+    sweep = sweep_batch_sizes(
+        runner, sizes, settings.steady_steps, policy=run.policy, progress_bars=run.progress_bars
+    )
+    return search, sweep
+
+
+def _scaling_stage(run: _Retuning, choice: BatchChoice) -> ScalingStudy:
+    """Stage 3: data-parallel launches at the sweep's per-core batch."""
+    return sweep_world_sizes(
+        run.spec,
+        run.target,
+        choice.batch_size,
+        run.settings.world_sizes,
+        items_per_sample=run.workload.items_per_sample(),
+        warmup_steps=SCALING_WARMUP_STEPS,
+        steps=run.settings.scaling_steps,
+        timeout_s=run.settings.launch_timeout_s,
+        policy=run.policy,
+        log=run.log,
+        progress_bars=run.progress_bars,
+    )
+
+
+def _accumulation_stage(run: _Retuning, primary: GlobalBatchPlan) -> AccumulationCheck:
+    """Stage 4's check: the plan's accumulation reproduces one big batch's gradients."""
+    accumulation = check_accumulation(
+        run.workload,
+        max(2, min(primary.per_core_batch, run.workload.batch_size)),
+        min(max(2, primary.accumulation_steps), MAX_CHECKED_ACCUMULATION_STEPS),
+    )
+    run.log(f"accumulation check: {accumulation.explanation()}")
+    return accumulation
+
+
+def _loader_stage(run: _Retuning, primary: GlobalBatchPlan) -> LoaderStudy:
+    """Stage 5: DataLoader settings at the plan's per-core batch."""
+    settings = run.settings
+    counts = list(settings.dataloader_workers) or default_worker_counts(usable_cores())
+    return sweep_loader(
+        run.spec,
+        run.target,
+        primary.per_core_batch,
+        loader_settings(counts, settings.prefetch_factors, run.target.pin_memory_helps),
+        calibrate_sample_work(settings.per_sample_cost_ms),
+        items_per_sample=run.workload.items_per_sample(),
+        steps=settings.loader_steps,
+        timeout_s=settings.trial_timeout_s,
+        policy=run.policy,
+        log=run.log,
+        progress_bars=run.progress_bars,
+    )
+
+
+def _cost_stage(
+    run: _Retuning, choice: BatchChoice, scaling: ScalingStudy, world: ScalingRun | None
+) -> CostStudy:
+    """Stage 7: what a sample costs on this machine's own instance."""
+    rate, basis = _per_worker_rate(choice, scaling, run.label)
+    return cost_study(
+        load_prices(run.settings.prices_file),
+        per_worker_rate=rate,
+        per_worker_basis=basis,
+        world=world,
+        instance=resolve_instance_type(run.settings.instance_type),
+        target_name=run.target.name,
+        unit="tokens" if run.workload.is_sequence else "samples",
+        items=run.settings.price_items,
+    )
+
+
+def _skipped(
+    search: SearchResult,
+    sweep: list[Trial],
+    scaling: ScalingStudy | None,
+    buckets: BucketStudy | None,
+) -> dict[str, str]:
+    """Stage -> why it did not run, in the order the stages run."""
+    skipped: dict[str, str] = {}
+    if not sweep:
+        skipped["sweep"] = f"no batch size fits ({search.stopped})"
+    if scaling is None:
+        reason = skipped.get("sweep", "no swept batch size ran within the memory budget")
+        skipped.update(dict.fromkeys(("scaling", "plan", "accumulation", "dataloader"), reason))
+    elif scaling.skipped_reason:
+        skipped["scaling"] = scaling.skipped_reason
+    if buckets is None:
+        skipped["buckets"] = "not a sequence workload, and no sequence lengths were given"
+    if scaling is None:
+        skipped["cost"] = "no throughput was measured"
+    return skipped
 
 
 def _plans(

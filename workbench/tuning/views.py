@@ -14,8 +14,9 @@ from workbench.planning.instances import human_bytes
 from workbench.timing import Measurement, format_seconds
 from workbench.tuning.dataloader import LoaderResult, LoaderStudy
 from workbench.tuning.parallel import FAILED, TIMEOUT, ScalingRun, world_size_rule
-from workbench.tuning.records import RetuneResult, retuning_verdict, steady_recompiles
+from workbench.tuning.records import RetuneResult, retuning_verdict
 from workbench.tuning.trials import OVER_BUDGET, Trial
+from workbench.tuning.wording import plan_reason, steady_recompiles, sweep_caveat
 
 
 def _mib(value: int | None) -> str:
@@ -239,11 +240,11 @@ def sweep_choice(result: RetuneResult) -> str:
     unit = result.throughput_unit
     chosen = result.chosen_batch
     lead = (
-        f"The plan's per-core batch: {chosen}{result.plan_reason()}. "
+        f"The plan's per-core batch: {chosen}{plan_reason(result)}. "
         if chosen is not None
         else "No plan was made. "
     )
-    caveat = result.sweep_caveat(choice.best_batch_size)
+    caveat = sweep_caveat(result, choice.best_batch_size)
     return (
         f"{lead}The sweep's pick by its rule: {choice.batch_size} "
         f"({_rate(choice.throughput, unit)}); the fastest measured was {choice.best_batch_size} "
