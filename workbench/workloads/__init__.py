@@ -11,3 +11,7 @@ BUILTIN_WORKLOADS: dict[str, str] = {
 }
 # What every run, notebook and WorkloadSpec uses when no workload is named.
 DEFAULT_WORKLOAD = "seed-mlp"
+# The spec prefixes of the two loaders outside the registry: workloads/huggingface.py and
+# workloads/script.py.
+HF_PREFIX = "hf:"
+SCRIPT_PREFIX = "script:"

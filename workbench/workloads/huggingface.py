@@ -27,7 +27,7 @@ import yaml
 from torch import nn
 
 from workbench.errors import BadInput, describe_error, did_you_mean
-from workbench.workload import (
+from workbench.workloads.contract import (
     DEFAULT_SEED,
     TASK_CLASSIFICATION,
     TASK_LANGUAGE_MODEL,

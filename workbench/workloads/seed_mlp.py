@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from workbench.workload import Batch, Workload
+from workbench.workloads.contract import Batch, Workload
 
 
 def _model() -> nn.Module:

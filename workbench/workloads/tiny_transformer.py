@@ -10,7 +10,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from workbench.workload import TASK_LANGUAGE_MODEL, Batch, Workload, perplexity, token_cross_entropy
+from workbench.workloads.contract import (
+    TASK_LANGUAGE_MODEL,
+    Batch,
+    Workload,
+    perplexity,
+    token_cross_entropy,
+)
 
 VOCAB = 256
 D_MODEL = 64
