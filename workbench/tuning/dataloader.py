@@ -34,6 +34,8 @@ from workbench.tuning.noise import (
     RemeasurePolicy,
     fastest_then_cheapest,
     host_load_from,
+    items_per_second,
+    step_summary,
 )
 from workbench.workload import Inputs, WorkloadSpec, input_tensors, move_inputs
 
@@ -230,9 +232,7 @@ class LoaderResult:
 
     @property
     def throughput(self) -> float | None:
-        if self.steps is None or self.steps.median <= 0:
-            return None
-        return self.items_per_step / self.steps.median
+        return items_per_second(self.items_per_step, self.steps)
 
 
 @dataclass
@@ -365,13 +365,7 @@ def _measure(job: LoaderJob, target: Target, timeout_s: float, items: int) -> Lo
 def _line(result: LoaderResult) -> str:
     text = f"dataloader {result.setting.label()}: {result.status}"
     if result.wait_share is not None and result.steps is not None:
-        text += (
-            f", waiting {result.wait_share:.0%} of the step, "
-            f"median step {format_seconds(result.steps.median)}, "
-            f"IQR {result.steps.relative_iqr:.0%} of the median"
-        )
-        if result.steps.loaded:
-            text += " (LOADED)"
+        text += f", waiting {result.wait_share:.0%} of the step, {step_summary(result.steps)}"
     if result.error:
         text += f" ({result.error.splitlines()[-1][:160]})"
     return text

@@ -19,7 +19,14 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import psutil
 
-from workbench.timing import FLUCTUATION_SEVERE, HostLoad, Measurement, is_loaded, quantile
+from workbench.timing import (
+    FLUCTUATION_SEVERE,
+    HostLoad,
+    Measurement,
+    format_seconds,
+    is_loaded,
+    quantile,
+)
 
 # Separate processes of one setting differ by a few percent in throughput (memory layout, CPU
 # frequency, where the scheduler puts threads) even when each one's own steps are steady, so a
@@ -94,6 +101,19 @@ def unsettled(measurement: Measurement | None, limit: float = FLUCTUATION_SEVERE
     if measurement.loaded and measurement.host is not None:
         reasons.append(measurement.host.sentence())
     return "; ".join(reasons) or None
+
+
+def items_per_second(items_per_step: float | None, step: Measurement | None) -> float | None:
+    """Items per second at the median step time; None where nothing was timed."""
+    if step is None or items_per_step is None or step.median <= 0:
+        return None
+    return items_per_step / step.median
+
+
+def step_summary(step: Measurement) -> str:
+    """A measured setting's steps in its log line: median, spread, and whether it ran loaded."""
+    text = f"median step {format_seconds(step.median)}, IQR {step.relative_iqr:.0%} of the median"
+    return text + (" (LOADED)" if step.loaded else "")
 
 
 class Remeasurable(Protocol):

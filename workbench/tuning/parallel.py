@@ -45,6 +45,8 @@ from workbench.tuning.noise import (
     cpu_seconds,
     fastest_then_cheapest,
     host_load_from,
+    items_per_second,
+    step_summary,
     with_own_helpers,
 )
 from workbench.workload import WorkloadSpec
@@ -140,9 +142,7 @@ class ScalingRun:
 
     @property
     def throughput(self) -> float | None:
-        if self.step is None or self.step.median <= 0:
-            return None
-        return self.items_per_step / self.step.median
+        return items_per_second(self.items_per_step, self.step)
 
     @property
     def per_worker(self) -> float | None:
@@ -303,12 +303,7 @@ def sweep_world_sizes(
 def _line(run: ScalingRun) -> str:
     text = f"world size {run.world_size}: {run.status}"
     if run.step is not None:
-        text += (
-            f", median step {format_seconds(run.step.median)}, IQR "
-            f"{run.step.relative_iqr:.0%} of the median"
-        )
-        if run.step.loaded:
-            text += " (LOADED)"
+        text += f", {step_summary(run.step)}"
     if run.reason:
         text += f" ({run.reason})"
     if run.seconds:

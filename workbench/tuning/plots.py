@@ -35,6 +35,32 @@ def _empty(ax: Axes, text: str) -> None:
     ax.set_axis_off()
 
 
+def _status_point(
+    ax: Axes, x: float, y: float, trial: Trial, seen: set[str], size: float | None = None
+) -> None:
+    """One trial's point, styled by its status; a status is named in the legend once."""
+    color, marker = _style(trial)
+    label = None if trial.status in seen else trial.status
+    ax.scatter([x], [y], color=color, marker=marker, s=size, label=label, zorder=3)
+    seen.add(trial.status)
+
+
+def _open_marker(
+    ax: Axes, batch: int, rate: float, label: str, color: str, size: float, marker: str = "o"
+) -> None:
+    """An open marker around one point of the throughput line."""
+    ax.scatter(
+        [batch],
+        [rate],
+        s=size,
+        marker=marker,
+        facecolors="none",
+        edgecolors=color,
+        label=label,
+        zorder=3,
+    )
+
+
 def throughput_and_memory(result: RetuneResult) -> Figure:
     """Left: steady-state throughput per batch size, the batch the plan uses ringed (the one
     the plans and the recommendation name) and, where the sweep's fastest is another batch, that
@@ -42,74 +68,55 @@ def throughput_and_memory(result: RetuneResult) -> Figure:
     with the budget and the margin-reduced limit drawn; failed trials sit on the limit line,
     marked by why they failed."""
     figure, (left, right) = _row(2)
+    _throughput_panel(left, result)
+    _memory_panel(right, result)
+    return figure
+
+
+def _throughput_panel(ax: Axes, result: RetuneResult) -> None:
     ok = [(t.batch_size, t.throughput) for t in result.sweep if t.throughput]
-    if ok:
-        left.plot([size for size, _ in ok], [rate for _, rate in ok], marker="o")
-        rates = dict(ok)
-        chosen = result.chosen_batch
-        if chosen is not None:
-            if chosen in rates:
-                left.scatter(
-                    [chosen],
-                    [rates[chosen]],
-                    s=180,
-                    facecolors="none",
-                    edgecolors="tab:red",
-                    label=f"the plan's per-core batch: {chosen}",
-                    zorder=3,
-                )
-            else:  # a per-core batch the sweep did not time (the global batch set it)
-                left.axvline(
-                    chosen, color="tab:red", lw=1, label=f"the plan's per-core batch: {chosen}"
-                )
-        fastest = result.choice.best_batch_size if result.choice else None
-        if fastest is not None and fastest != chosen and fastest in rates:
-            caveat = sweep_caveat(result, fastest)
-            left.scatter(
-                [fastest],
-                [rates[fastest]],
-                s=120,
-                marker="^",
-                facecolors="none",
-                edgecolors="tab:gray",
-                label=f"fastest measured: {fastest}, not chosen"
-                + (f"\n({caveat})" if caveat else ""),
-                zorder=3,
-            )
-        if chosen is not None or fastest is not None:
-            # Where the fewest points are: a spike may sit in any corner.
-            left.legend(loc="best", fontsize=8)
-        left.set_xscale("log", base=2)
-        left.set_xlabel("batch size per step (log2)")
-        left.set_ylabel(result.throughput_unit)
-        left.set_title(f"Throughput ({result.measured_label})", fontsize=10)
-    else:
-        _empty(left, "no batch size ran")
+    if not ok:
+        _empty(ax, "no batch size ran")
+        return
+    ax.plot([size for size, _ in ok], [rate for _, rate in ok], marker="o")
+    rates = dict(ok)
+    chosen = result.chosen_batch
+    if chosen is not None:
+        label = f"the plan's per-core batch: {chosen}"
+        if chosen in rates:
+            _open_marker(ax, chosen, rates[chosen], label, "tab:red", 180)
+        else:  # a per-core batch the sweep did not time (the global batch set it)
+            ax.axvline(chosen, color="tab:red", lw=1, label=label)
+    fastest = result.choice.best_batch_size if result.choice else None
+    if fastest is not None and fastest != chosen and fastest in rates:
+        caveat = sweep_caveat(result, fastest)
+        label = f"fastest measured: {fastest}, not chosen" + (f"\n({caveat})" if caveat else "")
+        _open_marker(ax, fastest, rates[fastest], label, "tab:gray", 120, marker="^")
+    if chosen is not None or fastest is not None:
+        # Where the fewest points are: a spike may sit in any corner.
+        ax.legend(loc="best", fontsize=8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size per step (log2)")
+    ax.set_ylabel(result.throughput_unit)
+    ax.set_title(f"Throughput ({result.measured_label})", fontsize=10)
+
+
+def _memory_panel(ax: Axes, result: RetuneResult) -> None:
     budget = result.budget
     seen: set[str] = set()
     for trial in result.trials:
-        color, marker = _style(trial)
         value = trial.peak_memory_bytes if trial.peak_memory_bytes else budget.usable
-        right.scatter(
-            [trial.batch_size],
-            [value / MiB],
-            color=color,
-            marker=marker,
-            label=None if trial.status in seen else trial.status,
-            zorder=3,
-        )
-        seen.add(trial.status)
-    right.axhline(budget.total_bytes / MiB, color="black", lw=1, label="memory budget")
-    right.axhline(
+        _status_point(ax, trial.batch_size, value / MiB, trial, seen)
+    ax.axhline(budget.total_bytes / MiB, color="black", lw=1, label="memory budget")
+    ax.axhline(
         budget.usable / MiB, color="black", lw=1, ls="--", label=f"limit ({budget.margin:.0%} kept)"
     )
-    right.set_xscale("log", base=2)
-    right.set_yscale("log")
-    right.set_xlabel("batch size per step (log2)")
-    right.set_ylabel("peak memory (MiB, log)")
-    right.set_title("Peak memory per trial, search and sweep", fontsize=10)
-    right.legend(loc="lower right", fontsize=8)
-    return figure
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch size per step (log2)")
+    ax.set_ylabel("peak memory (MiB, log)")
+    ax.set_title("Peak memory per trial, search and sweep", fontsize=10)
+    ax.legend(loc="lower right", fontsize=8)
 
 
 def search_trials(result: RetuneResult) -> Figure:
@@ -119,17 +126,7 @@ def search_trials(result: RetuneResult) -> Figure:
     search = result.search
     seen: set[str] = set()
     for index, trial in enumerate(search.trials, 1):
-        color, marker = _style(trial)
-        ax.scatter(
-            [index],
-            [trial.batch_size],
-            color=color,
-            marker=marker,
-            s=60,
-            label=None if trial.status in seen else trial.status,
-            zorder=3,
-        )
-        seen.add(trial.status)
+        _status_point(ax, index, trial.batch_size, trial, seen, size=60)
         ax.annotate(
             str(trial.batch_size),
             (index, trial.batch_size),

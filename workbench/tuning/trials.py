@@ -50,6 +50,8 @@ from workbench.tuning.noise import (
     RemeasurePolicy,
     fastest_then_cheapest,
     host_load_from,
+    items_per_second,
+    step_summary,
 )
 from workbench.workload import WorkloadSpec
 
@@ -219,20 +221,13 @@ class Trial:
 
     @property
     def throughput(self) -> float | None:
-        if self.steady is None or self.items_per_step is None or self.steady.median <= 0:
-            return None
-        return self.items_per_step / self.steady.median
+        return items_per_second(self.items_per_step, self.steady)
 
     def line(self) -> str:
         """One log line: what the CLI prints per trial."""
         text = f"{self.stage} batch {self.batch_size}: {self.status}"
         if self.steady is not None:
-            text += (
-                f", median step {format_seconds(self.steady.median)}, IQR "
-                f"{self.steady.relative_iqr:.0%} of the median"
-            )
-            if self.steady.loaded:
-                text += " (LOADED)"
+            text += f", {step_summary(self.steady)}"
         if self.peak_memory_bytes is not None:
             text += f", peak {self.peak_memory_bytes / 2**20:,.0f} MiB"
         if self.compiles:

@@ -14,6 +14,7 @@ from workbench.planning.instances import human_bytes
 from workbench.timing import Measurement, format_seconds
 from workbench.tuning.dataloader import LoaderResult, LoaderStudy
 from workbench.tuning.parallel import FAILED, TIMEOUT, ScalingRun, world_size_rule
+from workbench.tuning.plan import GlobalBatchPlan
 from workbench.tuning.records import RetuneResult, retuning_verdict
 from workbench.tuning.trials import OVER_BUDGET, Trial
 from workbench.tuning.wording import plan_reason, steady_recompiles, sweep_caveat
@@ -87,6 +88,11 @@ def _trial_row(trial: Trial, unit: str, throughput_label: str) -> dict[str, Any]
         "trial time": format_seconds(trial.seconds),
         "why": trial.diagnosis or trial.oom_evidence or _first_line(trial.error),
     }
+
+
+def _not_run(result: RetuneResult, stage: str, what: str, kind: str = "warn") -> None:
+    """The banner of a stage that did not run, with why (RetuneResult.skipped)."""
+    display(show.banner(f"No {what}: {result.skipped.get(stage, '')}", kind))
 
 
 def compiles(result: RetuneResult) -> None:
@@ -217,7 +223,7 @@ def _memory_sources(result: RetuneResult) -> str:
 
 def sweep(result: RetuneResult) -> None:
     if not result.sweep:
-        display(show.banner(f"No batch-size sweep: {result.skipped.get('sweep', '')}", "warn"))
+        _not_run(result, "sweep", "batch-size sweep")
         return
     rows = [_trial_row(t, result.throughput_unit, SWEEP_THROUGHPUT) for t in result.sweep]
     display(
@@ -258,8 +264,7 @@ def sweep_choice(result: RetuneResult) -> str:
 def accumulation(result: RetuneResult) -> None:
     check = result.accumulation
     if check is None:
-        reason = result.skipped.get("accumulation", "")
-        display(show.banner(f"No accumulation check: {reason}", "warn"))
+        _not_run(result, "accumulation", "accumulation check")
         return
     kind = "ok" if check.passed else ("warn" if check.error is None else "fail")
     display(show.banner(check.explanation(), kind))
@@ -301,7 +306,7 @@ def _loader_row(item: LoaderResult, unit: str, study: LoaderStudy) -> dict[str, 
 def dataloader(result: RetuneResult) -> None:
     study = result.loader
     if study is None:
-        display(show.banner(f"No DataLoader sweep: {result.skipped.get('dataloader', '')}", "warn"))
+        _not_run(result, "dataloader", "DataLoader sweep")
         return
     rows = [_loader_row(r, result.throughput_unit, study) for r in study.results]
     display(
@@ -336,7 +341,7 @@ def _scaling_row(run: ScalingRun, unit: str) -> dict[str, Any]:
 def scaling(result: RetuneResult) -> None:
     study = result.scaling
     if study is None:
-        display(show.banner(f"No scaling sweep: {result.skipped.get('scaling', '')}", "warn"))
+        _not_run(result, "scaling", "scaling sweep")
         return
     if study.skipped_reason:
         display(show.banner(f"Data-parallel sweep skipped: {study.skipped_reason}.", "warn"))
@@ -365,37 +370,37 @@ def scaling(result: RetuneResult) -> None:
         )
 
 
+def _plan_row(plan: GlobalBatchPlan) -> dict[str, Any]:
+    return {
+        "plan": plan.name,
+        "per core": plan.per_core_batch,
+        "workers": plan.world_size,
+        "accumulation": plan.accumulation_steps,
+        "global batch": plan.global_batch,
+        "wanted": plan.target_global_batch,
+        "reference": plan.reference_global_batch,
+        "optimizer": plan.optimizer,
+        "LR rule": plan.lr_rule,
+        "LR": "n/a"
+        if plan.reference_lr is None
+        else f"{plan.reference_lr:g} -> "
+        + ("re-tune" if plan.suggested_lr is None else f"{plan.suggested_lr:.3g}"),
+        "notes": "; ".join(plan.notes),
+    }
+
+
 def plans(result: RetuneResult) -> None:
     if not result.plans:
-        display(show.banner(f"No global batch plan: {result.skipped.get('plan', '')}", "warn"))
+        _not_run(result, "plan", "global batch plan")
         return
-    rows = []
-    for plan in result.plans:
-        rows.append(
-            {
-                "plan": plan.name,
-                "per core": plan.per_core_batch,
-                "workers": plan.world_size,
-                "accumulation": plan.accumulation_steps,
-                "global batch": plan.global_batch,
-                "wanted": plan.target_global_batch,
-                "reference": plan.reference_global_batch,
-                "optimizer": plan.optimizer,
-                "LR rule": plan.lr_rule,
-                "LR": "n/a"
-                if plan.reference_lr is None
-                else f"{plan.reference_lr:g} -> "
-                + ("re-tune" if plan.suggested_lr is None else f"{plan.suggested_lr:.3g}"),
-                "notes": "; ".join(plan.notes),
-            }
-        )
+    rows = [_plan_row(plan) for plan in result.plans]
     display(show.table(rows, caption="Per-core batch x workers x accumulation = global batch"))
 
 
 def buckets(result: RetuneResult) -> None:
     study = result.buckets
     if study is None:
-        display(show.banner(f"No padding buckets: {result.skipped.get('buckets', '')}", "info"))
+        _not_run(result, "buckets", "padding buckets", "info")
         return
     display(
         show.key_values(
@@ -428,7 +433,7 @@ def buckets(result: RetuneResult) -> None:
 def cost(result: RetuneResult) -> None:
     study = result.cost
     if study is None:
-        display(show.banner(f"No cost table: {result.skipped.get('cost', '')}", "warn"))
+        _not_run(result, "cost", "cost table")
         return
     items = f"{study.items:,} {study.unit}"
     rows = [
