@@ -109,43 +109,8 @@ def prepare(
     sentence each, and the rest still is."""
     notes: list[str] = []
     model = _eval_model(build, refs.spec)
-    aset: AcceptanceSet | None = None
-    try:
-        aset, more = build_acceptance_set(
-            workload,
-            model,
-            held_out,
-            settings.prompts,
-            settings.prompt_tokens,
-            settings.generated_tokens,
-            refs.spec,
-        )
-        notes += more
-        reference = logits_on(model, refs.spec, workload, aset)
-        fp64 = None
-        if refs.fp64_error is None:
-            fp64 = logits_on(_eval_model(build, refs.fp64_spec), refs.fp64_spec, workload, aset)
-        set_reference(aset, reference, fp64)
-    except Exception as exc:  # one sentence; every other gate is still judged
-        aset = None
-        notes.append(
-            f"The reference's logits on the held-out data could not be taken "
-            f"({describe_error(exc)}), so liveness, cosine, KL and token match are not judged."
-        )
-    downstream = None
-    if workload.downstream_eval is None:
-        notes.append(
-            f"Workload {workload.name!r} names no downstream_eval, so the downstream gate is not "
-            "judged; give its Workload a downstream_eval to have one."
-        )
-    else:
-        try:
-            downstream = evaluate(workload, model, refs.spec)
-        except Exception as exc:
-            notes.append(
-                f"The downstream_eval of workload {workload.name!r} raised on the reference "
-                f"({describe_error(exc)}), so the downstream gate is not judged."
-            )
+    aset = _reference_logits(workload, build, model, refs, held_out, settings, notes)
+    downstream = _reference_downstream(workload, model, refs, notes)
     seeds = conv.seeds_of(workload, settings.convergence_seeds)
     reference_seeds = conv.reference_seeds_of(workload, settings.convergence_seeds)
     if len(seeds) < conv.MINIMUM_RUNS:
@@ -165,6 +130,62 @@ def prepare(
     return Prepared(
         aset, downstream, seeds, trajectories, notes, reference_seeds, target, no_target
     )
+
+
+def _reference_logits(
+    workload: Workload,
+    build: ModelBuilder,
+    model: torch.nn.Module,
+    refs: ReferenceRuns,
+    held_out: HeldOutBatches,
+    settings: NumericsSettings,
+    notes: list[str],
+) -> AcceptanceSet | None:
+    """The acceptance set with the reference's and fp64's logits on it; None, with a note,
+    where they cannot be taken."""
+    try:
+        aset, more = build_acceptance_set(
+            workload,
+            model,
+            held_out,
+            settings.prompts,
+            settings.prompt_tokens,
+            settings.generated_tokens,
+            refs.spec,
+        )
+        notes += more
+        reference = logits_on(model, refs.spec, workload, aset)
+        fp64 = None
+        if refs.fp64_error is None:
+            fp64 = logits_on(_eval_model(build, refs.fp64_spec), refs.fp64_spec, workload, aset)
+        set_reference(aset, reference, fp64)
+    except Exception as exc:  # one sentence; every other gate is still judged
+        notes.append(
+            f"The reference's logits on the held-out data could not be taken "
+            f"({describe_error(exc)}), so liveness, cosine, KL and token match are not judged."
+        )
+        return None
+    return aset
+
+
+def _reference_downstream(
+    workload: Workload, model: torch.nn.Module, refs: ReferenceRuns, notes: list[str]
+) -> dict[str, float] | None:
+    """The reference's downstream scores; None, with a note, where there are none."""
+    if workload.downstream_eval is None:
+        notes.append(
+            f"Workload {workload.name!r} names no downstream_eval, so the downstream gate is not "
+            "judged; give its Workload a downstream_eval to have one."
+        )
+        return None
+    try:
+        return evaluate(workload, model, refs.spec)
+    except Exception as exc:
+        notes.append(
+            f"The downstream_eval of workload {workload.name!r} raised on the reference "
+            f"({describe_error(exc)}), so the downstream gate is not judged."
+        )
+        return None
 
 
 def measure_run(
@@ -203,50 +224,64 @@ def measure_run(
             score.error = f"the downstream_eval raised on {result.label} ({describe_error(exc)})"
         acceptance.downstream = score
     if prepared.reference_trajectories is not None:
-        same = (
-            spec.target.device == refs.spec.target.device
-            and spec.precision.name == FP32.name
-            and not spec.compiled
-            and refs.reproducibility.deterministic
-        )
-        label = f"{result.label} against {refs.spec.label}"
-        try:
-            # The reference's own computation, shown deterministic: its first runs are reused.
-            losses = (
-                []
-                if prepared.target_loss is None
-                else prepared.reference_trajectories[: len(prepared.seeds)]
-                if same
-                else conv.trajectories(
-                    spec,
-                    workload,
-                    prepared.seeds,
-                    conv.CANDIDATE_STEP_FACTOR * settings.convergence_steps,
-                    conv.TrainingRecipe(workload.batch_size),
-                    stop_at=prepared.target_loss,
-                )
-            )
-        except Exception as exc:
-            acceptance.convergence = ConvergenceStudy(
-                label,
-                prepared.seeds,
-                settings.convergence_steps,
-                note=f"the runs could not train: {describe_error(exc)}",
-                verdict="not tested",
-            )
-            return side
-        acceptance.convergence = conv.judge_study(
-            label,
-            prepared.seeds,
-            prepared.reference_seeds,
-            settings.convergence_steps,
-            prepared.reference_trajectories,
-            losses,
-            settings.acceptance.alpha,
-            prepared.target_loss,
-            prepared.no_target,
+        acceptance.convergence = _convergence(
+            result, spec, prepared, prepared.reference_trajectories, workload, settings, refs
         )
     return side
+
+
+def _convergence(
+    result: RunResult,
+    spec: RunSpec,
+    prepared: Prepared,
+    reference_trajectories: list[list[float]],
+    workload: Workload,
+    settings: NumericsSettings,
+    refs: ReferenceRuns,
+) -> ConvergenceStudy:
+    """The run's convergence parity over the seeds against the reference's trajectories."""
+    same = (
+        spec.target.device == refs.spec.target.device
+        and spec.precision.name == FP32.name
+        and not spec.compiled
+        and refs.reproducibility.deterministic
+    )
+    label = f"{result.label} against {refs.spec.label}"
+    try:
+        # The reference's own computation, shown deterministic: its first runs are reused.
+        losses = (
+            []
+            if prepared.target_loss is None
+            else reference_trajectories[: len(prepared.seeds)]
+            if same
+            else conv.trajectories(
+                spec,
+                workload,
+                prepared.seeds,
+                conv.CANDIDATE_STEP_FACTOR * settings.convergence_steps,
+                conv.TrainingRecipe(workload.batch_size),
+                stop_at=prepared.target_loss,
+            )
+        )
+    except Exception as exc:
+        return ConvergenceStudy(
+            label,
+            prepared.seeds,
+            settings.convergence_steps,
+            note=f"the runs could not train: {describe_error(exc)}",
+            verdict="not tested",
+        )
+    return conv.judge_study(
+        label,
+        prepared.seeds,
+        prepared.reference_seeds,
+        settings.convergence_steps,
+        reference_trajectories,
+        losses,
+        settings.acceptance.alpha,
+        prepared.target_loss,
+        prepared.no_target,
+    )
 
 
 def _tolerance(
@@ -308,25 +343,40 @@ def judge_runs(
             isolate_components(acceptance.ratios, rerun)
         acceptance.first_ratio_failure = first_ratio_failure(acceptance.ratios, rule.r_threshold)
         side = sides.get(run.label)
-        aset = prepared.acceptance_set
+        baseline_side = sides.get(baseline.label) if baseline is not None else None
+        if prepared.acceptance_set is not None and side is not None and side.stats is not None:
+            acceptance.agreement = _agreement(
+                run, baseline, side.stats, baseline_side, prepared.acceptance_set, refs, rule
+            )
         agreement_error = side.agreement_error if side else None
-        if aset is not None and side is not None and side.stats is not None:
-            baseline_side = sides.get(baseline.label) if baseline is not None else None
-            tolerance = _tolerance(run, baseline_side, aset)
-            named = (
-                refs.spec.label
-                if precision == FP32.name
-                else (baseline.label if baseline else None)
-            )
-            acceptance.agreement = agreement(
-                aset,
-                side.stats,
-                tolerance,
-                rule.cosine_p5,
-                named if tolerance is not None else None,
-                rule.divergence_tolerance,
-            )
         acceptance.gates = gates(acceptance, rule, prepared, agreement_error)
+
+
+def _agreement(
+    run: RunResult,
+    baseline: RunResult | None,
+    stats: PositionStats,
+    baseline_side: RunSide | None,
+    aset: AcceptanceSet,
+    refs: ReferenceRuns,
+    rule: AcceptanceRule,
+) -> Agreement:
+    """The run's agreement with the reference, ties judged within the CPU run's own error at
+    the run's precision (the fp32 reference's for an fp32 run)."""
+    tolerance = _tolerance(run, baseline_side, aset)
+    named = (
+        refs.spec.label
+        if run.run["precision"] == FP32.name
+        else (baseline.label if baseline else None)
+    )
+    return agreement(
+        aset,
+        stats,
+        tolerance,
+        rule.cosine_p5,
+        named if tolerance is not None else None,
+        rule.divergence_tolerance,
+    )
 
 
 def _builder(build: ModelBuilder, spec: RunSpec) -> Callable[[], torch.nn.Module]:
@@ -387,7 +437,6 @@ def gates(
         threshold, source = statements[name]
         results.append(GateResult(name, status, measured, threshold, source))
 
-    agreement_gates = (LIVENESS, COSINE, KL)
     found = acceptance.agreement
     if found is None:
         why = (
@@ -395,45 +444,52 @@ def gates(
             if agreement_error
             else "no acceptance set (see the notes)"
         )
-        for name in (*agreement_gates, TOKEN_MATCH):
+        for name in (LIVENESS, COSINE, KL, TOKEN_MATCH):
             add(name, GATE_NOT_JUDGED, why)
-    if found is not None:
-        add(LIVENESS, GATE_PASS if found.rate >= rule.liveness else GATE_FAIL, _share(found))
+    else:
+        add_agreement(found, rule, add)
     add(R_RATIO, *ratio_gate(acceptance, rule.r_threshold))
-    if found is not None:
-        cosine_ok = found.cosine_p5 >= rule.cosine_p5 and found.cosine_below_share <= 0.05
-        add(
-            COSINE,
-            GATE_PASS if cosine_ok else GATE_FAIL,
-            f"p5 {found.cosine_p5:.6g}, {found.cosine_below_share:.1%} of {found.compared} "
-            f"positions below {rule.cosine_p5:g}",
-        )
-        kl_ok = found.kl_p95 <= rule.kl_p95 and found.kl_max <= rule.kl_max
-        add(
-            KL,
-            GATE_PASS if kl_ok else GATE_FAIL,
-            f"p95 {found.kl_p95:.3g}, max {found.kl_max:.3g} nats over {found.compared} positions",
-        )
-        add(
-            found.kind,
-            GATE_PASS if found.rate >= rule.token_match else GATE_FAIL,
-            _share(found)
-            + (
-                f"; ties: within twice {found.baseline}'s logit error"
-                if found.baseline and not found.free_running
-                else ""
-            ),
-        )
-        if found.logits_matched is not None:
-            add(
-                LOGIT_MATCH,
-                GATE_PASS if found.logits_matched else GATE_FAIL,
-                _logit_matching(found),
-            )
     add_downstream(acceptance.downstream, rule, prepared, add)
     add_convergence(acceptance.convergence, add)
     order = {name: i for i, name in enumerate(GATE_ORDER)}
     return sorted(results, key=lambda g: order[g.gate])
+
+
+def add_agreement(
+    found: Agreement, rule: AcceptanceRule, add: Callable[[str, GateStatus, str], None]
+) -> None:
+    """The gates on the run's logits and tokens: liveness, cosine, KL, token match (or top-1
+    agreement) and, for a model that generates, logit matching."""
+    add(LIVENESS, GATE_PASS if found.rate >= rule.liveness else GATE_FAIL, _share(found))
+    cosine_ok = found.cosine_p5 >= rule.cosine_p5 and found.cosine_below_share <= 0.05
+    add(
+        COSINE,
+        GATE_PASS if cosine_ok else GATE_FAIL,
+        f"p5 {found.cosine_p5:.6g}, {found.cosine_below_share:.1%} of {found.compared} "
+        f"positions below {rule.cosine_p5:g}",
+    )
+    kl_ok = found.kl_p95 <= rule.kl_p95 and found.kl_max <= rule.kl_max
+    add(
+        KL,
+        GATE_PASS if kl_ok else GATE_FAIL,
+        f"p95 {found.kl_p95:.3g}, max {found.kl_max:.3g} nats over {found.compared} positions",
+    )
+    add(
+        found.kind,
+        GATE_PASS if found.rate >= rule.token_match else GATE_FAIL,
+        _share(found)
+        + (
+            f"; ties: within twice {found.baseline}'s logit error"
+            if found.baseline and not found.free_running
+            else ""
+        ),
+    )
+    if found.logits_matched is not None:
+        add(
+            LOGIT_MATCH,
+            GATE_PASS if found.logits_matched else GATE_FAIL,
+            _logit_matching(found),
+        )
 
 
 def add_downstream(

@@ -139,17 +139,7 @@ class AcceptanceRule:
                 f"exact greedy token match (top-1 agreement) >= {self.liveness:.0%}",
                 SOURCE_EQUIVALENCE,
             ),
-            (
-                R_RATIO,
-                f"R <= {self.r_threshold:g} for every component re-run alone on the fp32 "
-                "reference's inputs and for every output, R = ||run - exact|| / max(||CPU run "
-                "at the run's precision - exact||, 1.3e-6 x ||exact||), exact = the fp64 run "
-                "(the fp32 reference where fp64 cannot run); a tensor of fewer than "
-                f"{min_ratio_elements(self.r_threshold)} elements (a loss, a metric) is judged "
-                "as a value: the floor is then assert_close's rtol of the run's precision x "
-                "its scale",
-                SOURCE_EQUIVALENCE,
-            ),
+            (R_RATIO, self._r_ratio_threshold(), SOURCE_EQUIVALENCE),
             (
                 COSINE,
                 f"5th percentile of per-position logit cosine >= {self.cosine_p5:g}",
@@ -167,17 +157,7 @@ class AcceptanceRule:
                 f">= {self.token_match:.0%} of them",
                 SOURCE_AUTOPORT,
             ),
-            (
-                LOGIT_MATCH,
-                "teacher-forced past each divergence: every generated position within the top-k "
-                "logit tolerances (top 5: 0.01, top 50: 0.02, top 1000: 0.03, all: 0.05 of the "
-                "largest reference logit, after a constant shift), and at each divergence the "
-                "run's logit of its token above its logit of the reference's by less than "
-                f"{self.divergence_tolerance:g}, or a tie the run's precision cannot decide "
-                "(the reference's margin and the run's own logit error both within twice the "
-                "CPU run's error at that precision)",
-                SOURCE_LOGITS,
-            ),
+            (LOGIT_MATCH, self._logit_match_threshold(), SOURCE_LOGITS),
             (
                 TOP1,
                 f"teacher-forced arg-max equal to the reference's >= {self.token_match:.0%}, "
@@ -198,6 +178,28 @@ class AcceptanceRule:
                 SOURCE_MLPERF,
             ),
         ]
+
+    def _r_ratio_threshold(self) -> str:
+        return (
+            f"R <= {self.r_threshold:g} for every component re-run alone on the fp32 "
+            "reference's inputs and for every output, R = ||run - exact|| / max(||CPU run "
+            "at the run's precision - exact||, 1.3e-6 x ||exact||), exact = the fp64 run "
+            "(the fp32 reference where fp64 cannot run); a tensor of fewer than "
+            f"{min_ratio_elements(self.r_threshold)} elements (a loss, a metric) is judged "
+            "as a value: the floor is then assert_close's rtol of the run's precision x "
+            "its scale"
+        )
+
+    def _logit_match_threshold(self) -> str:
+        return (
+            "teacher-forced past each divergence: every generated position within the top-k "
+            "logit tolerances (top 5: 0.01, top 50: 0.02, top 1000: 0.03, all: 0.05 of the "
+            "largest reference logit, after a constant shift), and at each divergence the "
+            "run's logit of its token above its logit of the reference's by less than "
+            f"{self.divergence_tolerance:g}, or a tie the run's precision cannot decide "
+            "(the reference's margin and the run's own logit error both within twice the "
+            "CPU run's error at that precision)"
+        )
 
 
 @dataclass

@@ -30,7 +30,12 @@ from workbench.numerics.metrics import (
     check_scalars,
     metric_allowance,
 )
-from workbench.numerics.records import Judgement, NumericsRunVerdict, RunResult
+from workbench.numerics.records import (
+    Judgement,
+    NumericsRunVerdict,
+    RunResult,
+    ValidationComparison,
+)
 from workbench.numerics.statuses import (
     COULD_NOT_RUN,
     JUDGED_FAIL,
@@ -108,42 +113,54 @@ def precision_cost(
             failed.append(("loss trajectory", f"loss trajectory: {check.sentence()}"))
     validation = run.validation
     if validation is not None and validation.loss_deviation is not None:
-        held_out_ok = True
-        assert validation.after is not None and validation.reference_after is not None
-        floor = validation.loss_floor.at(allowance) if validation.loss_floor else 0.0
-        tolerance = ScalarTolerance(allowance, floor)
-        check = check_scalars(
-            "held-out loss", [validation.after.loss], [validation.reference_after.loss], tolerance
-        )
-        validation.loss_check = check
-        if not check.passed:
-            held_out_ok = False
-            failed.append(("held-out loss", f"after training, {check.sentence()}"))
-        validation.loss_allowance = allowance
-        reference = validation.reference_after
-        if validation.metric_difference is not None and reference and reference.metric is not None:
-            metric_room = metric_allowance(rule.metric_tolerance, reference.metric) + metric_spread
-            validation.metric_allowance = metric_room
-            difference = validation.metric_difference
-            assert validation.after is not None
-            if not abs(difference) <= metric_room:
-                held_out_ok = False
-                failed.append(
-                    (
-                        "held-out metric",
-                        f"the held-out task metric after training is {validation.after.metric:.4g} "
-                        f"against the reference's {reference.metric:.4g} (difference "
-                        f"{difference:+.3g}, tolerance {metric_room:.3g})",
-                    )
-                )
-            else:
-                passed.append(
-                    f"held-out metric {validation.after.metric:.4g} vs {reference.metric:.4g}"
-                )
-        validation.passed = held_out_ok
+        validation.passed = _held_out(validation, rule, allowance, metric_spread, failed, passed)
     if failed:
         return Judgement(JUDGED_FAIL, "; ".join(text for _, text in failed), [n for n, _ in failed])
     return Judgement(JUDGED_PASS, "; ".join(passed))
+
+
+def _held_out(
+    validation: ValidationComparison,
+    rule: PrecisionCostRule,
+    allowance: float,
+    metric_spread: float,
+    failed: list[tuple[str, str]],
+    passed: list[str],
+) -> bool:
+    """The held-out loss and task metric after training against the reference's: whether both
+    stay within tolerance, each failed rule added to `failed` and each kept one to `passed`."""
+    held_out_ok = True
+    assert validation.after is not None and validation.reference_after is not None
+    floor = validation.loss_floor.at(allowance) if validation.loss_floor else 0.0
+    tolerance = ScalarTolerance(allowance, floor)
+    check = check_scalars(
+        "held-out loss", [validation.after.loss], [validation.reference_after.loss], tolerance
+    )
+    validation.loss_check = check
+    if not check.passed:
+        held_out_ok = False
+        failed.append(("held-out loss", f"after training, {check.sentence()}"))
+    validation.loss_allowance = allowance
+    reference = validation.reference_after
+    if validation.metric_difference is not None and reference and reference.metric is not None:
+        metric_room = metric_allowance(rule.metric_tolerance, reference.metric) + metric_spread
+        validation.metric_allowance = metric_room
+        difference = validation.metric_difference
+        if not abs(difference) <= metric_room:
+            held_out_ok = False
+            failed.append(
+                (
+                    "held-out metric",
+                    f"the held-out task metric after training is {validation.after.metric:.4g} "
+                    f"against the reference's {reference.metric:.4g} (difference "
+                    f"{difference:+.3g}, tolerance {metric_room:.3g})",
+                )
+            )
+        else:
+            passed.append(
+                f"held-out metric {validation.after.metric:.4g} vs {reference.metric:.4g}"
+            )
+    return held_out_ok
 
 
 def run_verdict(run: RunResult) -> NumericsRunVerdict:
