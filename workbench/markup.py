@@ -15,6 +15,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench.redact import scrub_text
+
 if TYPE_CHECKING:  # matplotlib is imported only by code that draws
     from matplotlib.figure import Figure
 
@@ -46,10 +48,17 @@ class Rich:
         return self.plain
 
 
-def _cell(value: Any) -> str:
+def cell_text(value: Any) -> str:
+    """A value as a table cell shows it: floats to 4 significant digits, None as empty."""
     if isinstance(value, float):
         return f"{value:.4g}"
     return "" if value is None else str(value)
+
+
+def escaped(value: Any) -> str:
+    """`value` as page text: secrets masked (redact.scrub_text), then HTML-escaped; for pages
+    built as strings rather than from markup.table and markup.banner."""
+    return html.escape(scrub_text(str(value)))
 
 
 def table(
@@ -62,7 +71,9 @@ def table(
     if headers is None:
         headers = list(rows[0].keys()) if rows and isinstance(rows[0], Mapping) else []
     cells = [
-        [_cell(r.get(h)) for h in headers] if isinstance(r, Mapping) else [_cell(v) for v in r]
+        [cell_text(r.get(h)) for h in headers]
+        if isinstance(r, Mapping)
+        else [cell_text(v) for v in r]
         for r in rows
     ]
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
@@ -106,6 +117,18 @@ def verdict_banner(verdict: Any) -> Rich:
     """The notebook's scorecard verdict (a workbench.scorecard.Verdict), with the rule it used."""
     text = f"Verdict: {verdict.status.upper()}: {verdict.reason}. Rule: {verdict.rule}."
     return banner(text, VERDICT_BANNER[verdict.status])
+
+
+def seconds_cell(value: float | None) -> str:
+    """A duration for a table cell ("1.23 ms"), "n/a" where nothing was measured."""
+    from workbench.timing import format_seconds  # timing imports psutil: only when a cell asks
+
+    return "n/a" if value is None else format_seconds(value)
+
+
+def mib_cell(value: int | None) -> str:
+    """Bytes for a table cell in MiB ("12.3 MiB"), "n/a" where nothing was measured."""
+    return "n/a" if value is None else f"{value / 2**20:.1f} MiB"
 
 
 ELLIPSIS = "…"

@@ -14,7 +14,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
 from typing import Any
@@ -87,11 +87,7 @@ def prepare_step(workload: Workload, target: Target, kind: str, mode: str) -> Pr
     inputs, targets = workload.batch(target.device)
     forward: Callable[..., Any] = model
     if mode == COMPILED:
-        torch._dynamo.reset()
-        try:
-            forward = target.compile(model)
-        except Exception as exc:
-            raise CompileFailed(str(exc)) from exc
+        forward = target.compile_fresh(model)
     batch_size = batch_size_of(inputs)
 
     if kind == TRAIN:
@@ -113,6 +109,16 @@ def prepare_step(workload: Workload, target: Target, kind: str, mode: str) -> Pr
 
     items = batch_size * workload.items_per_sample()
     return PreparedStep(kind, mode, step, batch_size, items, targets, workload.compute_loss)
+
+
+@dataclass
+class _PhaseSteps:
+    """One phase's steps as they ran: times (s), losses, wall-clock starts, what raised."""
+
+    times: list[float] = field(default_factory=list)
+    losses: list[torch.Tensor] = field(default_factory=list)
+    starts: list[float] = field(default_factory=list)
+    failure: BaseException | None = None
 
 
 class _ConfigRunner:
@@ -193,64 +199,34 @@ class _ConfigRunner:
     ) -> bool:
         """Run one phase; False when a step raised (the failure is recorded)."""
         first_step = self.next_step
-        times: list[float] = []
-        losses: list[torch.Tensor] = []
         self.host.reset()
         self.target.reset_peak_memory()
         before = self.target.compile_counters()
-        bar = tqdm(
-            total=max_steps,
-            desc=f"{self.name} {PHASE_LABELS[phase]}",
-            leave=False,
-            disable=not self.progress_bars,
-        )
-        failure: BaseException | None = None
         # Wall-clock step starts place each compile the target reports at its step.
         phase_started = time.time()
-        step_starts: list[float] = []
         # The first call is where compiles happen: sample the compiler's worker processes there
         # only, so no sampling thread competes with the timed warm-up and steady steps.
         workers = ChildPeakRss() if phase == PHASE_FIRST_CALL else None
         # What else the machine did while the steps ran; the compiler's worker processes are
         # this process's children, which the probe counts as the measurement's own work.
         load = HostLoadProbe()
-        try:
-            with workers or nullcontext(), load:
-                while len(times) < max_steps and not (stop and stop(times)):
-                    step_starts.append(time.time())
-                    start = perf_counter()
-                    value = self.prepared.step()
-                    self.target.synchronize()
-                    times.append(perf_counter() - start)
-                    self._keep(value, losses)
-                    self.next_step += 1
-                    bar.update()
-        except Exception as exc:  # recorded with phase and step; the other configurations go on
-            failure = exc
-        finally:
-            if failure is None:  # a warm-up that converged early is complete, not cut short
-                bar.total = bar.n
-            bar.close()
-        device = self.target.peak_memory()
-        memory = MemoryUse(self.host.peak(), device.peak_allocated, device.peak_reserved)
-        if workers is not None and workers.largest[1]:
-            memory.compiler_peak_rss = workers.peak
-            name, rss = workers.largest
-            memory.compiler_largest_process = f"{name}: {rss / 2**20:.0f} MiB"
+        with workers or nullcontext(), load:
+            steps = self._steps(phase, max_steps, stop)
+        times = steps.times
         record = PhaseResult(
             phase,
             first_step,
             Measurement(times, host=load.result) if times else None,
-            memory,
+            self._memory(workers),
             CounterDelta.between(before, self.target.compile_counters()),
-            converged=bool(stop(times)) if stop and failure is None else None,
+            converged=bool(stop(times)) if stop and steps.failure is None else None,
         )
         self.result.phases.append(record)
-        self._ledger(phase, first_step, phase_started, step_starts)
+        self._ledger(phase, first_step, phase_started, steps.starts)
         # Read back after the phase, so host transfers never land inside a timed step.
-        self.result.losses.extend(float(loss) for loss in losses)
-        if failure is not None:
-            self._fail(phase, self.next_step, failure)
+        self.result.losses.extend(float(loss) for loss in steps.losses)
+        if steps.failure is not None:
+            self._fail(phase, self.next_step, steps.failure)
             return False
         self.log(f"{self.name}: {_phase_line(record)}")
         if phase == PHASE_STEADY and self.result.steady_compiles():
@@ -258,6 +234,45 @@ class _ConfigRunner:
                 f"{self.name}: steady-state compile: {self.result.steady_compiles()[0].sentence()}"
             )
         return True
+
+    def _steps(
+        self, phase: str, max_steps: int, stop: Callable[[list[float]], bool] | None
+    ) -> _PhaseSteps:
+        """The phase's timed steps, until `max_steps`, `stop` or a step that raises."""
+        steps = _PhaseSteps()
+        bar = tqdm(
+            total=max_steps,
+            desc=f"{self.name} {PHASE_LABELS[phase]}",
+            leave=False,
+            disable=not self.progress_bars,
+        )
+        try:
+            while len(steps.times) < max_steps and not (stop and stop(steps.times)):
+                steps.starts.append(time.time())
+                start = perf_counter()
+                value = self.prepared.step()
+                self.target.synchronize()
+                steps.times.append(perf_counter() - start)
+                self._keep(value, steps.losses)
+                self.next_step += 1
+                bar.update()
+        except Exception as exc:  # recorded with phase and step; the other configurations go on
+            steps.failure = exc
+        finally:
+            if steps.failure is None:  # a warm-up that converged early is complete, not cut short
+                bar.total = bar.n
+            bar.close()
+        return steps
+
+    def _memory(self, workers: ChildPeakRss | None) -> MemoryUse:
+        """The phase's peak memory: host, device, and the compiler's largest worker process."""
+        device = self.target.peak_memory()
+        memory = MemoryUse(self.host.peak(), device.peak_allocated, device.peak_reserved)
+        if workers is not None and workers.largest[1]:
+            memory.compiler_peak_rss = workers.peak
+            name, rss = workers.largest
+            memory.compiler_largest_process = f"{name}: {rss / 2**20:.0f} MiB"
+        return memory
 
     def _ledger(
         self, phase: str, first_step: int, started: float, step_starts: list[float]
@@ -334,46 +349,44 @@ def run_config(
     """One configuration, start to finish; a raising step ends it with a recorded failure.
     Torch's warnings meanwhile (Dynamo's graph breaks and recompiles) are kept grouped."""
     with grouped_torch_messages() as messages:
-        result = _run_config(
-            workload, target, kind, mode, settings, host=host, log=log, progress_bars=progress_bars
-        )
+        try:
+            prepared = prepare_step(workload, target, kind, mode)
+        except Exception as exc:
+            result = _setup_failure(workload, target, kind, mode, exc, log)
+        else:
+            result = measure(
+                prepared, target, settings, host=host, log=log, progress_bars=progress_bars
+            )
     result.torch_messages = messages
     return result
 
 
-def _run_config(
+def _setup_failure(
     workload: Workload,
     target: Target,
     kind: str,
     mode: str,
-    settings: BaselineSettings,
-    *,
-    host: HostPeakRss | None = None,
-    log: Callable[[str], None] = print,
-    progress_bars: bool = False,
+    exc: Exception,
+    log: Callable[[str], None],
 ) -> ConfigResult:
-    try:
-        prepared = prepare_step(workload, target, kind, mode)
-    except Exception as exc:
-        compile_failed = isinstance(exc, CompileFailed)
-        # A compile failure is told by what the compiler raised, not by the wrapper.
-        error = describe_error((exc.__cause__ or exc) if compile_failed else exc)
-        batch_size = workload.batch_size
-        result = ConfigResult(kind, mode, batch_size, batch_size * workload.items_per_sample())
-        phase = PHASE_COMPILE if compile_failed else PHASE_SETUP
-        result.failure = StepFailure(
-            kind,
-            mode,
-            phase,
-            0,
-            error.text,
-            error.location,
-            compile_failed,
-            diagnosis=target.compiler_host_oom(error.text) or "",
-        )
-        log(result.failure.summary())
-        return result
-    return measure(prepared, target, settings, host=host, log=log, progress_bars=progress_bars)
+    """A configuration that never got to its first step: its setup or its compile raised."""
+    compile_failed = isinstance(exc, CompileFailed)
+    # A compile failure is told by what the compiler raised, not by the wrapper.
+    error = describe_error((exc.__cause__ or exc) if compile_failed else exc)
+    batch_size = workload.batch_size
+    result = ConfigResult(kind, mode, batch_size, batch_size * workload.items_per_sample())
+    result.failure = failure = StepFailure(
+        kind,
+        mode,
+        PHASE_COMPILE if compile_failed else PHASE_SETUP,
+        0,
+        error.text,
+        error.location,
+        compile_failed,
+        diagnosis=target.compiler_host_oom(error.text) or "",
+    )
+    log(failure.summary())
+    return result
 
 
 def measure(

@@ -6,16 +6,8 @@ from __future__ import annotations
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from workbench.baseline.records import (
-    COMPILED,
-    EAGER,
-    KIND_LABELS,
-    PHASE_FIRST_CALL,
-    PHASE_LABELS,
-    PHASE_STEADY,
-    BaselineResult,
-    ConfigResult,
-)
+from workbench.baseline import records as phases
+from workbench.baseline.records import COMPILED, EAGER, KIND_LABELS, BaselineResult, ConfigResult
 from workbench.timing import format_seconds
 
 MODE_COLORS = {EAGER: "tab:blue", COMPILED: "tab:orange"}
@@ -54,7 +46,7 @@ def step_times(result: BaselineResult) -> Figure:
                 fontsize=8,
                 color=color,
             )
-            steady = config.phase(PHASE_STEADY)
+            steady = config.phase(phases.PHASE_STEADY)
             if steady is not None:
                 ax.axvline(steady.first_step, color=color, ls=":", lw=1)
         ax.set_yscale("log")
@@ -84,7 +76,7 @@ def steady_histogram(result: BaselineResult) -> Figure:
     figure, axes = _axes_row(len(_kinds(result)))
     for ax, kind in zip(axes, _kinds(result), strict=True):
         measured = [(c, c.steady) for c in result.configs if c.kind == kind and c.steady]
-        ax.set_title(f"{KIND_LABELS[kind]}: {PHASE_LABELS[PHASE_STEADY]}")
+        ax.set_title(f"{KIND_LABELS[kind]}: {phases.PHASE_LABELS[phases.PHASE_STEADY]}")
         ax.set_xlabel("steady-state time per step (ms)")
         ax.set_ylabel("steps")
         if not measured:
@@ -134,8 +126,8 @@ def eager_vs_compiled(result: BaselineResult) -> Figure:
         p.memory.device_peak_allocated is not None for c in result.configs for p in c.phases
     )
     panels = [("throughput", None)] + [
-        (f"{scope} peak, {PHASE_LABELS[phase]} (MiB)", (phase, scope == "device"))
-        for phase in (PHASE_FIRST_CALL, PHASE_STEADY)
+        (f"{scope} peak, {phases.PHASE_LABELS[phase]} (MiB)", (phase, scope == "device"))
+        for phase in (phases.PHASE_FIRST_CALL, phases.PHASE_STEADY)
         for scope in (("host RSS", "device") if has_device else ("host RSS",))
     ]
     figure, axes = _axes_row(len(panels), height=3.4)

@@ -19,7 +19,6 @@ from workbench.timing import (
     HOST_LOAD_RULE,
     OUTLIER_RULE,
     RATIO_INTERVAL_METHOD,
-    HostLoad,
     Measurement,
     WarmupRule,
     format_seconds,
@@ -314,30 +313,23 @@ class ConfigResult:
         and the payback read from it, as a loaded steady state does the speed-up)."""
         return [p for p in self.phases if p.measurement and p.measurement.loaded]
 
-    def _loaded_host(self) -> tuple[PhaseResult, HostLoad] | None:
-        """The loaded phase a report names, steady state first: the medians and the speed-up
-        come from it."""
+    def _loaded_words(self, brief: bool) -> str | None:
+        """The loaded phase a report names, steady state first (the medians and the speed-up
+        come from it), with its machine's state in a sentence or, `brief`, in shares."""
         for phase in reversed(self.loaded_phases()):
             host = phase.measurement.host if phase.measurement else None
             if host is not None:
-                return phase, host
+                state = host.shares() if brief else host.sentence()
+                return f"{self.kind}/{self.mode} {PHASE_LABELS[phase.phase]}: {state}"
         return None
 
     def load_sentence(self) -> str | None:
         """Which phase was loaded and how, for a finding; None when quiet."""
-        found = self._loaded_host()
-        if found is None:
-            return None
-        phase, host = found
-        return f"{self.kind}/{self.mode} {PHASE_LABELS[phase.phase]}: {host.sentence()}"
+        return self._loaded_words(brief=False)
 
     def load_brief(self) -> str | None:
         """The same in few words, for a headline that must stay one readable line."""
-        found = self._loaded_host()
-        if found is None:
-            return None
-        phase, host = found
-        return f"{self.kind}/{self.mode} {PHASE_LABELS[phase.phase]}: {host.shares()}"
+        return self._loaded_words(brief=True)
 
 
 # Rounding slack for an interval that collapses onto its estimate (identical samples).

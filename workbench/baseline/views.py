@@ -37,14 +37,6 @@ from workbench.timing import (
 )
 
 
-def _mib(value: int | None) -> str:
-    return "n/a" if value is None else f"{value / 2**20:.1f} MiB"
-
-
-def _seconds(value: float | None) -> str:
-    return "n/a" if value is None else format_seconds(value)
-
-
 def _rate(value: float | None, unit: str) -> str:
     return "n/a" if value is None else f"{value:,.0f} {unit}"
 
@@ -87,9 +79,11 @@ def _timing_row(config: ConfigResult, unit: str) -> dict[str, Any]:
     return {
         "step": _step(config),
         "status": config_status(config),
-        "first call": _seconds(first.measurement.total if first and first.measurement else None),
+        "first call": show.seconds_cell(
+            first.measurement.total if first and first.measurement else None
+        ),
         "warm-up": warmup_text,
-        "steady median": _seconds(steady.robust_median if steady else None),
+        "steady median": show.seconds_cell(steady.robust_median if steady else None),
         "IQR": f"{steady.relative_iqr:.0%}" if steady else "n/a",
         "tail": _tail(steady),
         "throughput": _rate(config.throughput, unit),
@@ -105,10 +99,12 @@ def _cost_row(config: ConfigResult, payback: CompilePayback | None) -> dict[str,
         "step": _step(config),
         "graphs compiled": sum(p.compile.graphs or 0 for p in config.phases),
         # One compile figure everywhere: the compiled first call minus its steady median.
-        "compile cost": _seconds(cost.compile_cost) if cost else "n/a",
+        "compile cost": show.seconds_cell(cost.compile_cost) if cost else "n/a",
         "compiler cache": cost.compiler_cache if cost else "n/a",
-        "compiler workers peak": _mib(first.memory.compiler_peak_rss if first else None),
-        "host peak (steady)": _mib(steady_phase.memory.host_peak_rss if steady_phase else None),
+        "compiler workers peak": show.mib_cell(first.memory.compiler_peak_rss if first else None),
+        "host peak (steady)": show.mib_cell(
+            steady_phase.memory.host_peak_rss if steady_phase else None
+        ),
         "steady recompiles": config.steady_recompiles,
         "steady samples left out": _left_out(config.steady),
         "loss first / last": "n/a"
@@ -166,10 +162,10 @@ def _phase_time_row(config: ConfigResult, phase: PhaseResult) -> dict[str, Any]:
         "configuration": f"{config.kind}/{config.mode}",
         "phase": PHASE_LABELS[phase.phase],
         "steps": phase.steps,
-        "total": _seconds(m.total if m else None),
-        "median": _seconds(m.robust_median if m else None),
-        "min": _seconds(m.min if m else None),
-        "max": _seconds(m.max if m else None),
+        "total": show.seconds_cell(m.total if m else None),
+        "median": show.seconds_cell(m.robust_median if m else None),
+        "min": show.seconds_cell(m.min if m else None),
+        "max": show.seconds_cell(m.max if m else None),
         "machine": _machine(m),
     }
 
@@ -178,13 +174,13 @@ def _phase_cost_row(config: ConfigResult, phase: PhaseResult) -> dict[str, Any]:
     return {
         "configuration": f"{config.kind}/{config.mode}",
         "phase": PHASE_LABELS[phase.phase],
-        "host peak RSS": _mib(phase.memory.host_peak_rss),
-        "device peak allocated": _mib(phase.memory.device_peak_allocated),
-        "device peak reserved": _mib(phase.memory.device_peak_reserved),
+        "host peak RSS": show.mib_cell(phase.memory.host_peak_rss),
+        "device peak allocated": show.mib_cell(phase.memory.device_peak_allocated),
+        "device peak reserved": show.mib_cell(phase.memory.device_peak_reserved),
         "graphs compiled": "n/a" if phase.compile.graphs is None else phase.compile.graphs,
         # A part of the first call, not the compile cost: the compiler's own counter.
-        "time in compiler": _seconds(phase.compile.compile_seconds),
-        "compiler workers peak": _mib(phase.memory.compiler_peak_rss),
+        "time in compiler": show.seconds_cell(phase.compile.compile_seconds),
+        "compiler workers peak": show.mib_cell(phase.memory.compiler_peak_rss),
     }
 
 
@@ -220,10 +216,10 @@ def script_loop(result: BaselineResult) -> None:
         {
             "phase": PHASE_LABELS[phase],
             "steps": len(times),
-            "total": _seconds(sum(times) if times else None),
-            "median": _seconds(Measurement(times).robust_median if times else None),
-            "min": _seconds(min(times) if times else None),
-            "max": _seconds(max(times) if times else None),
+            "total": show.seconds_cell(sum(times) if times else None),
+            "median": show.seconds_cell(Measurement(times).robust_median if times else None),
+            "min": show.seconds_cell(min(times) if times else None),
+            "max": show.seconds_cell(max(times) if times else None),
         }
         for phase, times in (
             (PHASE_FIRST_CALL, [steps.first]),
@@ -258,13 +254,15 @@ def comparison(result: BaselineResult) -> None:
                 ),
                 "speed-up": _speedup(payback),
                 "95% interval": _interval(payback),
-                "compile cost": f"{_seconds(payback.compile_cost)} ({payback.compiler_cache})",
+                "compile cost": (
+                    f"{show.seconds_cell(payback.compile_cost)} ({payback.compiler_cache})"
+                ),
                 "break-even": _break_even(payback),
                 "host peak, steady eager / compiled": (
-                    f"{_mib(_steady_memory(eager).host_peak_rss)} / "
-                    f"{_mib(_steady_memory(compiled).host_peak_rss)}"
+                    f"{show.mib_cell(_steady_memory(eager).host_peak_rss)} / "
+                    f"{show.mib_cell(_steady_memory(compiled).host_peak_rss)}"
                 ),
-                "compiled first-call host peak": _mib(
+                "compiled first-call host peak": show.mib_cell(
                     compiled.phases[0].memory.host_peak_rss if compiled.phases else None
                 ),
             }
@@ -351,48 +349,49 @@ def checklist(result: BaselineResult) -> None:
     )
 
 
+def _config_problems(result: BaselineResult, config: ConfigResult) -> list[tuple[str, str]]:
+    """One configuration's problems, each a sentence and its banner kind."""
+    name = f"{config.kind}/{config.mode}"
+    messages: list[tuple[str, str]] = []
+    if config.nonfinite_step:
+        phase = PHASE_LABELS[config.phase_of_step(config.nonfinite_step)]
+        text = f"{name}: the loss became NaN or Inf at step {config.nonfinite_step} ({phase})."
+        messages.append((text, "fail"))
+    if config.steady_recompiles:
+        text = (
+            f"{name}: {config.steady_recompiles} recompile(s) during steady state. Steady state "
+            "must compile nothing: on Neuron each recompile costs minutes."
+        )
+        messages.append((text, "fail"))
+    if config.warmup_converged is False:
+        cap = result.settings.warmup.max_steps
+        text = f"{name}: warm-up stopped at its cap of {cap} steps; the step time never settled."
+        messages.append((text, "warn"))
+    if config.load_sentence():
+        text = (
+            f"{config.load_sentence()}. Timed on a loaded machine: no speed-up or payback "
+            "is claimed from it; rerun on a quiet machine."
+        )
+        messages.append((text, "warn"))
+    steady = config.steady
+    if steady and steady.has_warnings:
+        messages.append((f"{name} steady state: {'; '.join(steady.warnings)}.", "warn"))
+    return messages
+
+
 def problems(result: BaselineResult) -> None:
     """Failures and warnings, each in one sentence; a clean run says so."""
-    messages: list[tuple[str, str]] = []
-    for failure in result.failures:
-        messages.append((f"{failure.summary()} (at {failure.location})", "fail"))
+    messages: list[tuple[str, str]] = [
+        (f"{failure.summary()} (at {failure.location})", "fail") for failure in result.failures
+    ]
     for failure in result.compile_failures:
-        messages.append(
-            (
-                f"{failure.kind}: compile failed on {result.target['name']}, eager results are "
-                f"still reported. Reason: {failure.error} (at {failure.location})",
-                "warn",
-            )
+        text = (
+            f"{failure.kind}: compile failed on {result.target['name']}, eager results are "
+            f"still reported. Reason: {failure.error} (at {failure.location})"
         )
+        messages.append((text, "warn"))
     for config in result.configs:
-        name = f"{config.kind}/{config.mode}"
-        if config.nonfinite_step:
-            phase = PHASE_LABELS[config.phase_of_step(config.nonfinite_step)]
-            text = f"{name}: the loss became NaN or Inf at step {config.nonfinite_step} ({phase})."
-            messages.append((text, "fail"))
-        if config.steady_recompiles:
-            messages.append(
-                (
-                    f"{name}: {config.steady_recompiles} recompile(s) during steady state. "
-                    "Steady state must compile nothing: on Neuron each recompile costs minutes.",
-                    "fail",
-                )
-            )
-        if config.warmup_converged is False:
-            cap = result.settings.warmup.max_steps
-            text = (
-                f"{name}: warm-up stopped at its cap of {cap} steps; the step time never settled."
-            )
-            messages.append((text, "warn"))
-        if config.load_sentence():
-            text = (
-                f"{config.load_sentence()}. Timed on a loaded machine: no speed-up or payback "
-                "is claimed from it; rerun on a quiet machine."
-            )
-            messages.append((text, "warn"))
-        steady = config.steady
-        if steady and steady.has_warnings:
-            messages.append((f"{name} steady state: {'; '.join(steady.warnings)}.", "warn"))
+        messages += _config_problems(result, config)
     if result.reference.error:
         messages.append((f"reference artifact not written: {result.reference.error}", "warn"))
     if not messages:
@@ -435,12 +434,14 @@ def ledger_row(entry: LedgerEntry) -> dict[str, Any]:
         "phase": PHASE_LABELS[entry.phase],
         "step": entry.step,
         "graph": entry.graph_id,
-        "compile time": _seconds(entry.seconds),
+        "compile time": show.seconds_cell(entry.seconds),
         "cause": entry.cause,
         "detail": entry.detail or "",
         "user code": entry.location or "",
         "cache": entry.cache or "n/a",
-        "saved by the cache": _seconds(entry.saved_seconds) if entry.cache == "hit" else "",
+        "saved by the cache": show.seconds_cell(entry.saved_seconds)
+        if entry.cache == "hit"
+        else "",
     }
 
 
@@ -463,7 +464,11 @@ def compile_ledger(result: BaselineResult, cache: Any = None) -> None:
     display(show.banner(cache.sentence, "ok" if cache.in_use else "warn"))
     counters = cache.counters
     if counters is not None:
-        saved = _seconds(counters.saved_seconds) if counters.saved_seconds is not None else "n/a"
+        saved = (
+            show.seconds_cell(counters.saved_seconds)
+            if counters.saved_seconds is not None
+            else "n/a"
+        )
         hits = "not counted" if counters.hits is None else counters.hits
         facts = {"hits": hits, "misses": counters.misses, "compile time saved": saved}
         facts |= dict(counters.extra)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from time import perf_counter
 
 from workbench.coverage.capture import (
@@ -29,12 +30,14 @@ from workbench.coverage.records import (
     op_row,
 )
 from workbench.coverage.risks import (
+    RiskFlag,
     capture_flags,
     composite_note,
     optimizer_sync_note,
     prefetch_builtin_namespaces,
 )
 from workbench.coverage.shapes import (
+    ShapeChange,
     ShapeStability,
     compare_captures,
     other_batch_size,
@@ -42,6 +45,7 @@ from workbench.coverage.shapes import (
 )
 from workbench.coverage.support import (
     FLAVOURS,
+    SupportTable,
     TargetReading,
     load_tables,
     verdict,
@@ -146,37 +150,28 @@ def _rows(
     return list(rows.values())
 
 
-def analyze_coverage(
-    workload: Workload,
-    target: Target,
-    *,
-    flavours: list[str] | tuple[str, ...] = FLAVOURS,
-    measure: bool = True,
-) -> CoverageReport:
-    """Everything notebook 02 shows: capture, shapes, graph breaks, flags, verdicts."""
-    check_flavours(flavours)
-    started = perf_counter()
-    prefetch_builtin_namespaces()
-    reference = capture_training_step(workload)
-    variants, shapes = _shape_variants(workload, reference)
-    compiled = explain_forward(workload)
-    changes = shapes.changed_ops()
-    flags = capture_flags(reference, changes)
-    tables = load_tables()
+def _measurement_note(target: Target, measure: bool, measured: bool) -> str:
+    """What was measured on the target, or why nothing was."""
+    if measured:
+        return f"measured one training step on {target.name}: {target.validation_statement()}"
+    if not measure:
+        return "measurement on the target was switched off (measure_on_target=False)"
+    return (
+        f"the {target.name} target measures no Neuron fallbacks: verdicts come from tables; "
+        "run with target=xla (torch-xla) or target=neuron (Trn2/Trn3) to measure"
+    )
 
-    measured = measure_on_target(workload, target) if measure else None
-    measurement, target_capture = measured if measured else (None, None)
-    if measured is not None:
-        note = f"measured one training step on {target.name}: {target.validation_statement()}"
-    elif not measure:
-        note = "measurement on the target was switched off (measure_on_target=False)"
-    else:
-        note = (
-            f"the {target.name} target measures no Neuron fallbacks: verdicts come from tables; "
-            "run with target=xla (torch-xla) or target=neuron (Trn2/Trn3) to measure"
-        )
 
-    rows = _rows(reference, target_capture, measurement)
+def _judge_rows(
+    rows: list[OpRow],
+    reference: Capture,
+    flags: list[RiskFlag],
+    changes: Mapping[str, ShapeChange],
+    flavours: Sequence[str],
+    tables: Mapping[str, list[SupportTable]],
+    measurement: TargetReading | None,
+) -> None:
+    """Each row's flag kinds, and its verdict on every flavour it says something about."""
     flag_kinds: dict[str, list[str]] = {}
     for f in flags:
         flag_kinds.setdefault(f.op, [])
@@ -202,6 +197,30 @@ def analyze_coverage(
                 forward_ops=row.forward_ops,
                 inside_note=inside_note,
             )
+
+
+def analyze_coverage(
+    workload: Workload,
+    target: Target,
+    *,
+    flavours: list[str] | tuple[str, ...] = FLAVOURS,
+    measure: bool = True,
+) -> CoverageReport:
+    """Everything notebook 02 shows: capture, shapes, graph breaks, flags, verdicts."""
+    check_flavours(flavours)
+    started = perf_counter()
+    prefetch_builtin_namespaces()
+    reference = capture_training_step(workload)
+    variants, shapes = _shape_variants(workload, reference)
+    compiled = explain_forward(workload)
+    changes = shapes.changed_ops()
+    flags = capture_flags(reference, changes)
+    tables = load_tables()
+
+    measured = measure_on_target(workload, target) if measure else None
+    measurement, target_capture = measured if measured else (None, None)
+    rows = _rows(reference, target_capture, measurement)
+    _judge_rows(rows, reference, flags, changes, flavours, tables, measurement)
     return CoverageReport(
         workload=workload.name,
         flavours=list(flavours),
@@ -212,7 +231,7 @@ def analyze_coverage(
         flags=flags,
         tables=tables,
         measurement=measurement,
-        measurement_note=note,
+        measurement_note=_measurement_note(target, measure, measured is not None),
         target_capture=target_capture,
         rows=rows,
         seconds=perf_counter() - started,

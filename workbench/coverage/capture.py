@@ -756,12 +756,9 @@ def capture_training_step(
         model.train()
         optimizer = workload.make_optimizer(model)
         batch = workload.batch(device, batch_size)
-        if (
-            sequence_length
-            and workload.sequence_length
-            and sequence_length != (workload.sequence_length)
-        ):
-            batch = shorten_sequence(batch, workload.sequence_length, sequence_length)
+        full = workload.sequence_length
+        if sequence_length and full and sequence_length != full:
+            batch = shorten_sequence(batch, full, sequence_length)
         inputs, targets = batch
         optimizer.zero_grad(set_to_none=True)
         with _tracking_modules(model, mode), mode:

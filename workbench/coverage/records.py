@@ -32,7 +32,7 @@ from workbench.coverage.support import (
 )
 from workbench.markup import VERDICT_BANNER
 from workbench.scan.report import ScanReport
-from workbench.scorecard import ATTENTION, BLOCKER, Finding, judge
+from workbench.scorecard import ATTENTION, BLOCKER, Finding, Status, judge
 
 SEEN_REFERENCE = "cpu capture"
 
@@ -205,17 +205,7 @@ class CoverageReport:
 
 
 def _site_data(site: CallSite | None) -> dict[str, Any] | None:
-    if site is None:
-        return None
-    return {
-        "path": site.path,
-        "line": site.line,
-        "function": site.function,
-        "in_user_code": site.in_user_code,
-        "module": site.module,
-        "via": site.via,
-        "text": site.short(),
-    }
+    return None if site is None else {**asdict(site), "text": site.short()}
 
 
 def _capture_data(capture: Capture) -> dict[str, Any]:
@@ -239,94 +229,94 @@ def _capture_data(capture: Capture) -> dict[str, Any]:
     }
 
 
+def _op_data(r: OpRow) -> dict[str, Any]:
+    return {
+        "op": r.op,
+        "namespace": r.namespace,
+        "calls": r.calls,
+        "total_calls": r.total_calls,
+        "dtypes": r.dtypes,
+        "layouts": r.layouts,
+        "shapes": r.shapes,
+        "distinct_shapes": r.distinct_shapes,
+        "tags": r.tags,
+        "flags": r.flags,
+        "seen_in": r.seen_in,
+        "forward_ops": r.forward_ops,
+        "data_dependence": r.data_dependence,
+        "composite_kernel": r.composite_kernel,
+        "inside": r.inside,
+        "first_site": _site_data(r.first_site),
+        "sites": [{"calls": s.calls, **(_site_data(s.site) or {})} for s in r.sites],
+        "verdicts": {
+            f: {"status": v.status, "measured": v.measured, "evidence": v.evidence}
+            for f, v in r.verdicts.items()
+        },
+    }
+
+
+def _blocker_data(r: OpRow, flavour: str) -> dict[str, Any]:
+    return {
+        "op": r.op,
+        "verdict": r.verdicts[flavour].status,
+        "calls": r.total_calls,
+        "site": r.first_site.short() if r.first_site else None,
+    }
+
+
+def _flag_data(f: RiskFlag) -> dict[str, Any]:
+    return {**asdict(f), "site": _site_data(f.site)}
+
+
+def _measurement_data(report: CoverageReport) -> dict[str, Any] | None:
+    reading = report.measurement
+    if reading is None:
+        return None
+    return {
+        "target": reading.target,
+        "flavour": reading.flavour,
+        "statement": reading.statement,
+        "fallbacks": dict(reading.fallbacks),
+        "executed_ops": len(reading.executed),
+        # Per op, so `workbench tables save-measured` can make a table of this run.
+        "executed": dict(reading.executed),
+        "tracked_executed": None if reading.tracked is None else dict(reading.tracked),
+        "inference": reading.inference,
+        "compiles": [asdict(event) for event in reading.compiles],
+        "failure": reading.failure,
+        "capture": _capture_data(report.target_capture) if report.target_capture else None,
+    }
+
+
 def report_data(report: CoverageReport) -> dict[str, Any]:
     """The coverage part of 02_op_coverage.json: plain data, every verdict with its evidence."""
+    shapes = report.shapes
     return {
         "headline": report.headline(),
         "flavours": report.flavours,
         "capture": _capture_data(report.reference),
         "phases": list(PHASES),
-        "ops": [
-            {
-                "op": r.op,
-                "namespace": r.namespace,
-                "calls": r.calls,
-                "total_calls": r.total_calls,
-                "dtypes": r.dtypes,
-                "layouts": r.layouts,
-                "shapes": r.shapes,
-                "distinct_shapes": r.distinct_shapes,
-                "tags": r.tags,
-                "flags": r.flags,
-                "seen_in": r.seen_in,
-                "forward_ops": r.forward_ops,
-                "data_dependence": r.data_dependence,
-                "composite_kernel": r.composite_kernel,
-                "inside": r.inside,
-                "first_site": _site_data(r.first_site),
-                "sites": [{"calls": s.calls, **(_site_data(s.site) or {})} for s in r.sites],
-                "verdicts": {
-                    f: {"status": v.status, "measured": v.measured, "evidence": v.evidence}
-                    for f, v in r.verdicts.items()
-                },
-            }
-            for r in report.rows
-        ],
+        "ops": [_op_data(r) for r in report.rows],
         "coverage": {
             f: {"label": s.label, "distinct": s.distinct, "calls": s.calls, "basis": s.basis}
             for f, s in report.summaries().items()
         },
         "blockers": {
-            flavour: [
-                {
-                    "op": r.op,
-                    "verdict": r.verdicts[flavour].status,
-                    "calls": r.total_calls,
-                    "site": r.first_site.short() if r.first_site else None,
-                }
-                for r in report.blockers(flavour)
-            ]
+            flavour: [_blocker_data(r, flavour) for r in report.blockers(flavour)]
             for flavour in report.flavours
         },
-        "flags": [
-            {
-                "kind": f.kind,
-                "severity": f.severity,
-                "op": f.op,
-                "detail": f.detail,
-                "calls": f.calls,
-                "site": _site_data(f.site),
-            }
-            for f in report.flags
-        ],
+        "flags": [_flag_data(f) for f in report.flags],
         "shape_stability": {
-            "stable": report.shapes.stable,
-            "unrolled": report.shapes.unrolled_status(),
-            "recurrent_modules": report.shapes.recurrent_modules,
-            "sentence": report.shapes.sentence(),
-            "reference": report.shapes.reference,
-            "comparisons": report.shapes.comparisons,
+            "stable": shapes.stable,
+            "unrolled": shapes.unrolled_status(),
+            "recurrent_modules": shapes.recurrent_modules,
+            "sentence": shapes.sentence(),
+            "reference": shapes.reference,
+            "comparisons": shapes.comparisons,
         },
         "compiled": {**vars(report.compiled), "sentence": report.compiled.sentence()},
         "tables": {f: [t.describe() for t in ts] for f, ts in report.tables.items()},
-        "measurement": None
-        if report.measurement is None
-        else {
-            "target": report.measurement.target,
-            "flavour": report.measurement.flavour,
-            "statement": report.measurement.statement,
-            "fallbacks": dict(report.measurement.fallbacks),
-            "executed_ops": len(report.measurement.executed),
-            # Per op, so `workbench tables save-measured` can make a table of this run.
-            "executed": dict(report.measurement.executed),
-            "tracked_executed": None
-            if report.measurement.tracked is None
-            else dict(report.measurement.tracked),
-            "inference": report.measurement.inference,
-            "compiles": [asdict(event) for event in report.measurement.compiles],
-            "failure": report.measurement.failure,
-            "capture": _capture_data(report.target_capture) if report.target_capture else None,
-        },
+        "measurement": _measurement_data(report),
         "measurement_note": report.measurement_note,
         "profiler_markers": report.bookkeeping,
         "optimizer_note": report.optimizer_note,
@@ -342,6 +332,15 @@ COVERAGE_RULE = (
 )
 
 
+def _per_flavour(report: CoverageReport, verdict: str, status: Status, words: str) -> list[Finding]:
+    """One finding per flavour with ops of `verdict`: "3 op(s) <words> on <flavour>"."""
+    return [
+        Finding(status, f"{summary.distinct[verdict]} op(s) {words} on {summary.label}")
+        for summary in report.summaries().values()
+        if summary.distinct[verdict]
+    ]
+
+
 def coverage_verdict(report: CoverageReport, scan: ScanReport | None) -> scorecard.Verdict:
     """Notebook 02's verdict, by COVERAGE_RULE."""
     findings = []
@@ -349,14 +348,7 @@ def coverage_verdict(report: CoverageReport, scan: ScanReport | None) -> scoreca
         findings.append(
             Finding(BLOCKER, f"the step failed mid-capture ({report.reference.failure.phase})")
         )
-    for summary in report.summaries().values():
-        if summary.distinct[FALLS_BACK]:
-            findings.append(
-                Finding(
-                    BLOCKER,
-                    f"{summary.distinct[FALLS_BACK]} op(s) fall back or fail on {summary.label}",
-                )
-            )
+    findings += _per_flavour(report, FALLS_BACK, BLOCKER, "fall back or fail")
     custom = {f.op for f in report.flags if f.kind == CUSTOM_OP}
     if custom:
         findings.append(
@@ -374,14 +366,7 @@ def coverage_verdict(report: CoverageReport, scan: ScanReport | None) -> scoreca
         findings.append(Finding(ATTENTION, report.shapes.status()))
     elif report.shapes.unrolls:
         findings.append(Finding(ATTENTION, report.shapes.unrolled_status()))
-    for summary in report.summaries().values():
-        if summary.distinct[UNKNOWN]:
-            findings.append(
-                Finding(
-                    ATTENTION,
-                    f"{summary.distinct[UNKNOWN]} op(s) with unknown support on {summary.label}",
-                )
-            )
+    findings += _per_flavour(report, UNKNOWN, ATTENTION, "with unknown support")
     return judge(
         findings, COVERAGE_RULE, "every op is supported on the chosen flavours; no blocking finding"
     )

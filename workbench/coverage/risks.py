@@ -19,7 +19,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -79,39 +79,23 @@ DYNAMIC_SHAPE_WHY = (
 )
 HOST_READ_WHY = "a device sync on native Neuron, a graph cut on XLA, each time the kernel runs"
 
+# Why each dtype is a risk, by flag; _DTYPE_RULES says which dtype names raise which flag.
+_DTYPE_WHY = {
+    FLOAT64: "NeuronCores have no FP64: computed as float32 (AWS Neuron data types documentation)",
+    COMPLEX: "no complex dtype on NeuronCores: native decomposes complex ops, XLA may fall back",
+    FLOAT8: "float8 casts only under compile on native Neuron, and aten::_scaled_mm is missing",
+    UNUSUAL_INT: "NeuronCores compute UINT8, INT32/UINT32: other integer widths are converted "
+    "or rejected",
+    INT64: "int64 is downcast to int32 by default (no native INT64 on NeuronCore-v2); the "
+    "values were not read here, so check they fit int32",
+}
 _DTYPE_RULES = (
-    # (dtype name pattern, flag, severity, why)
-    (
-        re.compile(r"float64$"),
-        FLOAT64,
-        MEDIUM,
-        "NeuronCores have no FP64: computed as float32 (AWS Neuron data types documentation)",
-    ),
-    (
-        re.compile(r"complex"),
-        COMPLEX,
-        MEDIUM,
-        "no complex dtype on NeuronCores: native decomposes complex ops, XLA may fall back",
-    ),
-    (
-        re.compile(r"float8|float4"),
-        FLOAT8,
-        MEDIUM,
-        "float8 casts only under compile on native Neuron, and aten::_scaled_mm is missing",
-    ),
-    (
-        re.compile(r"^(uint(16|32|64)|u?int[1-7]|bits\w*)$"),
-        UNUSUAL_INT,
-        MEDIUM,
-        "NeuronCores compute UINT8, INT32/UINT32: other integer widths are converted or rejected",
-    ),
-    (
-        re.compile(r"int64$"),
-        INT64,
-        LOW,
-        "int64 is downcast to int32 by default (no native INT64 on NeuronCore-v2); the values "
-        "were not read here, so check they fit int32",
-    ),
+    # (dtype name pattern, flag, severity): the first that matches a dtype is its flag
+    (re.compile(r"float64$"), FLOAT64, MEDIUM),
+    (re.compile(r"complex"), COMPLEX, MEDIUM),
+    (re.compile(r"float8|float4"), FLOAT8, MEDIUM),
+    (re.compile(r"^(uint(16|32|64)|u?int[1-7]|bits\w*)$"), UNUSUAL_INT, MEDIUM),
+    (re.compile(r"int64$"), INT64, LOW),
 )
 
 
@@ -210,22 +194,42 @@ def composite_note(record: OpRecord, change: ShapeChange | None = None) -> str:
     return "; ".join(parts)
 
 
+@dataclass
+class _OpFlags:
+    """The flags of one op as its rules find them; a flag's site and calls default to the op's
+    first site and all its calls."""
+
+    record: OpRecord
+    flags: list[RiskFlag] = field(default_factory=list)
+
+    def add(
+        self, kind: str, severity: str, detail: str, site: CallSite | None = None, count: int = 0
+    ) -> None:
+        record = self.record
+        where = site or record.first_site
+        self.flags.append(
+            RiskFlag(kind, severity, record.op, detail, where, count or record.total_calls)
+        )
+
+
 def op_flags(
     record: OpRecord, builtin: frozenset[str], change: ShapeChange | None = None
 ) -> list[RiskFlag]:
     """Every risk one captured op carries; `change`: the first change of its sizes (or, for a
     composite, of sizes inside it) the shape check could not explain by batch or sequence."""
-    flags: list[RiskFlag] = []
-    calls = record.total_calls
+    found = _OpFlags(record)
+    _origin_flags(found, builtin)
+    _shape_flags(found, change)
+    _dtype_flags(found)
+    _tensor_flags(found)
+    return found.flags
 
-    def flag(
-        kind: str, severity: str, detail: str, site: CallSite | None = None, count: int = 0
-    ) -> None:
-        where = site or record.first_site
-        flags.append(RiskFlag(kind, severity, record.op, detail, where, count or calls))
 
+def _origin_flags(found: _OpFlags, builtin: frozenset[str]) -> None:
+    """Where the op comes from and what its tags say: a custom namespace, host reads, RNG."""
+    record = found.record
     if record.namespace not in builtin:
-        flag(
+        found.add(
             CUSTOM_OP,
             HIGH,
             f"namespace {record.namespace!r} is not PyTorch's, {custom_op_origin(record.op)}: "
@@ -234,17 +238,22 @@ def op_flags(
     for tag, kind, severity, why in _TAG_RULES:
         if record.has_tag(tag):
             # The optimizer's own reads are its note (optimizer_sync_note), not the model's.
-            model = calls - optimizer_reads(record)
-            flag(kind, severity, why, count=model if kind == HOST_SYNC else 0)
+            model = record.total_calls - optimizer_reads(record)
+            found.add(kind, severity, why, count=model if kind == HOST_SYNC else 0)
+
+
+def _shape_flags(found: _OpFlags, change: ShapeChange | None) -> None:
+    """Sizes that follow the data, in the op itself or, for a composite, inside its kernel."""
+    record = found.record
     if record.data_dependent_calls:
-        flag(
+        found.add(
             DYNAMIC_SHAPE,
             HIGH,
             f"{record.data_dependence}: {DYNAMIC_SHAPE_WHY}",
             count=record.data_dependent_calls,
         )
     elif change is not None and record.has_tag("dynamic_output_shape"):
-        flag(
+        found.add(
             DYNAMIC_SHAPE,
             HIGH,
             f"its output size changed between steps otherwise than the {change.variant_label} "
@@ -252,22 +261,27 @@ def op_flags(
         )
     note = composite_note(record, change)
     if record.inside_host_reads:
-        flag(
+        found.add(
             HOST_SYNC,
             MEDIUM,
             f"{note}: {HOST_READ_WHY} on a target without its own kernel for {record.op}",
             count=record.inside_host_reads,
         )
     if record.inside_data_dependent or (change is not None and record.composite_kernel):
-        flag(
+        found.add(
             DYNAMIC_SHAPE,
             HIGH,
             f"{note}: on a target without its own kernel for {record.op}, "
             "each new size is a new graph to compile",
-            count=record.inside_data_dependent or calls,
+            count=record.inside_data_dependent or record.total_calls,
         )
+
+
+def _dtype_flags(found: _OpFlags) -> None:
+    """The dtypes the op really saw, and int64 values beyond int32's range."""
+    record = found.record
     for dtype in record.dtypes:
-        for pattern, kind, severity, why in _DTYPE_RULES:
+        for pattern, kind, severity in _DTYPE_RULES:
             if pattern.search(dtype):
                 # int64 values read and found within int32 (class targets, token and index
                 # tensors) survive the downcast unchanged: nothing to act on. An allocation
@@ -276,41 +290,46 @@ def op_flags(
                     record.int64_max_abs is not None or record.op in UNINITIALIZED_OUTPUTS
                 )
                 if not fits:
-                    flag(kind, severity, f"{dtype}: {why}", record.dtype_sites.get(dtype))
+                    why = _DTYPE_WHY[kind]
+                    found.add(kind, severity, f"{dtype}: {why}", record.dtype_sites.get(dtype))
                 break
     if record.int64_max_abs is not None and record.int64_max_abs > INT32_MAX:
-        flag(
+        found.add(
             INT64_RANGE,
             HIGH,
             f"int64 values up to {record.int64_max_abs:,} do not fit int32: wrong results after "
             "the default int64 -> int32 downcast",
             record.int64_beyond_int32_site,
         )
+
+
+def _tensor_flags(found: _OpFlags) -> None:
+    """What kind of tensors the op saw (layout, quantized, subclass) and CPU-only kernel names."""
+    record = found.record
     odd_layouts = [layout for layout in record.layouts if layout != "strided"]
     if odd_layouts:
-        flag(
+        found.add(
             SPARSE,
             HIGH,
             f"{', '.join(odd_layouts)} layout: torch-xla raises for sparse tensors (no "
             "SparseXLA kernels); no Neuron statement found, assume unsupported",
         )
     if record.quantized:
-        flag(QUANTIZED, HIGH, "quantized tensors: TorchNeuron lists quantized variants as N")
+        found.add(QUANTIZED, HIGH, "quantized tensors: TorchNeuron lists quantized variants as N")
     if record.tensor_types:
-        flag(
+        found.add(
             SUBCLASS,
             MEDIUM,
             f"tensor subclass {', '.join(record.tensor_types)}: its own dispatch runs on top of "
             "the device's; check it supports the Neuron device",
         )
     if is_cpu_kernel_choice(record.op):
-        flag(
+        found.add(
             CPU_KERNEL,
             LOW,
             "the CPU's own kernel choice for a composite op (e.g. scaled_dot_product_attention): "
             "on a Neuron device the composite picks its own kernel, so this name does not run",
         )
-    return flags
 
 
 def _optimizer_site(site: CallSite) -> bool:

@@ -11,6 +11,7 @@ from IPython.display import display
 
 from workbench import markup as show
 from workbench.coverage.capture import PHASES, CallSite
+from workbench.coverage.graphs import CompiledPath
 from workbench.coverage.records import (
     SEEN_REFERENCE,
     CoverageReport,
@@ -18,11 +19,13 @@ from workbench.coverage.records import (
     headline_kind,
     headline_text,
 )
+from workbench.coverage.shapes import ShapeStability, VariantComparison
 from workbench.coverage.support import (
     FALLS_BACK,
     FLAVOUR_LABELS,
     SUPPORTED,
     UNKNOWN,
+    TargetReading,
     native_table_note,
 )
 from workbench.errors import WorkbenchError
@@ -242,13 +245,11 @@ def ops_by_phase(report: CoverageReport) -> None:
             }
             for r in sorted(target_only, key=lambda r: -r.total_calls)
         ]
-        display(
-            show.table(
-                rows,
-                caption="Ops that ran only on the target (its own decompositions and "
-                "functionalization replace some CPU ops)",
-            )
+        caption = (
+            "Ops that ran only on the target (its own decompositions and functionalization "
+            "replace some CPU ops)"
         )
+        display(show.table(rows, caption=caption))
 
 
 def risk_flags(report: CoverageReport) -> None:
@@ -291,40 +292,56 @@ def risk_flags(report: CoverageReport) -> None:
     display(show.table(rows, caption=caption))
 
 
+def _comparison_row(c: VariantComparison, reference: str) -> dict[str, Any]:
+    return {
+        "compared with": c.label,
+        "against": reference,
+        "ratio": c.ratio,
+        "calls compared": c.compared_calls,
+        "not compared (inside torch, layout copies)": c.uncompared_calls,
+        "unchanged": c.unchanged_calls,
+        f"scaled with {c.dimension}": c.scaled_calls,
+        f"{c.dimension} plus or minus a few": c.offset_calls,
+        "changed otherwise": c.unexplained_calls,
+        "ops run a different number of times": len(c.call_count_changes),
+        f"ops run per {c.dimension} position": len(c.per_position_ops),
+        f"lists gathered per {c.dimension} position": c.gathered_calls,
+        "failure": c.failure or "",
+    }
+
+
+COMPARISON_CAPTION = (
+    "Shape stability: each call the model's own code makes (ops it calls directly, every "
+    "module's inputs and outputs, and in the forward what a composite op's kernel dispatches) "
+    "against the same call at another size; what torch runs inside a module or function (a "
+    "kernel's workspace, the autograd engine's backward, the optimizer) follows from those, and "
+    "eager layout copies depend on strides only: neither is compared"
+)
+PER_POSITION_CAPTION = (
+    "Ops a Python loop runs a whole number of times per position: the graph a static-shape "
+    "target traces is unrolled and grows with the size"
+)
+
+
+def _ops_by_comparison(stability: ShapeStability, caption: str, texts: str) -> None:
+    """One table of the ops each comparison lists under `texts` (an attribute of its own)."""
+    rows = [
+        {"compared with": c.label, "op": text}
+        for c in stability.comparisons
+        for text in getattr(c, texts)
+    ]
+    if rows:
+        display(show.table(rows, caption=caption))
+
+
 def shape_stability(report: CoverageReport) -> None:
     stability = report.shapes
     calm = stability.stable and not stability.unrolls
     display(show.banner(stability.sentence(), "ok" if calm else "warn"))
     if not stability.comparisons:
         return
-    display(
-        show.table(
-            [
-                {
-                    "compared with": c.label,
-                    "against": stability.reference,
-                    "ratio": c.ratio,
-                    "calls compared": c.compared_calls,
-                    "not compared (inside torch, layout copies)": c.uncompared_calls,
-                    "unchanged": c.unchanged_calls,
-                    f"scaled with {c.dimension}": c.scaled_calls,
-                    f"{c.dimension} plus or minus a few": c.offset_calls,
-                    "changed otherwise": c.unexplained_calls,
-                    "ops run a different number of times": len(c.call_count_changes),
-                    f"ops run per {c.dimension} position": len(c.per_position_ops),
-                    f"lists gathered per {c.dimension} position": c.gathered_calls,
-                    "failure": c.failure or "",
-                }
-                for c in stability.comparisons
-            ],
-            caption="Shape stability: each call the model's own code makes (ops it calls "
-            "directly, every module's inputs and outputs, and in the forward what a composite "
-            "op's kernel dispatches) against the same call at another size; what torch runs "
-            "inside a module or function (a kernel's workspace, the autograd engine's "
-            "backward, the optimizer) follows from those, and eager layout copies depend on "
-            "strides only: neither is compared",
-        )
-    )
+    rows = [_comparison_row(c, stability.reference) for c in stability.comparisons]
+    display(show.table(rows, caption=COMPARISON_CAPTION))
     changes = [
         {
             "op": change.op,
@@ -339,66 +356,69 @@ def shape_stability(report: CoverageReport) -> None:
     ]
     if changes:
         display(show.table(changes, caption="Shapes that change beyond batch and sequence"))
-    recounted = [
-        {"compared with": c.label, "op": text}
-        for c in stability.comparisons
-        for text in c.call_count_changes
-    ]
-    if recounted:
-        display(show.table(recounted, caption="Ops run a different number of times"))
-    per_position = [
-        {"compared with": c.label, "op": text}
-        for c in stability.comparisons
-        for text in c.per_position_ops
-    ]
-    if per_position:
-        display(
-            show.table(
-                per_position,
-                caption="Ops a Python loop runs a whole number of times per position: the "
-                "graph a static-shape target traces is unrolled and grows with the size",
-            )
+    _ops_by_comparison(stability, "Ops run a different number of times", "call_count_changes")
+    _ops_by_comparison(stability, PER_POSITION_CAPTION, "per_position_ops")
+
+
+def _dynamo_tables(compiled: CompiledPath) -> None:
+    """What Dynamo declined to trace and where it broke the graph."""
+    if compiled.skipped:
+        skipped = [
+            {
+                "reason": s.reason,
+                "explanation": s.explanation,
+                "Dynamo's hint": s.hint,
+                "graph-break id": s.graph_break_id or "",
+                "documentation": s.doc_url or "",
+            }
+            for s in compiled.skipped
+        ]
+        caption = (
+            "What Dynamo declined to trace: that code runs eager "
+            f"(torch._dynamo counters, torch {compiled.torch_version})"
         )
+        display(show.table(skipped, caption=caption))
+    if compiled.breaks:
+        breaks = [
+            {
+                "#": n,
+                "reason": b.reason,
+                "explanation": b.explanation,
+                "where": _site(b.site),
+                "graph-break id": b.graph_break_id or "",
+                "documentation": b.doc_url or "",
+            }
+            for n, b in enumerate(compiled.breaks, start=1)
+        ]
+        caption = f"Graph breaks (torch._dynamo.explain, torch {compiled.torch_version})"
+        display(show.table(breaks, caption=caption))
+
+
+def _target_compiles(measured: TargetReading) -> None:
+    """What the target compiled during its measured step, one row per graph."""
+    rows = [
+        {
+            "#": n,
+            "graph": event.graph_id,
+            "compile time": format_seconds(event.seconds) if event.seconds is not None else "n/a",
+            "cause": event.cause,
+            "detail": event.detail,
+            "user code": event.location,
+        }
+        for n, event in enumerate(measured.compiles, start=1)
+    ]
+    caption = (
+        f"What {measured.target} compiled during the measured training step (a user line means "
+        "that line cut the graph mid-step)"
+    )
+    display(show.table(rows, caption=caption))
 
 
 def graph_breaks(report: CoverageReport) -> None:
     compiled = report.compiled
     kind = "fail" if compiled.error else ("warn" if compiled.status() else "ok")
     display(show.banner(compiled.sentence(), kind))
-    if compiled.skipped:
-        display(
-            show.table(
-                [
-                    {
-                        "reason": s.reason,
-                        "explanation": s.explanation,
-                        "Dynamo's hint": s.hint,
-                        "graph-break id": s.graph_break_id or "",
-                        "documentation": s.doc_url or "",
-                    }
-                    for s in compiled.skipped
-                ],
-                caption="What Dynamo declined to trace: that code runs eager "
-                f"(torch._dynamo counters, torch {compiled.torch_version})",
-            )
-        )
-    if compiled.breaks:
-        display(
-            show.table(
-                [
-                    {
-                        "#": n,
-                        "reason": b.reason,
-                        "explanation": b.explanation,
-                        "where": _site(b.site),
-                        "graph-break id": b.graph_break_id or "",
-                        "documentation": b.doc_url or "",
-                    }
-                    for n, b in enumerate(compiled.breaks, start=1)
-                ],
-                caption=f"Graph breaks (torch._dynamo.explain, torch {compiled.torch_version})",
-            )
-        )
+    _dynamo_tables(compiled)
     if compiled.ops_per_graph:
         display(
             show.key_values(
@@ -414,28 +434,8 @@ def graph_breaks(report: CoverageReport) -> None:
                 caption="Torch's warnings while tracing, grouped (the breaks above explain them)",
             )
         )
-
-    measured = report.measurement
-    if measured is not None and measured.compiles:
-        display(
-            show.table(
-                [
-                    {
-                        "#": n,
-                        "graph": event.graph_id,
-                        "compile time": format_seconds(event.seconds)
-                        if event.seconds is not None
-                        else "n/a",
-                        "cause": event.cause,
-                        "detail": event.detail,
-                        "user code": event.location,
-                    }
-                    for n, event in enumerate(measured.compiles, start=1)
-                ],
-                caption=f"What {measured.target} compiled during the measured training step "
-                "(a user line means that line cut the graph mid-step)",
-            )
-        )
+    if report.measurement is not None and report.measurement.compiles:
+        _target_compiles(report.measurement)
 
 
 def evidence_sources(report: CoverageReport) -> None:

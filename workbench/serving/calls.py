@@ -14,6 +14,7 @@ from torch import nn
 from workbench.errors import describe_error
 from workbench.serving.records import COMPILED, RequestTime
 from workbench.targets.base import Target
+from workbench.targets.compiling import CompileFailed
 from workbench.workload import Inputs, Workload
 
 # Labels make a Hugging Face model compute a loss: a service never sends them.
@@ -92,10 +93,10 @@ def prepare_call(
     host_inputs = serving_inputs(workload.batch(batch_size=batch_size)[0])
     model_call: Callable[..., Any] = model
     if mode == COMPILED:
-        torch._dynamo.reset()
         try:
-            model_call = target.compile(model)
-        except Exception as exc:
-            raise ShapeFailed(describe_error(exc).text.splitlines()[0]) from exc
+            model_call = target.compile_fresh(model)
+        except CompileFailed as exc:
+            cause = exc.__cause__ or exc
+            raise ShapeFailed(describe_error(cause).text.splitlines()[0]) from cause
     device_inputs = target.to_device(host_inputs)
     return ServedCall(batch_size, mode, model_call, host_inputs, device_inputs, workload, target)

@@ -30,14 +30,6 @@ from workbench.timing import (
 )
 
 
-def _mib(value: int | None) -> str:
-    return "n/a" if value is None else f"{value / 2**20:.1f} MiB"
-
-
-def _seconds(value: float | None) -> str:
-    return "n/a" if value is None else format_seconds(value)
-
-
 def _percentile(measurement: Measurement | None, q: float) -> str:
     """The q-th percentile where the samples support it; else how many it needs."""
     if measurement is None:
@@ -84,11 +76,11 @@ def _cost_row(point: BatchPoint) -> dict[str, Any]:
     return {
         "mode": point.mode,
         "batch": point.batch_size,
-        "first call (compile of this shape)": _seconds(point.first_call),
+        "first call (compile of this shape)": show.seconds_cell(point.first_call),
         "graphs compiled": "n/a" if point.compiles is None else point.compiles,
         "compiled while timed": point.window_compiles,
-        "peak host RSS": _mib(point.host_peak_rss),
-        "peak device": _mib(point.device_peak_allocated),
+        "peak host RSS": show.mib_cell(point.host_peak_rss),
+        "peak device": show.mib_cell(point.device_peak_allocated),
         "machine": point.latency.host.sentence() if point.latency and point.latency.host else "",
     }
 
@@ -136,17 +128,20 @@ def sweep_costs(result: ServingResult) -> None:
     )
 
 
+NO_SLO = (
+    "No latency SLO was given: rerun with -p latency_slo_ms=... (and -p slo_percentile=99) for "
+    "the largest batch that meets it."
+)
+NO_TOKENS = (
+    "No token timings: the workload is not a generating language model (or token_timings=off)."
+)
+
+
 def slo(result: ServingResult) -> None:
     """The SLO's answer, or how to ask for one."""
     answer = result.slo
     if answer is None:
-        display(
-            show.banner(
-                "No latency SLO was given: rerun with -p latency_slo_ms=... (and "
-                "-p slo_percentile=99) for the largest batch that meets it.",
-                "info",
-            )
-        )
+        display(show.banner(NO_SLO, "info"))
         return
     kind = "ok" if answer.chosen is not None else "fail"
     display(show.banner(answer.sentence(result.throughput_unit), kind))
@@ -169,10 +164,10 @@ def _load_row(point: LoadPoint) -> dict[str, Any]:
         "load": point.name,
         "requests": point.requests,
         "served req/s": f"{point.achieved or 0:,.0f}",
-        "latency median": _seconds(point.latency.median if point.latency else None),
+        "latency median": show.seconds_cell(point.latency.median if point.latency else None),
         "latency tail": _tail(point.latency, q),
-        "queueing median": _seconds(point.queue.median if point.queue else None),
-        "compute median": _seconds(point.compute.median if point.compute else None),
+        "queueing median": show.seconds_cell(point.queue.median if point.queue else None),
+        "compute median": show.seconds_cell(point.compute.median if point.compute else None),
         "SLO held": "n/a" if point.slo_held is None else ("yes" if point.slo_held else "NO"),
         "cut short": "yes" if point.cut_short else "",
     }
@@ -208,13 +203,7 @@ def tokens(result: ServingResult) -> None:
     """Prefill and decode apart, per prompt and output length."""
     study = result.tokens
     if study is None:
-        display(
-            show.banner(
-                "No token timings: the workload is not a generating language model (or "
-                "token_timings=off).",
-                "info",
-            )
-        )
+        display(show.banner(NO_TOKENS, "info"))
         return
     rows = []
     for cell in study.cells:
@@ -222,12 +211,14 @@ def tokens(result: ServingResult) -> None:
             {
                 "prompt": cell.prompt,
                 "output": cell.output,
-                "TTFT median": _seconds(cell.ttft.median if cell.ttft else None),
-                "prefill call": _seconds(cell.prefill.median if cell.prefill else None),
-                "TPOT median": _seconds(cell.tpot.median if cell.tpot else None),
+                "TTFT median": show.seconds_cell(cell.ttft.median if cell.ttft else None),
+                "prefill call": show.seconds_cell(cell.prefill.median if cell.prefill else None),
+                "TPOT median": show.seconds_cell(cell.tpot.median if cell.tpot else None),
                 "TPOT tail": _tail(cell.tpot, 0.99),
-                "decode call": _seconds(cell.decode_call.median if cell.decode_call else None),
-                "gap between decode calls": _seconds(
+                "decode call": show.seconds_cell(
+                    cell.decode_call.median if cell.decode_call else None
+                ),
+                "gap between decode calls": show.seconds_cell(
                     cell.decode_gap.median if cell.decode_gap else None
                 ),
                 "tokens/s": f"{cell.tokens_per_second:,.0f}" if cell.tokens_per_second else "n/a",
@@ -277,13 +268,11 @@ def benchmark_keys(result: ServingResult) -> None:
         row["n_samples"] = report["n_samples"]
         row["supported"] = ", ".join(report["supported"])
         rows.append(row)
-    display(
-        show.table(
-            rows,
-            caption="In NxD Inference's benchmark keys (05_serving.json: data.benchmark_report): "
-            "the values as NxD computes them; a report claims only the supported ones",
-        )
+    caption = (
+        "In NxD Inference's benchmark keys (05_serving.json: data.benchmark_report): the values "
+        "as NxD computes them; a report claims only the supported ones"
     )
+    display(show.table(rows, caption=caption))
 
 
 def problems(result: ServingResult) -> None:

@@ -64,6 +64,18 @@ class Compiling(ABC):
     def compile(self, fn: Callable) -> Callable:
         """Return the compiled form of `fn` (a module or function) as this target defines it."""
 
+    def compile_fresh(self, fn: Callable) -> Callable:
+        """`compile(fn)` after resetting Dynamo's in-process caches, so each configuration or
+        shape pays its own compile (on-disk compiler caches are used as found); what compile()
+        raised comes back as CompileFailed, with the original as its cause."""
+        import torch  # only a caller that compiles pays for torch here
+
+        torch._dynamo.reset()
+        try:
+            return self.compile(fn)
+        except Exception as exc:
+            raise CompileFailed(str(exc)) from exc
+
     def compile_counters(self) -> CompileCounters:
         return CompileCounters(None, None, f"{self.name}: no compile counters")
 
