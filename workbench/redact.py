@@ -291,13 +291,9 @@ def _replace_match(match: re.Match[str]) -> str:
     if groups.get("pair_key"):
         quote = groups.get("pair_quote") or ""
         return f"{groups['pair_key']}{quote}{REDACTED}{quote}"
-    if groups.get("netrc"):
-        return f"{groups['netrc']}{REDACTED}"
-    if groups.get("npmrc"):
-        return f"{groups['npmrc']}{REDACTED}"
-    if groups.get("user_flag"):
-        return f"{groups['user_flag']}{REDACTED}"
-    return REDACTED
+    # The rest keep everything before the secret: a .netrc or .npmrc key, a --user flag.
+    kept = next((groups[g] for g in ("netrc", "npmrc", "user_flag") if groups.get(g)), "")
+    return f"{kept}{REDACTED}"
 
 
 # Embedded images: base64 runs far longer than any token, holding no readable text, and most of a

@@ -101,6 +101,11 @@ def _one_line(exc: BaseException) -> str:
     return console_line(scrub_text(text[0] if text else type(exc).__name__))[:300]
 
 
+def _store_refused(what: str, exc: BaseException, then: str) -> BadInput:
+    """What failed, the store's own first line (scrubbed), and what to do: one sentence."""
+    return BadInput(f"{what}: {_one_line(exc)}; {then}")
+
+
 @contextlib.contextmanager
 def _quiet_mlflow() -> Iterator[None]:
     """MLflow and alembic log every schema migration of a new SQLite store at INFO; the
@@ -151,10 +156,9 @@ def connect(tracking_uri: str, experiment: str = DEFAULT_EXPERIMENT) -> tuple[Ml
                 tags={KIND_TAG: KIND},
             )
         except Exception as exc:  # MLflow raises its own, requests', sqlalchemy's or OSError
-            raise BadInput(
-                f"cannot use the MLflow tracking URI {shown}: {_one_line(exc)}; check that the "
-                "server is up and the URI is right (--tracking-uri or $MLFLOW_TRACKING_URI)."
-            ) from None
+            fix = "check that the server is up and the URI is right (--tracking-uri or "
+            fix += "$MLFLOW_TRACKING_URI)."
+            raise _store_refused(f"cannot use the MLflow tracking URI {shown}", exc, fix) from None
 
 
 def export_run(client: MlflowClient, experiment_id: str, run: RunRecord) -> MlflowExport:
@@ -167,10 +171,9 @@ def export_run(client: MlflowClient, experiment_id: str, run: RunRecord) -> Mlfl
     except BadInput:
         raise
     except Exception as exc:  # MLflow raises its own, requests', sqlalchemy's or OSError
-        raise BadInput(
-            f"exporting {console_line(run.label)} to MLflow failed partway: {_one_line(exc)}; "
-            "an export cut short is replaced whole when it is run again."
-        ) from None
+        what = f"exporting {console_line(run.label)} to MLflow failed partway"
+        then = "an export cut short is replaced whole when it is run again."
+        raise _store_refused(what, exc, then) from None
 
 
 def _export_run(client: MlflowClient, experiment_id: str, run: RunRecord) -> MlflowExport:

@@ -85,32 +85,26 @@ class Sections:
                 "without the clients' own scheduling setting the latency; measured up to "
                 f"{max(levels, default=0)}",
             )
-        points = []
-        for streams in levels:
-            point = closed_loop(
-                served.call, streams, settings.arrival_requests, settings.load_budget_s,
-                self.slo_s, settings.quantile,
-            )  # fmt: skip
-            self.measured += point.seconds
-            points.append(point)
-            self.log(_load_line(point))
-        return points
+        return [self._level(closed_loop, served, streams) for streams in levels]
 
     def open(self, served: ServedCall, capacity: float | None) -> list[LoadPoint]:
         settings = self.settings
         rates = list(settings.arrival_rates)
         if not rates and capacity:
             rates = [round(capacity * share, 1) for share in RATE_SHARES]
-        points = []
-        for rate in rates:
-            point = open_loop(
-                served.call, rate, settings.arrival_requests, settings.load_budget_s,
-                self.slo_s, settings.quantile,
-            )  # fmt: skip
-            self.measured += point.seconds
-            points.append(point)
-            self.log(_load_line(point))
-        return points
+        return [self._level(open_loop, served, rate) for rate in rates]
+
+    def _level(self, loop: Callable[..., LoadPoint], served: ServedCall, level: float) -> LoadPoint:
+        """One load level (streams for the closed loop, a rate for the open one), counted as
+        measured time and logged."""
+        settings = self.settings
+        point = loop(
+            served.call, level, settings.arrival_requests, settings.load_budget_s, self.slo_s,
+            settings.quantile,
+        )  # fmt: skip
+        self.measured += point.seconds
+        self.log(_load_line(point))
+        return point
 
     def gaps(self, served: ServedCall) -> GapSeries:
         series, seconds = gap_series(served, self.settings.gap_requests)
