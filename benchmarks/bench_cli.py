@@ -12,41 +12,30 @@ or less: the help must not wait for torch. The page weight is every report in RU
 from __future__ import annotations
 
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from notebook_wall_time import paired_medians
 
 PAIRS = 7
 _IMAGE = re.compile(rb"data:image/[a-z]+;base64,[A-Za-z0-9+/=]*")
 
 
-def _wall(command: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(command, check=True, capture_output=True)
-    return time.perf_counter() - start
-
-
 def help_against_papermill() -> None:
-    help_command = [sys.executable, "-m", "workbench.cli", "--help"]
-    run_help_command = [sys.executable, "-m", "workbench.cli", "run", "--help"]
     papermill_command = [sys.executable, "-c", "import papermill"]
-    _wall(help_command)  # both warm the file-system cache before anything counts
-    _wall(papermill_command)
-    helps, run_helps, papermills = [], [], []
-    for _ in range(PAIRS):
-        helps.append(_wall(help_command))
-        run_helps.append(_wall(run_help_command))
-        papermills.append(_wall(papermill_command))
-    reference = statistics.median(papermills)
-    for name, samples in (("workbench --help", helps), ("workbench run --help", run_helps)):
-        ratios = ", ".join(f"{h / p:.2f}" for h, p in zip(samples, papermills, strict=True))
+    for name, arguments in (
+        ("workbench --help", ["--help"]),
+        ("workbench run --help", ["run", "--help"]),
+    ):
+        command = [sys.executable, "-m", "workbench.cli", *arguments]
+        help_s, reference, ratios = paired_medians(command, papermill_command, PAIRS)
         print(
-            f"{name}: {statistics.median(samples):.2f} s against {reference:.2f} s for "
-            f"`python -c 'import papermill'`, {statistics.median(samples) / reference:.2f}x "
-            f"(median of {PAIRS} pairs: {ratios}; aim: 1.00 or less)"
+            f"{name}: {help_s:.2f} s against {reference:.2f} s for "
+            f"`python -c 'import papermill'`, {help_s / reference:.2f}x "
+            f"(median of {PAIRS} pairs: {', '.join(f'{r:.2f}' for r in ratios)}; "
+            "aim: 1.00 or less)"
         )
 
 

@@ -14,18 +14,23 @@ the earlier runs' own spread measures the machine's run-to-run variation. Aim: 0
 2x flags every pair (a pair allows for run-to-run variation it cannot measure, so smaller changes
 are left to a history); 10% and 25% are flagged against the latest base runs.
 
-Cost: `compare_runs` plus writing compare.html/compare.json, on two runs and on a history of 20.
+Cost: `compare_runs` plus writing compare.html/compare.json in this process (its imports already
+paid), on two runs and on a history of 20; then `workbench compare` of two runs as a user runs it,
+process start to exit, against `python -c "import workbench"` (an interpreter's start and the
+package's import) in alternating pairs. Aim: the whole command within 1.5x of that start.
 """
 
 from __future__ import annotations
 
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from notebook_wall_time import WORKBENCH, paired_medians
 from torch import nn
 
 from workbench.baseline.measure import run_baseline
@@ -45,6 +50,8 @@ LEVELS = (0.0, 0.05, 0.10, 0.25, 1.0)
 BASE_SLEEP_S = 0.02
 HISTORY = 20
 NIGHTS = 4  # base runs a slowed run is also compared against, as a nightly run is
+COMMAND_PAIRS = 5  # `workbench compare` against `import workbench`, each in a fresh process
+COMMAND_AIM = 1.5
 STEAL_LIMIT = 0.02  # above this share of CPU time stolen by the hypervisor, the figures are noise
 SETTINGS = BaselineSettings(
     steady_steps=30, warmup=WarmupRule(6, 0.1, 30), kinds=(TRAIN,), modes=(EAGER,)
@@ -123,6 +130,20 @@ def cpu_ticks() -> tuple[int, int]:
     return fields[7], sum(fields)
 
 
+def whole_command(runs: list[Path], out: Path) -> None:
+    """`workbench compare` of two runs from process start to exit, beside an interpreter that
+    only imports the package; exit 5 (a regression found) is a finished comparison too."""
+    command = [WORKBENCH, "compare", *map(str, runs), "--out", str(out)]
+    reference = [sys.executable, "-c", "import workbench"]
+    seconds, start_s, ratios = paired_medians(command, reference, COMMAND_PAIRS, ok=(0, 5))
+    print(
+        f"  `workbench compare` of 2 runs, process start to exit: {seconds:.2f} s against "
+        f"{start_s:.2f} s for `python -c 'import workbench'`, {seconds / start_s:.1f}x (median "
+        f"of {COMMAND_PAIRS} pairs: {', '.join(f'{r:.1f}' for r in ratios)}; aim: within "
+        f"{COMMAND_AIM}x)"
+    )
+
+
 def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-compare-"))
     steal_before, total_before = cpu_ticks()
@@ -162,6 +183,7 @@ def main() -> None:
             write_comparison(compare_runs(runs), out)
             seconds = time.perf_counter() - start
             print(f"  compare on {label}: {seconds:.2f} s (aim: under 2 s for {HISTORY} runs)")
+        whole_command(history[:2], root / "out-command")
         steal_after, total_after = cpu_ticks()
         steal = (steal_after - steal_before) / max(total_after - total_before, 1)
         print(

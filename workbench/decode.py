@@ -106,6 +106,9 @@ def _decode_container(kind: Any, origin: Any, value: Any, path: str) -> Any:
             _decode(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True))
         )
     item_kind = args[0] if args else Any
+    if item_kind is float and all(type(v) is float for v in value):
+        # Raw timing samples: tens of thousands of floats, already what they must decode to.
+        return tuple(value) if origin is tuple else list(value)
     items = [_decode(item_kind, v, f"{path}[{i}]") for i, v in enumerate(value)]
     return tuple(items) if origin is tuple else items
 

@@ -8,21 +8,17 @@ notebook verdict that became a blocker. A notebook that ran on one side only is 
 passed over in silence.
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING
 
-from typing import TYPE_CHECKING, Any
+from workbench.lazy_exports import lazy_exports
 
 __all__ = ["Comparison", "Gates", "compare_runs"]
 
 if TYPE_CHECKING:
     from workbench.compare.judge import Comparison, Gates, compare_runs
 
-
-def __getattr__(name: str) -> Any:
-    """compare_runs and its records on first use: judging imports every notebook's reader
-    (torch among them), which the CLI's option parsing and `--help` must not wait for."""
-    if name in __all__:
-        from workbench.compare import judge
-
-        return getattr(judge, name)
-    raise AttributeError(f"module 'workbench.compare' has no attribute {name!r}")
+# Judging imports every notebook's reader, which the CLI's option parsing and `--help` must not
+# wait for.
+__getattr__ = lazy_exports(
+    __name__, {name: "workbench.compare.judge" for name in ("Comparison", "Gates", "compare_runs")}
+)

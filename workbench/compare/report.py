@@ -1,13 +1,11 @@
 """compare.html and compare.json: headline first, then the changes with their evidence.
 
-The page follows the reports' rules: one self-contained file, figures embedded as PNG data, no
-script, nothing fetched, every string escaped.
+The page follows the reports' rules: one self-contained file, the figure inline SVG, no script,
+nothing fetched, every string escaped.
 """
 
 from __future__ import annotations
 
-import base64
-import html
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -15,16 +13,15 @@ from workbench.compare.plots import timing_series
 from workbench.compare.records import (
     IMPROVEMENT,
     REGRESSION,
-    UNCHANGED,
-    WITHIN_GATE,
     Change,
     Comparison,
+    Gates,
     comparison_data,
 )
 from workbench.compare.remeasure import REMEASURE_RULE
 from workbench.compare.timing import HISTORY_SPREAD_RUNS, LOAD_RULE, PAIR_RULE
-from workbench.markup import figure_png
-from workbench.redact import scrub_text
+from workbench.markup import cell_text as _fmt
+from workbench.markup import escaped as _e
 from workbench.results import write_json_atomic, write_text_atomic
 from workbench.timing import samples_for_percentile
 
@@ -39,17 +36,6 @@ td.regression { color: #c62828; font-weight: 600; }
 td.improvement { color: #2e8b3a; font-weight: 600; }
 .note { color: #57606a; }
 """
-_QUIET = (UNCHANGED, WITHIN_GATE)
-
-
-def _e(value: object) -> str:
-    return html.escape(scrub_text(str(value)))
-
-
-def _fmt(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return "" if value is None else str(value)
 
 
 def _change_rows(changes: list[Change]) -> str:
@@ -72,60 +58,65 @@ def _change_rows(changes: list[Change]) -> str:
 
 
 def timing_figure_html(comparison: Comparison) -> str:
-    figure = timing_series(comparison)
-    if figure is None:
+    """The timing panels (compare.plots), drawn only here, when a page that shows them is
+    written."""
+    panels = timing_series(comparison)
+    if panels is None:
         return "<p>Fewer than two runs measured timings: nothing to plot.</p>"
-    data = base64.b64encode(figure_png(figure, dpi=90)).decode("ascii")
-    alt = (
-        "Steady-state median and p99, throughput, first call and peak memory of each step over "
-        "the runs compared"
-    )
-    return f'<img alt="{alt}" src="data:image/png;base64,{data}">'
+    return panels
 
 
-def render(comparison: Comparison) -> str:
-    bad = bool(comparison.regressions)
-    runs = "".join(
+def _table(headers: str, rows: str) -> str:
+    return f"<table><thead><tr>{headers}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+def _runs_table(comparison: Comparison) -> str:
+    rows = "".join(
         f"<tr><td>{i + 1}</td><td>{_e(r.label)}</td><td>{_e(r.started_at)}</td>"
         f"<td>{_e(r.workload)}</td><td>{_e(r.target)}</td><td>{_e(r.verdict or '')}</td>"
         f"<td>{_e(', '.join(f'{k} {v}' for k, v in r.versions.items()))}</td></tr>"
         for i, r in enumerate(comparison.runs)
     )
-    flagged = [c for c in comparison.changes if c.status in (REGRESSION, IMPROVEMENT)]
-    others = [c for c in comparison.changes if c.status not in (REGRESSION, IMPROVEMENT)]
-    environment = "".join(
+    headers = (
+        "<th>#</th><th>run</th><th>started</th><th>workload</th><th>target</th>"
+        "<th>verdict</th><th>versions</th>"
+    )
+    return _table(headers, rows)
+
+
+def _environment_table(comparison: Comparison) -> str:
+    if not comparison.environment:
+        return "<p>None between the baseline and the newest run (or notebook 00 did not run).</p>"
+    rows = "".join(
         f"<tr><td>{_e(d['severity'])}</td><td>{_e(d['key'])}</td><td>{_e(d['old'])}</td>"
         f"<td>{_e(d['new'])}</td></tr>"
         for d in comparison.environment
     )
-    skipped = "".join(f"<li>{_e(s)}</li>" for s in comparison.skipped)
-    cost = "".join(
-        "<tr>"
-        + "".join(
-            f"<td>{_e(_fmt(r[key]) or 'unknown')}</td>"
-            for key in ("run", "target", "instance", "usd_per_hour", "items_per_second")
-        )
-        + "".join(
-            f"<td>{_e(_fmt(r[key]) or 'unknown')}</td>"
-            for key in ("items_per_dollar", "hours_for_items", "infer_p99_s")
-        )
+    return _table("<th>severity</th><th>what</th><th>before</th><th>now</th>", rows)
+
+
+_COST_KEYS = (
+    "run", "target", "instance", "usd_per_hour", "items_per_second",
+    "items_per_dollar", "hours_for_items", "infer_p99_s",
+)  # fmt: skip
+
+
+def _cost_table(comparison: Comparison) -> str:
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{_e(_fmt(r[key]) or 'unknown')}</td>" for key in _COST_KEYS)
         + "</tr>"
         for r in comparison.cost
+    )  # fmt: skip
+    headers = (
+        "<th>run</th><th>target</th><th>instance</th><th>$/hour</th><th>items/s</th>"
+        "<th>items per $</th><th>hours for the items priced</th>"
+        f"<th>inference p99 (s; unknown under {samples_for_percentile(0.99)} steps)</th>"
     )
-    environment_table = (
-        "<table><thead><tr><th>severity</th><th>what</th><th>before</th><th>now</th></tr>"
-        f"</thead><tbody>{environment}</tbody></table>"
-        if environment
-        else "<p>None between the baseline and the newest run (or notebook 00 did not run).</p>"
-    )
-    flagged_table = (
-        _change_rows(flagged)
-        if flagged
-        else "<p>Nothing: no metric moved beyond its gate, noise and run-to-run variation.</p>"
-    )
-    skipped_section = f"<h2>Run folders skipped</h2><ul>{skipped}</ul>" if skipped else ""
-    gates = comparison.gates
-    rule = (
+    return f"<p>{_e(comparison.cost_note)}</p>{_table(headers, rows)}"
+
+
+def _rule(gates: Gates) -> str:
+    return (
         f"A timing is a regression when it is worse by more than its gate (steady state and "
         f"throughput {gates.step_time:.0%}, first call {gates.compile_time:.0%}, memory "
         f"{gates.memory:.0%}) and, where raw samples exist, a Mann-Whitney U test on them gives "
@@ -137,28 +128,36 @@ def render(comparison: Comparison) -> str:
         "comparable. An op that newly falls back, a numerics run that newly fails and a "
         "notebook verdict that became a blocker are regressions too."
     )
+
+
+def render(comparison: Comparison) -> str:
+    """The page, answer first: the headline, then what moved beyond noise, then the evidence."""
+    flagged = [c for c in comparison.changes if c.status in (REGRESSION, IMPROVEMENT)]
+    others = [c for c in comparison.changes if c.status not in (REGRESSION, IMPROVEMENT)]
+    flagged_table = (
+        _change_rows(flagged)
+        if flagged
+        else "<p>Nothing: no metric moved beyond its gate, noise and run-to-run variation.</p>"
+    )
+    skipped = "".join(f"<li>{_e(s)}</li>" for s in comparison.skipped)
+    skipped_section = f"<h2>Run folders skipped</h2><ul>{skipped}</ul>" if skipped else ""
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Workbench comparison</title>
 <style>{_STYLE}</style></head><body>
 <h1>Runs compared</h1>
-<p class="headline {"bad" if bad else "good"}">{_e(comparison.headline())}</p>
-<p>{_e(rule)}</p>
+<p class="headline {"bad" if comparison.regressions else "good"}">{_e(comparison.headline())}</p>
+<p>{_e(_rule(comparison.gates))}</p>
 <h2>What changed beyond noise</h2>
 {flagged_table}
 <h2>Timings over the runs</h2>
 {timing_figure_html(comparison)}
 <h2>Runs (oldest first; the last is judged)</h2>
-<table><thead><tr><th>#</th><th>run</th><th>started</th><th>workload</th><th>target</th>
-<th>verdict</th><th>versions</th></tr></thead><tbody>{runs}</tbody></table>
+{_runs_table(comparison)}
 <h2>Environment changes recorded by notebook 00</h2>
-{environment_table}
+{_environment_table(comparison)}
 <h2>What a sample costs, per run, on the hardware it ran on</h2>
-<p>{_e(comparison.cost_note)}</p>
-<table><thead><tr><th>run</th><th>target</th><th>instance</th><th>$/hour</th><th>items/s</th>
-<th>items per $</th><th>hours for the items priced</th>
-<th>inference p99 (s; unknown under {samples_for_percentile(0.99)} steps)</th></tr></thead>
-<tbody>{cost}</tbody></table>
+{_cost_table(comparison)}
 <details><summary>Every other metric compared ({len(others)}: within gate, unchanged, not
 significant, within run-to-run variation, loaded, not comparable or on one side
 only)</summary>

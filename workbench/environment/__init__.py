@@ -1,9 +1,9 @@
 """Notebook 00: what exactly is installed, is it a published Neuron release, and what changed
 since the pinned manifest?"""
 
-from workbench.environment.drift import drift_from, enforce_no_critical_drift, import_failures
-from workbench.environment.manifest import capture_manifest, pin
-from workbench.environment.releases import match_release
+from typing import TYPE_CHECKING
+
+from workbench.lazy_exports import lazy_exports
 
 __all__ = [
     "capture_manifest",
@@ -13,3 +13,20 @@ __all__ = [
     "match_release",
     "pin",
 ]
+
+if TYPE_CHECKING:
+    from workbench.environment.drift import drift_from, enforce_no_critical_drift, import_failures
+    from workbench.environment.manifest import capture_manifest, pin
+    from workbench.environment.releases import match_release
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "drift_from": "workbench.environment.drift",
+        "enforce_no_critical_drift": "workbench.environment.drift",
+        "import_failures": "workbench.environment.drift",
+        "capture_manifest": "workbench.environment.manifest",
+        "pin": "workbench.environment.manifest",
+        "match_release": "workbench.environment.releases",
+    },
+)

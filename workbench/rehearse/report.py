@@ -1,13 +1,12 @@
 """rehearse.html: one offline page that says whether to move the pin, then what changed in the
 stack, in speed, in numerics and in op coverage, each change with the stack changes beside it.
 
-Like every report: one self-contained file, figures embedded as PNG, no script, nothing fetched,
-every string escaped (markup.table and markup.banner escape; _e below for the rest).
+Like every report: one self-contained file, figures inline (SVG), no script, nothing fetched,
+every string escaped (markup.table and markup.banner escape; markup.escaped for the rest).
 """
 
 from __future__ import annotations
 
-import html
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -15,7 +14,8 @@ from workbench.compare.environment import environment_note
 from workbench.compare.records import UNCHANGED, WITHIN_GATE, Change, Comparison
 from workbench.compare.report import timing_figure_html
 from workbench.markup import banner, stylesheet, table
-from workbench.redact import scrub_text
+from workbench.markup import cell_text as _fmt
+from workbench.markup import escaped as _e
 from workbench.rehearse.environments import Environment
 from workbench.rehearse.verdict import HOLD, MOVE, PinVerdict
 from workbench.results import write_text_atomic
@@ -28,16 +28,6 @@ SECTIONS = (
 )
 _BANNER = {MOVE: "ok", HOLD: "fail"}
 VERSION_KEYS = ("torch", "torch-xla", "torch-neuronx", "neuronx-cc", "workbench")
-
-
-def _e(value: object) -> str:
-    return html.escape(scrub_text(str(value)))
-
-
-def _fmt(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return "" if value is None else str(value)
 
 
 def _change_table(changes: list[Change], stack: str) -> str:

@@ -4,6 +4,7 @@ distribution must not, and every bad input is one sentence with exit 2."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -295,11 +296,18 @@ def test_the_figure_plots_every_timing_metric_the_runs_share(tmp_path: Path) -> 
         write_run(tmp_path / f"night{i}", started=f"2026-11-0{i + 1}", seed=i) for i in range(3)
     ]
     comparison = compare_runs(runs)
-    figure = timing_series(comparison)
-    assert figure is not None
-    titles = {ax.get_title().split(" (")[0] for ax in figure.axes if ax.get_visible()}
+    panels = timing_series(comparison)
+    assert panels is not None
+    titles = set(re.findall(r'<text class="wb-panel-title"[^>]*>([^<]*)</text>', panels))
     expected = {c.name for c in comparison.changes if c.area == "timing"}
     assert titles == expected
     assert any(t.endswith("steady max") for t in titles)
     assert any(t.endswith("throughput") for t in titles)
     assert any(t.endswith("peak host memory") for t in titles)
+    assert 'stroke="#c62828"' not in panels  # no regression, nothing ringed red
+    # A planted slowdown: its newest point is ringed red, in its own panel.
+    slow = write_run(tmp_path / "slow", started="2026-11-09", seed=9, step=0.02)
+    slowed = timing_series(compare_runs([*runs, slow]))
+    assert slowed is not None
+    regressed = [p for p in slowed.split("</svg>") if "(regression)" in p]
+    assert regressed and all('stroke="#c62828"' in p for p in regressed)
