@@ -40,7 +40,8 @@ from workbench.compare import compare_runs
 from workbench.compare.records import LOADED
 from workbench.compare.report import write_comparison
 from workbench.compare.timing import steady_samples
-from workbench.results import SCHEMA_VERSION, save_result, write_json_atomic
+from workbench.results import save_result
+from workbench.summary import NotebookOutcome, RunSummary, write_summary
 from workbench.targets import get_target
 from workbench.timing import WarmupRule
 from workbench.workload import Workload
@@ -93,14 +94,13 @@ def measured_run(folder: Path, extra_s: float, index: int) -> Path:
     result = run_baseline(workload(extra_s), get_target("cpu"), SETTINGS, log=lambda _: None)
     folder.mkdir(parents=True)
     save_result(folder, "01_baseline", result_data(result), target=result.target)
-    summary = {
-        "schema_version": SCHEMA_VERSION,
-        "workload": "sleeper",
-        "target": "cpu",
-        "started_at": f"2026-01-01T00:{index // 60:02d}:{index % 60:02d}",
-        "notebooks": [{"notebook": "01_baseline", "status": "ok", "result": "01_baseline.json"}],
-    }
-    write_json_atomic(folder / "summary.json", summary)
+    summary = RunSummary(
+        workload="sleeper",
+        target="cpu",
+        started_at=f"2026-01-01T00:{index // 60:02d}:{index % 60:02d}",
+        notebooks=[NotebookOutcome("01_baseline", "ok", result="01_baseline.json")],
+    )
+    write_summary(folder / "summary.json", summary)
     return folder
 
 

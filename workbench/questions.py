@@ -1,13 +1,16 @@
-"""The workbook's questions, registered once: notebook stem -> the package that answers it.
+"""The workbook's questions: each notebook's question as one typed value, and their registry.
 
-Every question package has a `question` module with the same names (QuestionModule below): the
-notebook's stem, what it asks, `settings` (builds, and so checks, its settings from parameters),
-`run`, `Result`, `verdict`, `result_data` (writes the result file's data) and RESULT_FILE (reads
-it back, typed). The runner checks settings, and compare and the index read result files, by
-iterating this registry; none of them branches on a notebook's name.
+Every question package declares one `QUESTION = Question(...)` in its `question` module: what
+the notebook asks, how its settings are built (and so checked) from parameters, the function
+that answers it and its result type, its verdict rule, what its result file holds
+(`result_data`) and how that file is read back, typed (`result_file`). mypy checks each of them
+against the function or type given where the value is declared, so a question cannot lack one
+or name a wrong one.
 
-Imported on first use, not here: the question modules import torch, which `--help` and a run of
-notebook 00 alone never need.
+The registry below names each question module without importing it: the question modules import
+torch, which `--help` and a run of notebook 00 or 02 alone never need. The runner checks
+settings, and compare and the index read result files, by iterating this registry; none of them
+branches on a notebook's name.
 """
 
 from __future__ import annotations
@@ -15,61 +18,83 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, Generic, ParamSpec, TypeVar
 
-from workbench.results import ResultFile
+from workbench.results import ResultFile, ResultLead
+from workbench.scorecard import Verdict
+
+S = TypeVar("S")  # the settings a notebook's parameters build
+R = TypeVar("R")  # what the notebook's run returns
+D = TypeVar("D", bound=ResultLead)  # its result file's data, read back
+RunArgs = ParamSpec("RunArgs")
+VerdictArgs = ParamSpec("VerdictArgs")
+DataArgs = ParamSpec("DataArgs")
 
 
 @dataclass(frozen=True)
-class Question:
-    """One notebook of the workbook: where its question module is, and where the function that
-    builds (so checks) its settings from parameters is. The latter is named apart because the
-    runner checks settings before any kernel starts, where importing torch for a run of notebook
-    00 or 02 alone would cost seconds; it is the question module's own `settings`."""
+class Question(Generic[S, RunArgs, R, VerdictArgs, DataArgs, D]):
+    """One notebook's question as the rest of the workbook sees it."""
+
+    asks: str
+    settings: Callable[[Mapping[str, Any]], S]  # a value out of range is BadInput
+    run: Callable[RunArgs, R]
+    result: type[R]
+    verdict: Callable[VerdictArgs, Verdict]  # the notebook's scorecard rule
+    result_data: Callable[DataArgs, dict[str, Any]]  # the result file's data
+    result_file: ResultFile[D]  # reads that file back into the package's record
+
+    @property
+    def notebook(self) -> str:
+        """The notebook's stem, which names its result file too."""
+        return self.result_file.notebook
+
+
+@dataclass(frozen=True)
+class Registered:
+    """Where a notebook's question is, found without importing it."""
 
     notebook: str
-    module: str
-    settings: str  # "module:function"
+    module: str  # the question module holding QUESTION
+    # "module:function" where QUESTION.settings can be imported without its question module's
+    # torch, so a run's settings are checked before any kernel starts; "" where they cannot.
+    light_settings: str = ""
 
-    def load(self) -> QuestionModule:
-        return cast(QuestionModule, importlib.import_module(self.module))
+    def load(self) -> Question[Any, ..., Any, ..., ..., Any]:
+        found = importlib.import_module(self.module).QUESTION
+        if not isinstance(found, Question):
+            raise TypeError(f"{self.module}.QUESTION is not a Question")
+        return found
 
-    def check_settings(self, params: Mapping[str, Any]) -> object:
-        module, function = self.settings.split(":")
+    def settings(self) -> Callable[[Mapping[str, Any]], object]:
+        if not self.light_settings:
+            return self.load().settings
+        module, function = self.light_settings.split(":")
         build: Callable[[Mapping[str, Any]], object] = getattr(
             importlib.import_module(module), function
         )
-        return build(params)
+        return build
+
+    def check_settings(self, params: Mapping[str, Any]) -> object:
+        """The notebook's settings from `params`, built as the notebook builds them."""
+        return self.settings()(params)
 
 
 QUESTIONS = (
-    Question(
-        "00_environment",
-        "workbench.environment.question",
-        "workbench.environment.question:settings",
-    ),
-    Question("01_baseline", "workbench.baseline.question", "workbench.baseline.question:settings"),
-    Question(
+    Registered("00_environment", "workbench.environment.question"),
+    Registered("01_baseline", "workbench.baseline.question"),
+    Registered(
         "02_op_coverage",
         "workbench.coverage.question",
-        "workbench.targets.detect:flavours_from_params",
+        light_settings="workbench.targets.detect:flavours_from_params",
     ),
-    Question("03_numerics", "workbench.numerics.question", "workbench.numerics.question:settings"),
-    Question("04_retuning", "workbench.tuning.question", "workbench.tuning.question:settings"),
-    Question("05_serving", "workbench.serving.question", "workbench.serving.question:settings"),
+    Registered("03_numerics", "workbench.numerics.question"),
+    Registered("04_retuning", "workbench.tuning.question"),
+    Registered("05_serving", "workbench.serving.question"),
 )
 _BY_NOTEBOOK = {q.notebook: q for q in QUESTIONS}
 
 
-class QuestionModule(Protocol):
-    NOTEBOOK: str
-    ASKS: str
-    RESULT_FILE: ResultFile[Any]
-
-    def settings(self, params: Mapping[str, Any]) -> object: ...
-
-
-def question(notebook: str) -> Question | None:
+def question(notebook: str) -> Registered | None:
     """The registered question of a notebook stem; None for a notebook outside the workbook."""
     return _BY_NOTEBOOK.get(notebook)
 
@@ -77,20 +102,4 @@ def question(notebook: str) -> Question | None:
 def result_file(notebook: str) -> ResultFile[Any] | None:
     """The reader of a notebook's result file (imports its question module)."""
     found = question(notebook)
-    return None if found is None else found.load().RESULT_FILE
-
-
-if TYPE_CHECKING:  # mypy checks that every registered module has the protocol's names
-    from workbench.baseline import question as _baseline
-    from workbench.coverage import question as _coverage
-    from workbench.environment import question as _environment
-    from workbench.numerics import question as _numerics
-    from workbench.serving import question as _serving
-    from workbench.tuning import question as _tuning
-
-    _CHECKED_00: QuestionModule = _environment
-    _CHECKED_01: QuestionModule = _baseline
-    _CHECKED_02: QuestionModule = _coverage
-    _CHECKED_03: QuestionModule = _numerics
-    _CHECKED_04: QuestionModule = _tuning
-    _CHECKED_05: QuestionModule = _serving
+    return None if found is None else found.load().result_file

@@ -26,7 +26,8 @@ from nbconvert import HTMLExporter
 from workbench.markup import cut_at_word
 from workbench.redact import scrub_text
 from workbench.results import LEAD, ResultLead, load_result, write_text_atomic
-from workbench.scorecard import Verdict
+from workbench.scorecard import ATTENTION, Verdict
+from workbench.summary import NOT_RUN, NotebookOutcome, RunStatus, RunSummary, RunVerdict
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 # Output types a report renders. Everything else (widget views, JavaScript, SVG, mermaid...) is
@@ -309,7 +310,7 @@ def export_html(notebook_path: Path, html_path: Path, *, show_code: bool = False
 _STATUS_CLASS = {"ok": "wb-ok", "not-run": "wb-not-run"}
 
 
-_VERDICT_SENTENCE = {
+_VERDICT_SENTENCE: dict[RunStatus, str] = {
     "pass": "no notebook found anything that needs attention.",
     "attention": "nothing blocks the migration, but these need a look:",
     "blocker": "something blocks the migration:",
@@ -319,13 +320,17 @@ _VERDICT_SENTENCE = {
 _STATUS_WORDS = {"not-run": "not run"}
 
 
-def _verdict_cell(verdict: dict[str, Any] | None, status: str = "ok") -> str:
-    if status == "not-run":
+def _verdict_cell(entry: NotebookOutcome) -> str:
+    if entry.status == NOT_RUN:
         return "<td>not run</td>"
-    if not verdict:
+    if entry.unreadable_result is not None:
+        return (
+            f'<td class="v-blocker" title="{html.escape(entry.unreadable_result)}">unreadable</td>'
+        )
+    if entry.verdict is None:
         return "<td>not judged</td>"
-    status = html.escape(verdict["status"])
-    return f'<td class="v-{status}" title="{html.escape(verdict.get("reason", ""))}">{status}</td>'
+    status = html.escape(entry.verdict.status)
+    return f'<td class="v-{status}" title="{html.escape(entry.verdict.reason)}">{status}</td>'
 
 
 def _seconds(value: float | None) -> str:
@@ -340,53 +345,54 @@ def _log_sentence(out_dir: Path) -> str:
     return "every cell's output is in the notebook copies and their reports (no run.log)."
 
 
-def write_index(out_dir: Path, summary: dict[str, Any]) -> Path:
+def _index_row(entry: NotebookOutcome) -> str:
+    """One notebook's line of the index: its report, status, verdict, time and headline (or
+    where it failed, or why its result could not be read)."""
+    esc = html.escape
+    link = f'<a href="{esc(entry.html)}">{esc(entry.notebook)}</a>' if entry.html else None
+    detail = entry.headline or entry.unreadable_result or ""
+    if entry.status != "ok":
+        where = f"cell {entry.failed_cell}: " if entry.failed_cell is not None else ""
+        detail = f"{where}{entry.error or entry.status}"
+    status = entry.status
+    return (
+        f'<tr class="{_STATUS_CLASS.get(status, "wb-fail")}"><td>{link or esc(entry.notebook)}'
+        f"</td><td>{esc(_STATUS_WORDS.get(status, status))}</td>{_verdict_cell(entry)}"
+        f"<td>{_seconds(entry.seconds)}</td><td>{esc(detail)}</td></tr>"
+    )
+
+
+def write_index(out_dir: Path, summary: RunSummary) -> Path:
     """`index.html`: one line per notebook with its status, linking its report."""
     esc = html.escape
-    rows = []
-    for nb in summary["notebooks"]:
-        link = (
-            f'<a href="{esc(nb["html"])}">{esc(nb["notebook"])}</a>'
-            if nb.get("html")
-            else esc(nb["notebook"])
-        )
-        detail = nb.get("headline") or ""
-        if nb["status"] != "ok":
-            where = f"cell {nb['failed_cell']}: " if nb.get("failed_cell") is not None else ""
-            detail = f"{where}{nb.get('error') or nb['status']}"
-        status = nb["status"]
-        rows.append(
-            f'<tr class="{_STATUS_CLASS.get(status, "wb-fail")}"><td>{link}</td>'
-            f"<td>{esc(_STATUS_WORDS.get(status, status))}</td>"
-            f"{_verdict_cell(nb.get('verdict'), status)}"
-            f"<td>{_seconds(nb.get('seconds'))}</td><td>{esc(detail)}</td></tr>"
-        )
+    rows = [_index_row(entry) for entry in summary.notebooks]
     rows += [
         f'<tr class="wb-not-run"><td>{esc(name)}</td><td>not run</td><td>not run</td>'
         "<td>not timed</td><td>not part of this run (--only)</td></tr>"
-        for name in summary.get("not_run") or []
+        for name in summary.not_run
     ]
-    verdict = summary.get("verdict") or {"status": "attention", "reasons": []}
-    reasons = verdict.get("reasons") or []
+    verdict = summary.verdict or RunVerdict(ATTENTION)
     page = Template((TEMPLATES_DIR / "index.html").read_text(encoding="utf-8")).substitute(
-        workload=esc(summary["workload"]),
-        target=esc(summary["target"]),
-        target_reason=esc(summary.get("target_reason", "")),
-        started_at=esc(summary["started_at"]),
-        seconds=_seconds(summary.get("seconds")),
+        workload=esc(summary.workload),
+        target=esc(summary.target),
+        target_reason=esc(summary.target_reason),
+        started_at=esc(summary.started_at),
+        seconds=_seconds(summary.seconds),
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        validation=esc(summary["validation"]),
-        verdict_status=esc(verdict["status"].replace(" ", "-")),
-        verdict_word=esc(verdict["status"].upper()),
-        verdict_sentence=esc(_VERDICT_SENTENCE.get(verdict["status"], "")),
+        validation=esc(summary.validation),
+        verdict_status=esc(verdict.status.replace(" ", "-")),
+        verdict_word=esc(verdict.status.upper()),
+        verdict_sentence=esc(_VERDICT_SENTENCE[verdict.status]),
         verdict_reasons=(
-            "<ul>" + "".join(f"<li>{esc(r)}</li>" for r in reasons) + "</ul>" if reasons else ""
+            "<ul>" + "".join(f"<li>{esc(r)}</li>" for r in verdict.reasons) + "</ul>"
+            if verdict.reasons
+            else ""
         ),
         rows="\n".join(rows),
         log=_log_sentence(out_dir),
         unwritten="\n".join(
             f'<p class="unwritten">{esc(name)} was not written: {esc(reason)}.</p>'
-            for name, reason in (summary.get("unwritten") or {}).items()
+            for name, reason in summary.unwritten.items()
         ),
     )
     path = out_dir / "index.html"

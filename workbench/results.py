@@ -12,10 +12,10 @@ import math
 import os
 import tempfile
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, TypeVar
 
 from workbench.decode import decode
 from workbench.errors import BadInput
@@ -30,7 +30,7 @@ from workbench.safe_load import (
     read_bounded,
     shown,
 )
-from workbench.scorecard import Status, Verdict
+from workbench.scorecard import Verdict
 
 # One version for every result file and summary.json. Bump it when a field a reader needs is
 # renamed or removed (tests/contract reads files written by the current version and fails
@@ -188,66 +188,3 @@ class ResultFile(Generic[D]):
 
 
 LEAD = ResultFile("any notebook", ResultLead)
-
-
-# summary.json, the run's own record: how each notebook's execution ended, one definition
-# (report-failed: it ran, but its page could not be written; not-run: left out of the run).
-OutcomeStatus = Literal[
-    "ok", "failed", "timeout", "kernel-died", "report-failed", "interrupted", "not-run"
-]
-
-
-@dataclass
-class EntryVerdict:
-    """A notebook's verdict as summary.json and the index carry it: status and reason only."""
-
-    status: Status
-    reason: str = ""
-
-
-@dataclass
-class NotebookEntry:
-    """One notebook of a run as summary.json records it."""
-
-    notebook: str
-    status: OutcomeStatus
-    seconds: float | None = None  # its execution's wall time; None where it was not timed
-    result: str | None = None  # its result file's name, when it saved one
-    headline: str | None = None
-    verdict: EntryVerdict | None = None
-
-
-@dataclass
-class RunVerdictEntry:
-    """The run's verdict: the worst notebook verdict, or "not run" when notebooks were left out."""
-
-    status: Status | Literal["not run"]
-    reasons: list[str]
-
-
-@dataclass
-class RunSummary:
-    """What summary.json's readers read (compare, collect, export); the runner writes it."""
-
-    # "" where a hand-made or older summary lacks them: the run is then named by its folder.
-    workload: str = ""
-    target: str = ""
-    started_at: str = ""
-    notebooks: list[NotebookEntry] = field(default_factory=list)
-    exit_code: int | None = None
-    verdict: RunVerdictEntry | None = None
-    seconds: float | None = None  # the whole run's wall time; None in a hand-made summary
-
-
-def read_summary(record: Mapping[str, Any], where: str) -> RunSummary:
-    """summary.json's record, typed; UnreadableResult says what is wrong in one sentence."""
-    version = record.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise UnreadableResult(
-            f"{where} has schema {shown(version)}; this workbench reads schema {SCHEMA_VERSION} "
-            "(rerun the workbook with this version)."
-        )
-    try:
-        return decode(RunSummary, record, where)
-    except BadInput as exc:
-        raise UnreadableResult(str(exc)) from None

@@ -17,10 +17,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any
 
 import nbformat
 import papermill
@@ -43,10 +43,19 @@ from workbench.params import NOTEBOOKS_DIR, RUNNER_PARAMETERS, notebook_paramete
 from workbench.questions import question
 from workbench.redact import console_line, scrub_data, scrub_text
 from workbench.report import UnsafeReport, export_html, write_index
-from workbench.results import OutcomeStatus
-from workbench.scorecard import run_verdict
+from workbench.summary import (
+    NotebookOutcome,
+    NotebookVerdict,
+    OutcomeStatus,
+    RunSummary,
+    judge_run,
+    write_summary,
+)
 from workbench.targets import TARGET_NAMES, get_target, resolve_target_name
 from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
+
+if TYPE_CHECKING:  # imported when a run exports, not for every run
+    from workbench.export.command import ExportOptions
 
 DEFAULT_CELL_TIMEOUT_S = 3600  # a cold Neuron compile can take most of an hour
 # Held in the run folder while notebooks write, and freed just before index.html and
@@ -54,10 +63,6 @@ DEFAULT_CELL_TIMEOUT_S = 3600  # a cold Neuron compile can take most of an hour
 # Both files together are under 30 KiB for a five-notebook run.
 RUN_FILES_RESERVE = ".space-for-summary"
 RUN_FILES_RESERVE_BYTES = 128 * 1024
-# A notebook the run did not execute (left out by --only, or a working copy not stepped through
-# to its end): it has no verdict, and the run as a whole has none either.
-NOT_RUN: Final = "not-run"
-NO_RUN_VERDICT = "not run"
 # Longest headline or error kept in summary.json and the index (cut at a word, with an ellipsis).
 LINE_LIMIT = 500
 
@@ -79,19 +84,6 @@ class RunRequest:
     workbook: list[str] = field(default_factory=list)
     # Trackers the finished run is exported to (workbench.export: mlflow, tensorboard, junit).
     export: list[str] = field(default_factory=list)
-
-
-@dataclass
-class NotebookOutcome:
-    notebook: str
-    status: OutcomeStatus
-    seconds: float | None  # None: not timed (a copy run in JupyterLab without cell timings)
-    error: str | None = None
-    failed_cell: int | None = None
-    html: str | None = None
-    result: str | None = None
-    headline: str | None = None
-    verdict: dict[str, Any] | None = None  # the scorecard verdict from the result file
 
 
 def available_notebooks() -> dict[str, Path]:
@@ -352,20 +344,25 @@ def report_notebook(executed: Path, outcome: NotebookOutcome, show_code: bool) -
     result_path = out / f"{executed.stem}.json"
     if result_path.exists():
         outcome.result = result_path.name
-        try:
-            lead = results.LEAD.load(result_path)
-        except (ValueError, OSError):  # unreadable: the index shows no headline and no verdict
-            lead = results.ResultLead()
-        outcome.headline = _error_line(lead.headline) if lead.headline else None
-        verdict = lead.verdict
-        outcome.verdict = (
-            None
-            if verdict is None
-            else {"status": verdict.status, "reason": _error_line(verdict.reason)}
-        )
+        _read_lead(result_path, outcome)
     elif outcome.status == "ok":
         outcome.status = "failed"
         outcome.error = f"the notebook finished without writing {result_path.name}"
+
+
+def _read_lead(result_path: Path, outcome: NotebookOutcome) -> None:
+    """The headline and verdict of a result file into `outcome`; a file that cannot be read
+    (too large, not JSON, a field of the wrong type) is named with why, never shown as a
+    notebook that judged nothing."""
+    try:
+        lead = results.LEAD.load(result_path)
+    except (ValueError, OSError) as exc:
+        why = _reason(exc) if isinstance(exc, OSError) else _error_line(exc)
+        outcome.unreadable_result = f"result file unreadable: {why}"
+        return
+    outcome.headline = _error_line(lead.headline) if lead.headline else None
+    if lead.verdict is not None:
+        outcome.verdict = NotebookVerdict(lead.verdict.status, _error_line(lead.verdict.reason))
 
 
 def _reason(exc: BaseException) -> str:
@@ -449,17 +446,17 @@ class PreparedRun(CheckedRequest):
             **self.per_notebook[path.stem],
         }
 
-    def summary_fields(self, request: RunRequest) -> dict[str, Any]:
+    def summary(self, request: RunRequest, started_at: str) -> RunSummary:
         """What summary.json says about the run as a whole, before any notebook ran."""
-        return {
-            "schema_version": results.SCHEMA_VERSION,
-            "workload": self.workload_name,
-            "workload_spec": console_line(request.workload),
-            "target": self.target,
-            "target_requested": request.target,
-            "target_reason": self.target_reason,
-            "validation": self.validation,
-        }
+        return RunSummary(
+            workload=self.workload_name,
+            workload_spec=console_line(request.workload),
+            target=self.target,
+            target_requested=request.target,
+            target_reason=self.target_reason,
+            validation=self.validation,
+            started_at=started_at,
+        )
 
 
 def check_request(request: RunRequest) -> CheckedRequest:
@@ -526,21 +523,64 @@ def prepare_run(request: RunRequest) -> PreparedRun:
 def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
     """Run the selected notebooks; returns the exit code (see workbench.errors)."""
     prepared = prepare_run(request)
-    exports = None
-    if request.export:  # the tracker must answer before any notebook runs, not after
-        from workbench.export.command import ExportOptions, check_destinations
-
-        exports = ExportOptions(request.export)
-        check_destinations(exports, request.out or request.reports_root / "run")
-    notebooks, target = prepared.notebooks, prepared.target
-    out = prepare_out_dir(request, prepared.workload_name, target)
-
-    log_handler = _stream_notebook_output_to(out / "run.log")
-    started_at = datetime.now(timezone.utc)
+    exports = _checked_exports(request)  # the tracker must answer before any notebook runs
+    out = prepare_out_dir(request, prepared.workload_name, prepared.target)
+    summary = prepared.summary(request, datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    progress(
+        f"workbench: {prepared.workload_name} on {prepared.target} "
+        f"({prepared.target_reason}) -> {out}"
+    )
     started = time.perf_counter()
-    outcomes: list[NotebookOutcome] = []
-    progress(f"workbench: {prepared.workload_name} on {target} ({prepared.target_reason}) -> {out}")
-    interrupted = False
+    executed = _execute_all(prepared, request, out, progress)
+    summary.seconds = time.perf_counter() - started
+    summary.not_run = notebooks_left_out(prepared.notebooks, request.workbook)
+    unwritten = {"run.log": executed.log_failure} if executed.log_failure else {}
+    exit_code = write_run_files(
+        out, summary, executed.outcomes, unwritten, interrupted=executed.interrupted
+    )
+    exit_code = _move_latest(request, out, summary.not_run, exit_code, unwritten, progress)
+    if exports is not None and not unwritten:
+        from workbench.export.command import export_finished
+
+        if not export_finished(out, exports, progress) and exit_code == EXIT_OK:
+            exit_code = EXIT_NOTEBOOK_FAILED
+    if unwritten:
+        progress(
+            f"workbench: error: {', '.join(unwritten)} could not be written in {out} "
+            f"({next(iter(unwritten.values()))}), so this run is incomplete and "
+            "reports/latest was not moved."
+        )
+    else:
+        progress(f"report: {out / 'index.html'} (exit {exit_code})")
+    return exit_code
+
+
+def _checked_exports(request: RunRequest) -> ExportOptions | None:
+    """The trackers the run is exported to, each checked to answer now."""
+    if not request.export:
+        return None
+    from workbench.export.command import ExportOptions, check_destinations
+
+    exports = ExportOptions(request.export)
+    check_destinations(exports, request.out or request.reports_root / "run")
+    return exports
+
+
+@dataclass
+class _Executed:
+    outcomes: list[NotebookOutcome] = field(default_factory=list)
+    interrupted: bool = False  # Ctrl-C or SIGTERM stopped the run
+    log_failure: str | None = None  # why run.log is incomplete, where it is
+
+
+def _execute_all(
+    prepared: PreparedRun, request: RunRequest, out: Path, progress: Callable[[str], None]
+) -> _Executed:
+    """Each notebook in its own fresh kernel, in order, every cell's output into run.log; an
+    interrupt stops the run at the notebook it reached, which is recorded as interrupted."""
+    log_handler = _stream_notebook_output_to(out / "run.log")
+    executed = _Executed()
+    notebooks = prepared.notebooks
     previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         with private_kernelspec([os.getcwd()]) as kernel:
@@ -550,60 +590,51 @@ def run(request: RunRequest, progress: Callable[[str], None] = print) -> int:
                 try:
                     outcome = _execute(path, out, params, kernel, request, progress)
                 except KeyboardInterrupt:
-                    outcomes.append(NotebookOutcome(path.stem, "interrupted", 0.0, "interrupted"))
-                    interrupted = True
+                    stopped = NotebookOutcome(path.stem, "interrupted", 0.0, "interrupted")
+                    executed.outcomes.append(stopped)
+                    executed.interrupted = True
                     break
-                outcomes.append(outcome)
+                executed.outcomes.append(outcome)
                 line = f"[{index}/{len(notebooks)}] {path.stem} {outcome.status}"
                 line += f" in {outcome.seconds:.1f} s"
-                if outcome.error:
-                    line += f": {outcome.error}"
-                progress(line)
+                progress(f"{line}: {outcome.error}" if outcome.error else line)
     finally:
         signal.signal(signal.SIGTERM, previous_sigterm)
         logging.getLogger("papermill").removeHandler(log_handler)
         log_handler.close()
+    executed.log_failure = log_handler.failure
+    return executed
 
-    unwritten = {"run.log": log_handler.failure} if log_handler.failure else {}
-    left_out = notebooks_left_out(notebooks, request.workbook)
-    summary = {
-        **prepared.summary_fields(request),
-        "started_at": started_at.isoformat(timespec="seconds"),
-        "seconds": time.perf_counter() - started,
-        "not_run": left_out,
-    }
-    exit_code = write_run_files(out, summary, outcomes, unwritten, interrupted=interrupted)
-    if exit_code == EXIT_OK and request.out is None and left_out:
+
+def _move_latest(
+    request: RunRequest,
+    out: Path,
+    left_out: list[str],
+    exit_code: int,
+    unwritten: dict[str, str],
+    progress: Callable[[str], None],
+) -> int:
+    """Point reports/latest at a full, clean run in the default place; returns the exit code,
+    which a link that cannot be moved makes 1 (and says so in `unwritten`)."""
+    if exit_code != EXIT_OK or request.out is not None:
+        return exit_code
+    if left_out:
         progress(
             f"workbench: reports/latest was not moved: this run left out {named_list(left_out)} "
             "(--only), and only a run of every notebook moves it."
         )
-    elif exit_code == EXIT_OK and request.out is None:
-        try:
-            update_latest(request.reports_root.resolve(), out)
-        except OSError as exc:
-            unwritten["reports/latest"] = _reason(exc)
-            exit_code = EXIT_NOTEBOOK_FAILED
-    if exports is not None and not unwritten:
-        from workbench.export.command import export_finished
-
-        if not export_finished(out, exports, progress) and exit_code == EXIT_OK:
-            exit_code = EXIT_NOTEBOOK_FAILED
-    if unwritten:
-        names = ", ".join(unwritten)
-        progress(
-            f"workbench: error: {names} could not be written in {out} "
-            f"({next(iter(unwritten.values()))}), so this run is incomplete and "
-            "reports/latest was not moved."
-        )
-    else:
-        progress(f"report: {out / 'index.html'} (exit {exit_code})")
+        return exit_code
+    try:
+        update_latest(request.reports_root.resolve(), out)
+    except OSError as exc:
+        unwritten["reports/latest"] = _reason(exc)
+        return EXIT_NOTEBOOK_FAILED
     return exit_code
 
 
 def write_run_files(
     out: Path,
-    summary: dict[str, Any],
+    summary: RunSummary,
     outcomes: list[NotebookOutcome],
     unwritten: dict[str, str],
     *,
@@ -611,7 +642,8 @@ def write_run_files(
 ) -> int:
     """Judge the run, then write index.html and summary.json; returns the run's exit code.
 
-    `summary` holds the run-level fields; what could not be written is added to `unwritten`.
+    `summary` holds the run-level fields (its not_run among them); the outcomes, the exit code,
+    the verdict and what could not be written (added to `unwritten`) are filled in here.
     """
     if interrupted:
         exit_code = EXIT_INTERRUPTED
@@ -619,19 +651,19 @@ def write_run_files(
         exit_code = EXIT_OK
     else:
         exit_code = EXIT_NOTEBOOK_FAILED
-    summary["exit_code"] = exit_code
-    summary["notebooks"] = [asdict(o) for o in outcomes]
-    summary["verdict"] = judge_run(outcomes, summary.get("not_run") or [])
-    summary["unwritten"] = unwritten  # what a failed write (a full disk) left out, and why
+    summary.exit_code = exit_code
+    summary.notebooks = list(outcomes)
+    summary.verdict = judge_run(outcomes, summary.not_run)
+    summary.unwritten = unwritten  # what a failed write (a full disk) left out, and why
     (out / RUN_FILES_RESERVE).unlink(missing_ok=True)
     # The index is written first, so summary.json can record whether it was; a run with
     # anything unwritten is incomplete and exits 1.
     for name, write in (
         ("index.html", lambda: write_index(out, summary)),
-        ("summary.json", lambda: results.write_json_atomic(out / "summary.json", summary)),
+        ("summary.json", lambda: write_summary(out / "summary.json", summary)),
     ):
         if unwritten and exit_code == EXIT_OK:
-            exit_code = summary["exit_code"] = EXIT_NOTEBOOK_FAILED
+            exit_code = summary.exit_code = EXIT_NOTEBOOK_FAILED
         try:
             write()
         except OSError as exc:
@@ -639,24 +671,6 @@ def write_run_files(
     if unwritten and exit_code == EXIT_OK:
         exit_code = EXIT_NOTEBOOK_FAILED
     return exit_code
-
-
-def judge_run(outcomes: list[NotebookOutcome], left_out: list[str]) -> dict[str, Any]:
-    """summary.json's verdict: the scorecard's worst notebook verdict when every notebook of the
-    workbook ran; "not run" when any did not (left out by --only, or a copy not stepped
-    through), since what those check is not known. The reasons then name every notebook not
-    run, and still carry what the notebooks that ran found."""
-    ran = [asdict(o) for o in outcomes if o.status != NOT_RUN]
-    overall = run_verdict(ran)
-    missing = left_out + [o.notebook for o in outcomes if o.status == NOT_RUN]
-    if not missing:
-        return {"status": overall.status, "reasons": overall.reasons}
-    return {
-        "status": NO_RUN_VERDICT,
-        "reasons": [f"not run: {named_list(missing)}", *overall.reasons],
-        "not_run": missing,
-        "of_the_notebooks_run": overall.status if ran else None,
-    }
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

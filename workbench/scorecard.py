@@ -1,16 +1,15 @@
 """The scorecard: one verdict per notebook and one per run, each with its reason and its rule.
 
 Every notebook judges its own findings by a rule stated in its records module and stores the
-verdict in its result file (`data.verdict`). A run's verdict is the worst of its notebooks'; a
-notebook that did not finish counts as a blocker, since nothing it should have checked is known.
-Whether a notebook executed stays a separate status in summary.json.
+verdict in its result file (`data.verdict`). A run's verdict is the worst of its notebooks'
+(`worst`, `top_reasons`), judged from summary.json's typed entries in workbench.summary.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, get_args
+from typing import Final, Literal, get_args
 
 # A verdict's status, one definition: mypy (strict_equality) rejects a comparison with any other
 # string, so a misspelt status is a type error rather than a branch that never runs.
@@ -58,30 +57,11 @@ def judge(findings: Iterable[Finding], rule: str, pass_reason: str) -> Verdict:
     return Verdict(lead.status, reason, rule, ranked)
 
 
-@dataclass(frozen=True)
-class RunVerdict:
-    status: Status
-    reasons: list[str]  # the top reasons, blockers first, each prefixed with its notebook
-
-
-def run_verdict(notebooks: Iterable[Mapping[str, Any]]) -> RunVerdict:
-    """The worst notebook verdict of a run, with its top reasons.
-
-    `notebooks` are summary.json's entries: `notebook`, `status` and `verdict` (or None). A
-    notebook that ran but judged nothing (a result file without a verdict) is left out.
-    """
-    scored: list[tuple[Status, str]] = []
-    for entry in notebooks:
-        verdict = entry.get("verdict")
-        if isinstance(verdict, Mapping) and verdict.get("status") in STATUSES:
-            scored.append((verdict["status"], f"{entry['notebook']}: {verdict.get('reason', '')}"))
-        elif entry.get("status") != "ok":
-            scored.append(
-                (BLOCKER, f"{entry['notebook']}: did not finish ({entry.get('status', 'unknown')})")
-            )
-    status = worst(s for s, _ in scored)
-    flagged = sorted((item for item in scored if item[0] != PASS), key=lambda i: -_RANK[i[0]])
-    reasons = [reason for _, reason in flagged[:TOP_REASONS]]
-    if len(flagged) > TOP_REASONS:  # a cut list says so
+def top_reasons(findings: Iterable[Finding]) -> list[str]:
+    """The reasons of the findings above pass, worst first, at most TOP_REASONS of them; a cut
+    list says how many more there are."""
+    flagged = sorted((f for f in findings if f.status != PASS), key=lambda f: -_RANK[f.status])
+    reasons = [f.reason for f in flagged[:TOP_REASONS]]
+    if len(flagged) > TOP_REASONS:
         reasons.append(f"and {len(flagged) - TOP_REASONS} more")
-    return RunVerdict(status, reasons)
+    return reasons

@@ -12,10 +12,9 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 import nbformat
 import papermill
@@ -27,8 +26,6 @@ from workbench.redact import scrub_data, scrub_text
 from workbench.report import REMOVED_CELL_TAGS
 from workbench.runner import (
     LINE_LIMIT,
-    NOT_RUN,
-    NotebookOutcome,
     RunRequest,
     available_notebooks,
     prepare_out_dir,
@@ -44,6 +41,7 @@ from workbench.safe_load import (
     load_json,
     read_bounded,
 )
+from workbench.summary import NOT_RUN, NotebookOutcome, RunSummary, read_summary
 
 # papermill's tag on the cell holding the injected values.
 INJECTED_TAG = "injected-parameters"
@@ -76,11 +74,8 @@ def open_run(request: RunRequest) -> OpenedRun:
         )
         _write_copy(copy, prepared_copy)
         copies.append(copy)
-    opened = {
-        **prepared.summary_fields(request),
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "parameters": dict(request.parameters),
-    }
+    run = prepared.summary(request, datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    opened = {**asdict(run), "parameters": dict(request.parameters)}
     results.write_json_atomic(out / OPENED_FILE, scrub_data(opened))
     return OpenedRun(out, copies, jupyter_command(out, request.workload))
 
@@ -114,17 +109,6 @@ def jupyter_command(folder: Path, workload: str) -> str:
     return command
 
 
-_TEXT = (str, None)
-# What export copies from open.json (or an earlier summary.json) into the new summary.json.
-RUN_FIELDS_SHAPE: Shape = {
-    "schema_version": int,
-    "workload": str,
-    "target": str,
-    **dict.fromkeys(
-        ("workload_spec", "target_requested", "target_reason", "validation", "started_at"), _TEXT
-    ),
-}
-_RUN_FIELDS = tuple(RUN_FIELDS_SHAPE)
 # What export reads of each copy: its cells' types, code, tags, run counts, errors, and the
 # cell timings JupyterLab records (with "record timing" on).
 _TIMING = {"iopub.execute_input": str, "shell.execute_reply": str}
@@ -143,15 +127,14 @@ COPY_SHAPE: Shape = {
 }
 
 
-def _run_fields(folder: Path) -> dict[str, Any]:
+def _run_summary(folder: Path) -> RunSummary:
     """The run-level fields from `open`'s record, or from an earlier summary.json."""
     for name in (OPENED_FILE, "summary.json"):
         path = folder / name
         if path.exists():
             data = load_json(read_bounded(path, "Run record", RESULT_MAX_BYTES), str(path))
             if isinstance(data, dict) and all(k in data for k in ("workload", "target")):
-                check_fields(data, RUN_FIELDS_SHAPE, str(path))
-                return {k: data[k] for k in _RUN_FIELDS if k in data}
+                return read_summary(data, str(path))
     raise BadInput(
         f"{folder} holds neither {OPENED_FILE} nor summary.json; export a folder that "
         "`workbench open` or `workbench run` wrote."
@@ -237,7 +220,7 @@ def export_run(folder: Path, *, show_code: bool = False) -> tuple[int, Path]:
     copies = sorted(folder.glob("[0-9][0-9]_*.ipynb"))
     if not copies:
         raise BadInput(f"{folder} holds no notebook copies (NN_name.ipynb) to export.")
-    summary = _run_fields(folder.resolve())
+    summary = _run_summary(folder.resolve())
     # Everything is read and checked before the first report is written.
     notebooks = {path: _read_copy(path) for path in copies}
     for path in copies:
@@ -249,8 +232,8 @@ def export_run(folder: Path, *, show_code: bool = False) -> tuple[int, Path]:
             report_notebook(path, outcome, show_code)
         outcomes.append(outcome)
     copied = {path.stem for path in copies}
-    summary["not_run"] = [stem for stem in _workbook_stems() if stem not in copied]
+    summary.not_run = [stem for stem in _workbook_stems() if stem not in copied]
     timed = [o.seconds for o in outcomes if o.seconds is not None]
-    summary["seconds"] = sum(timed) if timed else None
+    summary.seconds = sum(timed) if timed else None
     exit_code = write_run_files(folder, summary, outcomes, {})
     return exit_code, folder / "index.html"

@@ -13,6 +13,8 @@ from workbench.report import (
     script_references,
     write_index,
 )
+from workbench.results import SCHEMA_VERSION
+from workbench.summary import read_summary
 
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzzEXAMPLEKEY"
 
@@ -92,6 +94,7 @@ def test_network_reference_detector_catches_the_usual_forms():
 
 def test_index_escapes_names_and_errors(tmp_path):
     summary = {
+        "schema_version": SCHEMA_VERSION,
         "workload": "<script>alert(1)</script>",
         "target": "cpu",
         "started_at": "2026-12-02T12:00:00+00:00",
@@ -115,7 +118,7 @@ def test_index_escapes_names_and_errors(tmp_path):
             },
         ],
     }
-    page = write_index(tmp_path, summary).read_text()
+    page = write_index(tmp_path, read_summary(summary, "summary.json")).read_text()
     assert "<script>alert" not in page and "<img" not in page
     assert "&lt;script&gt;" in page and "cell 7: ValueError" in page
     assert 'href="00_environment.html"' in page
@@ -263,6 +266,7 @@ def test_script_check(markup, expected):
 
 def test_index_shows_what_could_not_be_written(tmp_path):
     summary = {
+        "schema_version": SCHEMA_VERSION,
         "workload": "w",
         "target": "cpu",
         "started_at": "2026-12-02T12:00:00+00:00",
@@ -280,7 +284,7 @@ def test_index_shows_what_could_not_be_written(tmp_path):
         ],
         "unwritten": {"run.log": "No space left on device"},
     }
-    page = write_index(tmp_path, summary).read_text()
+    page = write_index(tmp_path, read_summary(summary, "summary.json")).read_text()
     assert 'class="wb-fail"' in page and "report-failed" in page
     assert "report not written (No space left on device)" in page
     assert "run.log was not written: No space left on device." in page

@@ -21,14 +21,20 @@ from workbench.results import save_result
 from workbench.runner import (
     RUN_FILES_RESERVE,
     RUN_FILES_RESERVE_BYTES,
-    NotebookOutcome,
     RunRequest,
-    judge_run,
     prepare_out_dir,
     report_notebook,
     run,
     select_notebooks,
     update_latest,
+    write_run_files,
+)
+from workbench.summary import (
+    NotebookOutcome,
+    NotebookVerdict,
+    RunSummary,
+    judge_run,
+    read_summary,
 )
 from workbench.workload import load_workload
 from workbench.workloads import BUILTIN_WORKLOADS
@@ -76,8 +82,10 @@ def _request(tmp_path: Path, **kwargs) -> RunRequest:
     return RunRequest(reports_root=tmp_path / "reports", **settings)
 
 
-def _summary(out: Path) -> dict:
-    return json.loads((out / "summary.json").read_text())
+def _summary(out: Path) -> RunSummary:
+    """summary.json read back through the record the runner wrote it from."""
+    path = out / "summary.json"
+    return read_summary(json.loads(path.read_text()), str(path))
 
 
 def test_checking_a_run_of_a_builtin_workload_does_not_import_torch():
@@ -86,7 +94,7 @@ def test_checking_a_run_of_a_builtin_workload_does_not_import_torch():
     script = (
         "import sys\n"
         "from workbench.runner import RunRequest, prepare_run\n"
-        "prepared = prepare_run(RunRequest(only=['02'], target='auto'))\n"
+        "prepared = prepare_run(RunRequest(only=['00', '02'], target='auto'))\n"
         "print(prepared.workload_name, prepared.target, 'torch' in sys.modules)\n"
     )
     done = subprocess.run(
@@ -190,9 +198,11 @@ def test_a_successful_run_writes_every_file_and_moves_latest(notebooks, tmp_path
         "00_tiny.ipynb", "00_tiny.html", "00_tiny.json", "index.html", "summary.json", "run.log",
     }  # fmt: skip
     summary = _summary(out)
-    assert summary["exit_code"] == EXIT_OK and summary["target"] == "cpu"
-    (outcome,) = summary["notebooks"]
-    assert outcome["status"] == "ok" and outcome["headline"] == "tiny headline on cpu"
+    assert summary.exit_code == EXIT_OK and summary.target == "cpu"
+    assert summary.target_requested == "cpu" and summary.workload_spec == "seed-mlp"
+    (outcome,) = summary.notebooks
+    assert outcome.status == "ok" and outcome.headline == "tiny headline on cpu"
+    assert outcome.result == "00_tiny.json" and outcome.unreadable_result is None
     assert "    tiny: working" in lines, "a notebook's printed lines reach the console"
     assert any(line.startswith("[1/1] 00_tiny ok in ") for line in lines)
 
@@ -210,21 +220,52 @@ def test_a_partial_run_says_not_run_and_leaves_latest_where_it_was(notebooks, tm
     assert any("reports/latest was not moved" in line and "01_other" in line for line in lines)
     (out,) = [p for p in request.reports_root.iterdir() if p.name not in ("older", "latest")]
     summary = _summary(out)
-    assert summary["not_run"] == ["01_other"]
-    assert summary["verdict"]["status"] == "not run"
-    assert summary["verdict"]["reasons"][0] == "not run: 01_other"
+    assert summary.not_run == ["01_other"] and summary.verdict is not None
+    assert summary.verdict.status == "not run" and summary.verdict.not_run == ["01_other"]
+    assert summary.verdict.reasons[0] == "not run: 01_other"
     index = (out / "index.html").read_text()
     assert "NOT RUN" in index and "01_other</td><td>not run" in index
     assert 'href="run.log"' in index, "a headless run wrote run.log, and the index links it"
 
 
 def test_the_run_verdict_is_the_scorecards_only_when_every_notebook_ran():
-    judged = NotebookOutcome("00_a", "ok", 1.0, verdict={"status": "pass", "reason": "fine"})
-    assert judge_run([judged], [])["status"] == "pass"
+    judged = NotebookOutcome("00_a", "ok", 1.0, verdict=NotebookVerdict("pass", "fine"))
+    assert judge_run([judged], []).status == "pass"
     unrun = [NotebookOutcome(f"0{i}_x", "not-run", None, "no cell was run") for i in range(1, 8)]
     verdict = judge_run([judged, *unrun], [])
-    assert verdict["status"] == "not run" and verdict["of_the_notebooks_run"] == "pass"
-    assert verdict["reasons"] == ["not run: 01_x, 02_x, 03_x, 04_x, 05_x and 2 more"]
+    assert verdict.status == "not run" and verdict.of_the_notebooks_run == "pass"
+    assert verdict.reasons == ["not run: 01_x, 02_x, 03_x, 04_x, 05_x and 2 more"]
+
+
+def _judged_and_indexed(folder: Path) -> tuple[NotebookOutcome, RunSummary, str]:
+    """00_tiny's result file read as the runner reads it, then the run's files written."""
+    outcome = NotebookOutcome("00_tiny", "ok", 1.0)
+    report_notebook(folder / "00_tiny.ipynb", outcome, show_code=False)
+    write_run_files(folder, RunSummary(workload="w", target="cpu"), [outcome], {})
+    return outcome, _summary(folder), (folder / "index.html").read_text()
+
+
+def test_a_readable_result_gives_the_index_its_verdict(tmp_path):
+    verdict = {"status": "attention", "reason": "noisy", "rule": "r", "findings": []}
+    save_result(tmp_path, "00_tiny", {"headline": "h", "verdict": verdict})
+    outcome, summary, index = _judged_and_indexed(tmp_path)
+    assert outcome.verdict == NotebookVerdict("attention", "noisy")
+    assert outcome.unreadable_result is None and summary.notebooks == [outcome]
+    assert summary.verdict is not None and summary.verdict.status == "attention"
+    assert 'class="v-attention"' in index and "unreadable" not in index
+
+
+def test_an_unreadable_result_is_named_with_why_never_shown_as_not_judged(tmp_path):
+    (tmp_path / "00_tiny.json").write_text('{"schema_version": 1, "data": {"headline": ')
+    outcome, summary, index = _judged_and_indexed(tmp_path)
+    assert outcome.verdict is None and outcome.headline is None
+    why = outcome.unreadable_result or ""
+    assert why.startswith("result file unreadable: ") and "00_tiny.json" in why, why
+    assert "JSON" in why and "\n" not in why, "one sentence on one line"
+    assert summary.notebooks[0].unreadable_result == why
+    assert summary.verdict is not None and summary.verdict.status == "blocker"
+    assert summary.verdict.reasons == [f"00_tiny: {why}"]
+    assert "not judged" not in index and "result file unreadable: " in index
 
 
 def test_a_long_headline_is_cut_at_a_word_with_an_ellipsis(tmp_path):
@@ -249,9 +290,9 @@ def test_a_failing_notebook_exits_1_with_a_one_line_error_and_keeps_latest(noteb
     assert run(request, progress=lambda line: None) == EXIT_NOTEBOOK_FAILED
     assert (request.reports_root / "latest").resolve() == older.resolve()
     (out,) = [p for p in request.reports_root.iterdir() if p.name not in ("older", "latest")]
-    (outcome,) = _summary(out)["notebooks"]
-    assert outcome["status"] == "failed" and outcome["failed_cell"] is not None
-    assert outcome["error"] == "ValueError: tiny failed on purpose"
+    (outcome,) = _summary(out).notebooks
+    assert outcome.status == "failed" and outcome.failed_cell is not None
+    assert outcome.error == "ValueError: tiny failed on purpose"
     assert (out / "00_tiny.html").is_file(), "the failed notebook's report is still written"
 
 
@@ -259,9 +300,9 @@ def test_a_notebook_that_saves_no_result_fails_and_out_never_moves_latest(notebo
     out = tmp_path / "chosen"
     request = _request(tmp_path, out=out, parameters={"write_result": "false"})
     assert run(request, progress=lambda line: None) == EXIT_NOTEBOOK_FAILED
-    (outcome,) = _summary(out)["notebooks"]
-    assert outcome["status"] == "failed"
-    assert outcome["error"] == "the notebook finished without writing 00_tiny.json"
+    (outcome,) = _summary(out).notebooks
+    assert outcome.status == "failed"
+    assert outcome.error == "the notebook finished without writing 00_tiny.json"
 
     ok_out = tmp_path / "chosen-ok"
     assert run(_request(tmp_path, out=ok_out), progress=lambda line: None) == EXIT_OK
@@ -277,8 +318,8 @@ def test_an_interrupt_keeps_the_partial_run_and_exits_130(notebooks, tmp_path, m
     assert run(request, progress=lambda line: None) == EXIT_INTERRUPTED
     (out,) = request.reports_root.iterdir()
     summary = _summary(out)
-    assert summary["exit_code"] == EXIT_INTERRUPTED
-    assert [n["status"] for n in summary["notebooks"]] == ["interrupted"]
+    assert summary.exit_code == EXIT_INTERRUPTED
+    assert [n.status for n in summary.notebooks] == ["interrupted"]
     assert (out / "index.html").is_file() and not (request.reports_root / "latest").exists()
 
 
@@ -311,10 +352,10 @@ def test_the_kernels_own_stderr_goes_to_run_log_not_the_console(
     out = next((tmp_path / "reports").iterdir())
     log = (out / "run.log").read_text()
     assert "kernel stderr: " in log and "kernel-level line from the kernel app" in log
-    status = _summary(out)["notebooks"][0]
+    status = _summary(out).notebooks[0]
     if dies:
-        assert code == EXIT_NOTEBOOK_FAILED and status["status"] == "kernel-died"
-        assert status["error"].endswith("its last words: dying words of the kernel"), status
+        assert code == EXIT_NOTEBOOK_FAILED and status.status == "kernel-died"
+        assert (status.error or "").endswith("its last words: dying words of the kernel"), status
     else:
-        assert code == EXIT_OK and status["status"] == "ok"
+        assert code == EXIT_OK and status.status == "ok"
     assert not list(Path(tempfile.gettempdir()).glob("workbench-00_tiny-kernel-*.log"))

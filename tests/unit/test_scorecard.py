@@ -36,8 +36,9 @@ from workbench.scorecard import (
     Finding,
     Verdict,
     judge,
-    run_verdict,
+    top_reasons,
 )
+from workbench.summary import NotebookOutcome, NotebookVerdict, judge_run
 from workbench.targets.cpu import CpuTarget
 from workbench.timing import Measurement
 from workbench.tuning.records import retuning_verdict
@@ -53,15 +54,23 @@ def test_judge_leads_with_the_worst_finding_and_counts_the_rest() -> None:
 
 
 def test_run_verdict_is_the_worst_and_an_unfinished_notebook_blocks() -> None:
-    ok = {"notebook": "00", "status": "ok", "verdict": {"status": PASS, "reason": "fine"}}
-    warn = {"notebook": "01", "status": "ok", "verdict": {"status": ATTENTION, "reason": "noisy"}}
-    assert run_verdict([ok]).status == PASS and run_verdict([ok]).reasons == []
-    assert run_verdict([ok, warn]).reasons == ["01: noisy"]
-    died = {"notebook": "02", "status": "kernel-died", "verdict": None}
-    result = run_verdict([ok, warn, died])
+    ok = NotebookOutcome("00", "ok", verdict=NotebookVerdict(PASS, "fine"))
+    warn = NotebookOutcome("01", "ok", verdict=NotebookVerdict(ATTENTION, "noisy"))
+    assert judge_run([ok], []).status == PASS and judge_run([ok], []).reasons == []
+    assert judge_run([ok, warn], []).reasons == ["01: noisy"]
+    died = NotebookOutcome("02", "kernel-died")
+    result = judge_run([ok, warn, died], [])
     assert result.status == BLOCKER and result.reasons[0] == "02: did not finish (kernel-died)"
-    unjudged = {"notebook": "03", "status": "ok", "verdict": None}
-    assert run_verdict([ok, unjudged]).status == PASS
+    unjudged = NotebookOutcome("03", "ok")
+    assert judge_run([ok, unjudged], []).status == PASS
+    unreadable = NotebookOutcome("05", "ok", unreadable_result="result file unreadable: too big")
+    assert judge_run([ok, unreadable], []).reasons == ["05: result file unreadable: too big"]
+
+
+def test_top_reasons_lead_with_blockers_and_say_how_many_were_cut() -> None:
+    findings = [Finding(ATTENTION, f"a{i}") for i in range(3)] + [Finding(BLOCKER, "b")]
+    assert top_reasons(findings) == ["b", "a0", "a1", "and 1 more"]
+    assert top_reasons([Finding(PASS, "fine")]) == []
 
 
 def test_a_stored_verdict_reads_back_typed_and_a_malformed_one_is_one_sentence() -> None:

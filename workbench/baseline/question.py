@@ -1,11 +1,8 @@
-"""Notebook 01 as the workbook's registry sees it (workbench.questions): the same names in every
-question package, so the runner, the scorecard and compare never branch on a notebook's name."""
+"""Notebook 01's question, as the workbook's registry (workbench.questions) sees it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from workbench.baseline.measure import run_baseline
 from workbench.baseline.records import (
@@ -13,26 +10,10 @@ from workbench.baseline.records import (
     BaselineSettings,
     ConfigResult,
     baseline_verdict,
+    result_data,
 )
-from workbench.baseline.records import (
-    result_data as result_data,
-)
+from workbench.questions import Question
 from workbench.results import ResultFile, ResultLead
-
-NOTEBOOK = "01_baseline"
-ASKS = (
-    "does a training step and an inference call run, and what do compile, warm-up and steady "
-    "state each cost?"
-)
-Settings = BaselineSettings
-Result = BaselineResult
-run = run_baseline
-verdict = baseline_verdict
-
-
-def settings(params: Mapping[str, Any]) -> BaselineSettings:
-    """The notebook's settings from its parameters: a value out of range is BadInput."""
-    return BaselineSettings.from_params(params)
 
 
 @dataclass(kw_only=True)
@@ -43,4 +24,16 @@ class BaselineData(ResultLead):
     throughput_unit: str
 
 
-RESULT_FILE = ResultFile(NOTEBOOK, BaselineData)
+RESULT_FILE = ResultFile("01_baseline", BaselineData)
+QUESTION = Question(
+    asks=(
+        "does a training step and an inference call run, and what do compile, warm-up and "
+        "steady state each cost?"
+    ),
+    settings=BaselineSettings.from_params,
+    run=run_baseline,
+    result=BaselineResult,
+    verdict=baseline_verdict,
+    result_data=result_data,
+    result_file=RESULT_FILE,
+)

@@ -3,7 +3,7 @@
 A comparison never reads HTML. A folder is a run when it holds summary.json; a folder that holds
 runs (such as reports/) contributes each of them, oldest first, and lists the ones it cannot read.
 
-Every file is read within bounds; summary.json is read into results.RunSummary and each result
+Every file is read within bounds; summary.json is read into summary.RunSummary and each result
 file by its notebook's own ResultFile (workbench.questions), into the typed record the
 notebook's package writes it from. The code that judges runs reads attributes of those records,
 never string keys, so a renamed field is a type error there; a hand-edited field is one sentence
@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from workbench.errors import BadInput
 from workbench.questions import result_file
-from workbench.results import LEAD, SCHEMA_VERSION, ResultFile, ResultLead, RunSummary, read_summary
+from workbench.results import LEAD, SCHEMA_VERSION, ResultFile, ResultLead
 from workbench.safe_load import (
     RESULT_MAX_BYTES,
     RESULT_MAX_VALUES,
@@ -29,6 +29,7 @@ from workbench.safe_load import (
     read_bounded,
     shown,
 )
+from workbench.summary import RunSummary, read_summary
 
 # What compare reads of every result file's header; `data` is read by its notebook's ResultFile.
 RECORD_SHAPE: Shape = {"target": ({"is_trainium": (bool, None)}, None)}

@@ -1,27 +1,15 @@
-"""Notebook 02 as the workbook's registry sees it (workbench.questions): the same names in every
-question package, so the runner, the scorecard and compare never branch on a notebook's name."""
+"""Notebook 02's question, as the workbook's registry (workbench.questions) sees it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from workbench.coverage.analyze import analyze_coverage
-from workbench.coverage.records import CoverageReport, coverage_verdict
-from workbench.coverage.records import result_data as result_data
+from workbench.coverage.records import CoverageReport, coverage_verdict, result_data
 from workbench.coverage.support import OpVerdict
+from workbench.questions import Question
 from workbench.results import ResultFile, ResultLead
 from workbench.targets.detect import flavours_from_params
-
-NOTEBOOK = "02_op_coverage"
-ASKS = (
-    "which ATen ops does the model run, and which does each Neuron flavour lower, fall back on or "
-    "reject?"
-)
-Settings = None  # the flavours to judge are its one setting
-Result = CoverageReport
-run = analyze_coverage
-verdict = coverage_verdict
-settings = flavours_from_params  # the Neuron flavours judged: at least one, each known
 
 
 @dataclass
@@ -39,4 +27,16 @@ class CoverageData(ResultLead):
     ops: list[OpSupport]
 
 
-RESULT_FILE = ResultFile(NOTEBOOK, CoverageData)
+RESULT_FILE = ResultFile("02_op_coverage", CoverageData)
+QUESTION = Question(
+    asks=(
+        "which ATen ops does the model run, and which does each Neuron flavour lower, fall back "
+        "on or reject?"
+    ),
+    settings=flavours_from_params,  # the Neuron flavours judged: at least one, each known
+    run=analyze_coverage,
+    result=CoverageReport,
+    verdict=coverage_verdict,
+    result_data=result_data,
+    result_file=RESULT_FILE,
+)

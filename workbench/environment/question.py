@@ -1,5 +1,4 @@
-"""Notebook 00 as the workbook's registry sees it (workbench.questions): the same names in every
-question package, so the runner, the scorecard and compare never branch on a notebook's name."""
+"""Notebook 00's question, as the workbook's registry (workbench.questions) sees it."""
 
 from __future__ import annotations
 
@@ -8,23 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.environment.manifest import capture_manifest
-from workbench.environment.records import environment_verdict
-from workbench.environment.records import result_data as result_data
+from workbench.environment.records import environment_verdict, result_data
+from workbench.questions import Question
 from workbench.results import ResultFile, ResultLead
-
-NOTEBOOK = "00_environment"
-ASKS = (
-    "what exactly is installed, is it a published Neuron release, and what changed since the pin?"
-)
-Settings = None  # nothing to tune: the notebook reads the machine
-Result = dict  # the manifest, as `workbench env pin` writes it
-run = capture_manifest
-verdict = environment_verdict
-
-
-def settings(params: Mapping[str, Any]) -> None:
-    """Notebook 00 has no settings to check beyond its parameters' types."""
-    return None
 
 
 @dataclass(kw_only=True)
@@ -39,4 +24,21 @@ class EnvironmentData(ResultLead):
         return found if isinstance(found, dict) else {}
 
 
-RESULT_FILE = ResultFile(NOTEBOOK, EnvironmentData)
+def no_settings(params: Mapping[str, Any]) -> None:
+    """Notebook 00 reads the machine: nothing to check beyond its parameters' types."""
+    return None
+
+
+RESULT_FILE = ResultFile("00_environment", EnvironmentData)
+QUESTION = Question(
+    asks=(
+        "what exactly is installed, is it a published Neuron release, and what changed since "
+        "the pin?"
+    ),
+    settings=no_settings,
+    run=capture_manifest,
+    result=dict,  # the manifest, as `workbench env pin` writes it
+    verdict=environment_verdict,
+    result_data=result_data,
+    result_file=RESULT_FILE,
+)

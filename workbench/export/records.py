@@ -27,9 +27,10 @@ from workbench.compare.runs import Run, UnreadableRun, load_run, result_path
 from workbench.errors import BadInput
 from workbench.export.flatten import Flattened, flatten
 from workbench.export.safety import component
-from workbench.results import OutcomeStatus, UnreadableResult, load_result
+from workbench.results import UnreadableResult, load_result
 from workbench.safe_load import is_plain_file
 from workbench.scorecard import STATUSES, Verdict
+from workbench.summary import NotebookOutcome, OutcomeStatus, RunStatus
 
 # The run's own files a tracker keeps beside the parent run, where present.
 RUN_FILES = ("index.html", "summary.json", "run.log")
@@ -98,7 +99,7 @@ class RunRecord:
     target: str
     started_at: str
     exit_code: int | None
-    verdict: str | None  # the run's verdict: pass, attention, blocker or "not run"
+    verdict: RunStatus | None  # None: a hand-made summary without one
     reasons: list[str]
     notebooks: list[NotebookRecord]
     files: list[Path]
@@ -191,7 +192,7 @@ def read_run(folder: str | Path) -> RunRecord:
     return record
 
 
-def _notebook(run: Run, entry: Any) -> NotebookRecord:
+def _notebook(run: Run, entry: NotebookOutcome) -> NotebookRecord:
     data = run.results.get(entry.notebook)
     record = NotebookRecord(
         notebook=entry.notebook,

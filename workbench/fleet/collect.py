@@ -13,6 +13,7 @@ from workbench.compare.report import write_comparison
 from workbench.compare.runs import UnreadableRun, load_run
 from workbench.errors import BadInput
 from workbench.fleet.root import read_claim
+from workbench.summary import RunStatus
 
 COMPLETE = "complete"
 INCOMPLETE = "incomplete"  # folders without summary.json: still running, or killed
@@ -29,7 +30,7 @@ class ItemRow:
     run: str | None = None  # the newest complete run folder, relative to ROOT
     started_at: str | None = None
     exit_code: int | None = None
-    verdict: str | None = None
+    verdict: RunStatus | None = None  # the newest run's verdict (summary.json)
     reasons: list[str] = field(default_factory=list)
     headlines: list[str] = field(default_factory=list)  # "01_baseline: ..." per notebook
     runs: int = 0

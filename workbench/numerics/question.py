@@ -1,38 +1,19 @@
-"""Notebook 03 as the workbook's registry sees it (workbench.questions): the same names in every
-question package, so the runner, the scorecard and compare never branch on a notebook's name."""
+"""Notebook 03's question, as the workbook's registry (workbench.questions) sees it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from workbench.numerics.records import (
     NumericsResult,
     NumericsSettings,
     RunResult,
     notebook_verdict,
-)
-from workbench.numerics.records import (
-    result_data as result_data,
+    result_data,
 )
 from workbench.numerics.run import run_numerics
+from workbench.questions import Question
 from workbench.results import ResultFile, ResultLead
-
-NOTEBOOK = "03_numerics"
-ASKS = (
-    "does the target compute what the reference computes, layer by layer, within tolerances "
-    "that mean something?"
-)
-Settings = NumericsSettings
-Result = NumericsResult
-run = run_numerics
-verdict = notebook_verdict
-
-
-def settings(params: Mapping[str, Any]) -> NumericsSettings:
-    """The notebook's settings from its parameters: a value out of range is BadInput."""
-    return NumericsSettings.from_params(params)
 
 
 @dataclass(kw_only=True)
@@ -42,4 +23,16 @@ class NumericsData(ResultLead):
     runs: list[RunResult]
 
 
-RESULT_FILE = ResultFile(NOTEBOOK, NumericsData)
+RESULT_FILE = ResultFile("03_numerics", NumericsData)
+QUESTION = Question(
+    asks=(
+        "does the target compute what the reference computes, layer by layer, within "
+        "tolerances that mean something?"
+    ),
+    settings=NumericsSettings.from_params,
+    run=run_numerics,
+    result=NumericsResult,
+    verdict=notebook_verdict,
+    result_data=result_data,
+    result_file=RESULT_FILE,
+)

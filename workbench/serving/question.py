@@ -1,12 +1,10 @@
-"""Notebook 05 as the workbook's registry sees it (workbench.questions): the same names in every
-question package, so the runner, the scorecard and compare never branch on a notebook's name."""
+"""Notebook 05's question, as the workbook's registry (workbench.questions) sees it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from workbench.questions import Question
 from workbench.results import ResultFile, ResultLead
 from workbench.serving.records import (
     BatchPoint,
@@ -14,27 +12,10 @@ from workbench.serving.records import (
     ServingResult,
     ServingSettings,
     SloAnswer,
+    result_data,
     serving_verdict,
 )
-from workbench.serving.records import (
-    result_data as result_data,
-)
 from workbench.serving.serve import run_serving
-
-NOTEBOOK = "05_serving"
-ASKS = (
-    "what latency at batch 1, which batch under a latency SLO and what throughput there, how "
-    "it holds under load, and, for a generating model, time to first token and per token?"
-)
-Settings = ServingSettings
-Result = ServingResult
-run = run_serving
-verdict = serving_verdict
-
-
-def settings(params: Mapping[str, Any]) -> ServingSettings:
-    """The notebook's settings from its parameters: a value out of range is BadInput."""
-    return ServingSettings.from_params(params)
 
 
 @dataclass(kw_only=True)
@@ -48,4 +29,17 @@ class ServingData(ResultLead):
     gaps: GapSeries | None = None
 
 
-RESULT_FILE = ResultFile(NOTEBOOK, ServingData)
+RESULT_FILE = ResultFile("05_serving", ServingData)
+QUESTION = Question(
+    asks=(
+        "what latency at batch 1, which batch under a latency SLO and what throughput there, "
+        "how it holds under load, and, for a generating model, time to first token and per "
+        "token?"
+    ),
+    settings=ServingSettings.from_params,
+    run=run_serving,
+    result=ServingResult,
+    verdict=serving_verdict,
+    result_data=result_data,
+    result_file=RESULT_FILE,
+)

@@ -1,40 +1,21 @@
-"""Notebook 04 as the workbook's registry sees it (workbench.questions): the same names in every
-question package, so the runner, the scorecard and compare never branch on a notebook's name."""
+"""Notebook 04's question, as the workbook's registry (workbench.questions) sees it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from workbench.planning.planner import Plan
+from workbench.questions import Question
 from workbench.results import ResultFile, ResultLead
 from workbench.tuning.cost import CostRow
 from workbench.tuning.records import (
     Recommendation,
     RetuneResult,
     RetuneSettings,
+    result_data,
     retuning_verdict,
 )
-from workbench.tuning.records import (
-    result_data as result_data,
-)
 from workbench.tuning.retune import run_retuning
-
-NOTEBOOK = "04_retuning"
-ASKS = (
-    "which batch size, accumulation, DataLoader workers and data-parallel width to use on the "
-    "target, and what does a sample cost there?"
-)
-Settings = RetuneSettings
-Result = RetuneResult
-run = run_retuning
-verdict = retuning_verdict
-
-
-def settings(params: Mapping[str, Any]) -> RetuneSettings:
-    """The notebook's settings from its parameters: a value out of range is BadInput."""
-    return RetuneSettings.from_params(params)
 
 
 @dataclass
@@ -55,4 +36,16 @@ class RetuningData(ResultLead):
     plan: Plan | None = None  # absent from files written before the planner
 
 
-RESULT_FILE = ResultFile(NOTEBOOK, RetuningData)
+RESULT_FILE = ResultFile("04_retuning", RetuningData)
+QUESTION = Question(
+    asks=(
+        "which batch size, accumulation, DataLoader workers and data-parallel width to use on "
+        "the target, and what does a sample cost there?"
+    ),
+    settings=RetuneSettings.from_params,
+    run=run_retuning,
+    result=RetuneResult,
+    verdict=retuning_verdict,
+    result_data=result_data,
+    result_file=RESULT_FILE,
+)

@@ -93,12 +93,12 @@ def test_no_fit_is_attention_with_a_layout_and_a_blocker_without_one(
 def test_the_plan_reads_back_from_the_result_file_as_the_writers_record(
     plan: Plan, measured: RetuneResult, tmp_path: Path
 ) -> None:
-    path = save_result(tmp_path, question.NOTEBOOK, result_data(_with(measured, plan)))
+    path = save_result(tmp_path, question.RESULT_FILE.notebook, result_data(_with(measured, plan)))
     read = question.RESULT_FILE.load(path)
     assert isinstance(read.plan, Plan)
     assert read.plan.headline() == plan.headline()
     assert read.plan.chosen == plan.chosen and read.plan.batch == plan.batch
-    older = save_result(tmp_path / "older", question.NOTEBOOK, result_data(measured))
+    older = save_result(tmp_path / "older", question.RESULT_FILE.notebook, result_data(measured))
     assert question.RESULT_FILE.load(older).plan is None
 
 

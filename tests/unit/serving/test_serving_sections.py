@@ -10,7 +10,7 @@ import torch
 from tests.fixtures.hf_workloads import gpt2_module
 from workbench.params import NOTEBOOKS_DIR, notebook_parameters
 from workbench.serving.calls import build_serving_model
-from workbench.serving.question import settings as settings_from_params
+from workbench.serving.question import QUESTION
 from workbench.serving.records import EAGER, MAX_STREAMS_PER_CORE, ServingSettings
 from workbench.serving.serve import Sections, usable_cores
 from workbench.serving.tokens import generates, token_study
@@ -78,7 +78,7 @@ def test_a_concurrency_the_machine_cannot_give_is_one_sentence_and_the_rest_meas
 def test_the_notebook_parameters_build_the_code_defaults() -> None:
     declared = notebook_parameters(NOTEBOOKS_DIR / "05_serving.ipynb")
     defaults = {name: p.default for name, p in declared.items()}
-    assert settings_from_params(defaults) == ServingSettings()
+    assert QUESTION.settings(defaults) == ServingSettings()
     # batch_sizes is declared as serving_batch_sizes: 04's batch_sizes is its training sweep.
     fields = set(ServingSettings.__dataclass_fields__) - {"batch_sizes"} | {"serving_batch_sizes"}
     assert fields <= set(defaults), sorted(fields - set(defaults))
