@@ -8,6 +8,7 @@ number on Trainium is a prediction, and says so.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from time import perf_counter
 from typing import Any
@@ -39,7 +40,14 @@ from workbench.planning.layouts import (
     rank_memory,
 )
 from workbench.planning.probe import measure_hf, measure_workload
-from workbench.planning.published import RUNNING, TABLE, Match, match, model_named
+from workbench.planning.published import (
+    RUNNING,
+    TABLE,
+    Match,
+    PublishedLayout,
+    match,
+    model_named,
+)
 from workbench.planning.recommend import (
     RUNTIME_RESERVE_SOURCE,
     SERVING_TP_SOURCE,
@@ -274,91 +282,98 @@ def _load_shape(spec: str | Workload, seq: int | None, hf_config: str = "") -> _
     return _Loaded(shape, activations, unsized, workload.sequence_length, "fp32", "")
 
 
-def _candidate(
-    shape: ModelShape,
-    activations: ActivationModel | None,
-    layout: Layout,
-    precision: Precision,
-    seq: int | None,
-    instance: InstanceSpec,
-    training: bool,
-) -> Candidate:
-    capacity = instance.hbm_per_rank_bytes
-    reserve = reserve_for(instance)
-    in_flight = GLOO_LAYERS_IN_FLIGHT if instance.is_here else FSDP_LAYERS_IN_FLIGHT
+@dataclass(frozen=True)
+class _Sizing:
+    """What every layout's memory is computed from: the model as loaded, the precision, the
+    sequence, the instance and whether it trains."""
 
-    def memory_at(micro: int) -> RankMemory:
-        return rank_memory(shape, activations, layout, precision, micro, seq, training, in_flight)
+    shape: ModelShape
+    activations: ActivationModel | None
+    precision: Precision
+    seq: int | None
+    instance: InstanceSpec
+    training: bool
 
-    def fits_within_reserve(micro: int) -> bool:
-        return memory_at(micro).peak <= capacity - reserve
+    def candidate(self, layout: Layout) -> Candidate:
+        """`layout` judged on one rank of the instance: its memory, what fits within the
+        runtime's reserve, and whether the instance offers it."""
+        capacity = self.instance.hbm_per_rank_bytes
+        reserve = reserve_for(self.instance)
+        in_flight = GLOO_LAYERS_IN_FLIGHT if self.instance.is_here else FSDP_LAYERS_IN_FLIGHT
 
-    note = availability(layout, instance, training)
-    return Candidate(
-        layout,
-        memory_at(1),
-        capacity,
-        largest_micro_batch(fits_within_reserve) if activations else 0,
-        not note,
-        note,
-        reserve,
-        activations is not None,
-    )
+        def memory_at(micro: int) -> RankMemory:
+            return rank_memory(
+                self.shape,
+                self.activations,
+                layout,
+                self.precision,
+                micro,
+                self.seq,
+                self.training,
+                in_flight,
+            )
+
+        def fits_within_reserve(micro: int) -> bool:
+            return memory_at(micro).peak <= capacity - reserve
+
+        note = availability(layout, self.instance, self.training)
+        return Candidate(
+            layout,
+            memory_at(1),
+            capacity,
+            largest_micro_batch(fits_within_reserve) if self.activations else 0,
+            not note,
+            note,
+            reserve,
+            self.activations is not None,
+        )
+
+    def candidates(self, count: int) -> list[Candidate]:
+        """Every layout over `count` instances, judged."""
+        ranks = self.instance.ranks
+        layouts = enumerate_layouts(self.shape, ranks * count, ranks, self.training)
+        return [self.candidate(layout) for layout in layouts]
 
 
-def _candidates(
-    shape: ModelShape,
-    activations: ActivationModel | None,
-    precision: Precision,
-    seq: int | None,
-    instance: InstanceSpec,
-    count: int,
-    training: bool,
-) -> list[Candidate]:
-    layouts = enumerate_layouts(shape, instance.ranks * count, instance.ranks, training)
-    return [
-        _candidate(shape, activations, layout, precision, seq, instance, training)
-        for layout in layouts
-    ]
+@dataclass(frozen=True)
+class _Layouts:
+    """The layouts judged and the one chosen, by AWS's rule or from the published table."""
+
+    single: Candidate
+    candidates: list[Candidate]
+    chosen: Candidate | None
+    published: str
+    rule_choice: str
 
 
-def make_plan(
-    workload: str | Workload,
-    instance: str,
-    *,
-    instances: int = 1,
-    global_batch: int | None = None,
-    seq_len: int | None = None,
-    precision: str = "",
-    micro_batch: int = 0,
-    mode: str = "",
-    hf_config: str = "",
-) -> Plan:
-    """The plan (module docstring). Bad input is one sentence, before any measuring."""
-    started = perf_counter()
-    spec = get_instance(instance)
-    mode = mode or spec.use
+def _check_request(mode: str, precision: str, counts: dict[str, int | None]) -> None:
+    """Bad input as one sentence, before anything is loaded or measured."""
     if mode not in MODES:
         raise BadInput(f"Mode {mode!r}: choose {' or '.join(MODES)}.")
     if precision and precision not in PRECISIONS:
         raise BadInput(f"Precision {precision!r}: choose {', '.join(PRECISIONS)}.")
-    for name, value in (
-        ("instances", instances),
-        ("global batch", global_batch),
-        ("sequence length", seq_len),
-        ("micro-batch", micro_batch),
-    ):
+    for name, value in counts.items():
         if value is not None and value < (1 if name == "instances" else 0):
             raise BadInput(f"The {name} must be a positive whole number, not {value}.")
-    loaded = _load_shape(workload, seq_len, hf_config)
-    shape, activations, unsized, seq = loaded.shape, loaded.activations, loaded.unsized, loaded.seq
+
+
+def _sizing(loaded: _Loaded, spec: InstanceSpec, mode: str, precision: str) -> _Sizing:
+    """What the layouts are sized from: the precision asked for, else the model's default
+    (served without an fp32 master copy)."""
     training = mode == TRAINING
-    default_precision = loaded.precision
-    if not training and default_precision == "bf16-mixed":
-        default_precision = "bf16"  # served weights need no fp32 master copy
-    chosen_precision = PRECISIONS[precision or default_precision]
+    default = loaded.precision
+    if not training and default == "bf16-mixed":
+        default = "bf16"  # served weights need no fp32 master copy
+    chosen = PRECISIONS[precision or default]
+    return _Sizing(loaded.shape, loaded.activations, chosen, loaded.seq, spec, training)
+
+
+def _limits(sizing: _Sizing, measured_unsized: list[str]) -> tuple[list[str], list[str]]:
+    """What the plan could not size, and the notes on what it counts: (unsized, notes)."""
+    shape, training = sizing.shape, sizing.training
+    unsized = list(measured_unsized)
     notes = []
-    if activations is None:
+    if sizing.activations is None:
         notes.append("activations are not counted: every number below is a lower bound")
     if shape.layers == 0:
         unsized.append(
@@ -380,43 +395,134 @@ def make_plan(
             if not shape.keeps_kv_cache
             else "the KV cache (the config gives no KV head count or head size)"
         )
-    single = _candidate(
-        shape, activations, Layout(1, 1, 1, NONE, False), chosen_precision, seq, spec, training
-    )
-    candidates = _candidates(shape, activations, chosen_precision, seq, spec, instances, training)
-    chosen = choose(candidates)
-    found = match(loaded.published_model, spec.name, instances, mode, seq)
+    return unsized, notes
+
+
+def _layouts(sizing: _Sizing, instances: int, mode: str, published_model: str) -> _Layouts:
+    """Every layout judged, the rule's choice, and the published table's word on it."""
+    single = sizing.candidate(Layout(1, 1, 1, NONE, False))
+    candidates = sizing.candidates(instances)
+    found = match(published_model, sizing.instance.name, instances, mode, sizing.seq)
     published, rule_choice, chosen = _published(
-        found,
-        spec,
-        instances,
-        chosen,
-        candidates,
-        shape,
-        activations,
-        chosen_precision,
-        seq,
-        training,
+        found, sizing, instances, choose(candidates), candidates
     )
-    batch = None
-    if chosen is not None and training and global_batch:
-        batch = batch_plan(chosen, global_batch, micro_batch)
-    minimum = None
-    if chosen is None and activations is not None:
-        count = instances * 2
-        while count <= MAX_INSTANCES and minimum is None:
-            more = choose(
-                _candidates(shape, activations, chosen_precision, seq, spec, count, training)
-            )
-            if more is not None:
-                minimum = (count, more.layout.name)
-            count *= 2
-    served = chosen or single
-    host = host_need(shape, chosen_precision, spec, served)
-    kv_budget = None
-    per_sequence = kv_bytes_per_sequence(shape, served.layout, chosen_precision, seq)
-    if not training and per_sequence and seq:
-        kv_budget = vllm_budget(served, per_sequence, seq)
+    return _Layouts(single, candidates, chosen, published, rule_choice)
+
+
+def _batch_split(
+    chosen: Candidate | None,
+    training: bool,
+    global_batch: int | None,
+    micro_batch: int,
+    strict: bool,
+) -> tuple[BatchPlan | None, list[str]]:
+    """The global batch split over the chosen layout, and the note saying why there is none
+    where a lenient split does not divide."""
+    if chosen is None or not global_batch or (strict and not training):
+        return None, []
+    try:
+        return batch_plan(chosen, global_batch, micro_batch), []
+    except BadInput as exc:
+        if strict:
+            raise
+        return None, [f"no batch split: {exc}"]
+
+
+def _minimum_instances(
+    sizing: _Sizing, instances: int, chosen: Candidate | None
+) -> tuple[int, str] | None:
+    """Where no layout fits: the fewest instances (doubling, up to MAX_INSTANCES) on which
+    one does, and that layout."""
+    if chosen is not None or sizing.activations is None:
+        return None
+    count = instances * 2
+    while count <= MAX_INSTANCES:
+        more = choose(sizing.candidates(count))
+        if more is not None:
+            return count, more.layout.name
+        count *= 2
+    return None
+
+
+def _kv_budget(sizing: _Sizing, served: Candidate) -> KvBudget | None:
+    per_sequence = kv_bytes_per_sequence(sizing.shape, served.layout, sizing.precision, sizing.seq)
+    if sizing.training or not per_sequence or not sizing.seq:
+        return None
+    return vllm_budget(served, per_sequence, sizing.seq)
+
+
+def make_plan(
+    workload: str | Workload,
+    instance: str,
+    *,
+    instances: int = 1,
+    global_batch: int | None = None,
+    seq_len: int | None = None,
+    precision: str = "",
+    micro_batch: int = 0,
+    mode: str = "",
+    hf_config: str = "",
+    instance_reason: str = "",
+    notes: Sequence[str] = (),
+    strict_batch: bool = True,
+) -> Plan:
+    """The plan (module docstring). Bad input is one sentence, before any measuring.
+
+    `instance_reason` says why this instance, where the caller chose it; `notes` are the
+    caller's, kept after the planner's own. A global batch is split for training, and one the
+    chosen layout's data parallelism does not divide is bad input; with `strict_batch=False`
+    (notebook 04, whose retuned batch is planned on whatever instance it plans for) it is split
+    in either mode, and where it does not divide the plan keeps no split and says why."""
+    started = perf_counter()
+    spec = get_instance(instance)
+    mode = mode or spec.use
+    counts = {"instances": instances, "global batch": global_batch, "sequence length": seq_len}
+    _check_request(mode, precision, {**counts, "micro-batch": micro_batch})
+    loaded = _load_shape(workload, seq_len, hf_config)
+    sizing = _sizing(loaded, spec, mode, precision)
+    unsized, own_notes = _limits(sizing, loaded.unsized)
+    layouts = _layouts(sizing, instances, mode, loaded.published_model)
+    batch, batch_notes = _batch_split(
+        layouts.chosen, sizing.training, global_batch, micro_batch, strict_batch
+    )
+    served = layouts.chosen or layouts.single
+    return _plan_record(
+        sizing,
+        layouts,
+        mode=mode,
+        instances=instances,
+        batch=batch,
+        global_batch=batch.global_batch if batch else global_batch,
+        host=host_need(sizing.shape, sizing.precision, spec, served),
+        minimum=_minimum_instances(sizing, instances, layouts.chosen),
+        kv_budget=_kv_budget(sizing, served),
+        unsized=unsized,
+        notes=[*own_notes, *notes, *batch_notes],
+        published_model=loaded.published_model,
+        instance_reason=instance_reason,
+        started=started,
+    )
+
+
+def _plan_record(
+    sizing: _Sizing,
+    layouts: _Layouts,
+    *,
+    mode: str,
+    instances: int,
+    batch: BatchPlan | None,
+    global_batch: int | None,
+    host: HostNeed,
+    minimum: tuple[int, str] | None,
+    kv_budget: KvBudget | None,
+    unsized: list[str],
+    notes: list[str],
+    published_model: str,
+    instance_reason: str,
+    started: float,
+) -> Plan:
+    """The plan record, made once from what every stage computed."""
+    shape, activations = sizing.shape, sizing.activations
     return Plan(
         model=shape.name,
         model_source=shape.source,
@@ -424,29 +530,30 @@ def make_plan(
         layers=shape.layers,
         heads=shape.heads,
         kv_heads=shape.kv_heads,
-        instance=spec,
+        instance=sizing.instance,
         instances=instances,
         mode=mode,
-        precision=chosen_precision,
-        seq=seq,
-        global_batch=batch.global_batch if batch else global_batch,
+        precision=sizing.precision,
+        seq=sizing.seq,
+        global_batch=global_batch,
         activation_source=activations.source if activations else "not measured",
         activation_fit_error=activations.fit_error if activations else None,
         kappa=activations.kappa if activations else None,
         optimizer=activations.optimizer.name if activations else "unknown",
-        candidates=candidates,
-        single_rank=single,
-        chosen=chosen,
+        candidates=layouts.candidates,
+        single_rank=layouts.single,
+        chosen=layouts.chosen,
         batch=batch,
         host=host,
         minimum_instances=minimum,
         unsized=unsized,
         notes=notes,
-        published=published,
+        published=layouts.published,
         seconds=perf_counter() - started,
         kv_budget=kv_budget,
-        published_model=loaded.published_model,
-        rule_choice=rule_choice,
+        instance_reason=instance_reason,
+        published_model=published_model,
+        rule_choice=layouts.rule_choice,
         shape=shape,
         activations=activations,
     )
@@ -468,22 +575,17 @@ def host_need(
 
 def _published(
     found: Match,
-    instance: InstanceSpec,
+    sizing: _Sizing,
     instances: int,
     chosen: Candidate | None,
     candidates: list[Candidate],
-    shape: ModelShape,
-    activations: ActivationModel | None,
-    precision: Precision,
-    seq: int | None,
-    training: bool,
 ) -> tuple[str, str, Candidate | None]:
     """How the plan stands against the published table (published.py): the sentence, the
     rule's own pick where AWS's running layout is taken instead, and the layout chosen. A
     running layout that fits here is the plan's choice: it is what AWS runs."""
     if not found.model:
         return "No published layout for this model (none in " + f"{TABLE}).", "", chosen
-    mode = TRAINING if training else INFERENCE
+    mode = TRAINING if sizing.training else INFERENCE
     if not found.exact and not found.elsewhere:
         return f"No published {mode} layout for {found.model}.", "", chosen
     if not found.exact:
@@ -498,26 +600,8 @@ def _published(
     taken = chosen
     rule = ""
     for row in found.exact:
-        layout = row.layout(instance.ranks * instances)
-        theirs = next((c for c in candidates if c.layout == layout), None)
-        if theirs is None:
-            theirs = _candidate(shape, activations, layout, precision, seq, instance, training)
-        at = theirs.largest_micro_batch
-        host = host_need(shape, precision, instance, theirs)
-        verdict = (
-            f"predicted {human_bytes(theirs.memory.peak)} per rank of "
-            f"{human_bytes(theirs.usable)} usable, "
-            + (f"fits up to {at} at once" if theirs.fits else "does not fit")
-            + ("" if host.fits else f"; host: {host.sentence()}")
-        )
-        runs = theirs.fits and host.fits and at >= row.micro_batch
-        agrees = runs == (row.outcome == RUNNING)
-        if not theirs.complete:
-            verdict, agrees = "not judged: activations could not be sized", True
-        sentences.append(
-            f"{'Agrees with' if agrees else 'Disagrees with'} {row.outcome} {row.describe()}: "
-            f"{verdict}"
-        )
+        sentence, theirs, runs = _published_row(row, sizing, instances, candidates)
+        sentences.append(sentence)
         if row.outcome == RUNNING and runs and theirs.available and taken is chosen:
             if chosen is not None and chosen.layout != theirs.layout:
                 rule = chosen.layout.name
@@ -530,27 +614,57 @@ def _published(
     return ". ".join(sentences) + ".", rule, taken
 
 
+def _published_row(
+    row: PublishedLayout, sizing: _Sizing, instances: int, candidates: list[Candidate]
+) -> tuple[str, Candidate, bool]:
+    """One published row judged here: whether the plan agrees with its outcome (the
+    sentence), the row's layout as a candidate, and whether that layout runs here."""
+    layout = row.layout(sizing.instance.ranks * instances)
+    theirs = next((c for c in candidates if c.layout == layout), None)
+    if theirs is None:
+        theirs = sizing.candidate(layout)
+    at = theirs.largest_micro_batch
+    host = host_need(sizing.shape, sizing.precision, sizing.instance, theirs)
+    verdict = (
+        f"predicted {human_bytes(theirs.memory.peak)} per rank of "
+        f"{human_bytes(theirs.usable)} usable, "
+        + (f"fits up to {at} at once" if theirs.fits else "does not fit")
+        + ("" if host.fits else f"; host: {host.sentence()}")
+    )
+    runs = theirs.fits and host.fits and at >= row.micro_batch
+    agrees = runs == (row.outcome == RUNNING)
+    if not theirs.complete:
+        verdict, agrees = "not judged: activations could not be sized", True
+    sentence = (
+        f"{'Agrees with' if agrees else 'Disagrees with'} {row.outcome} {row.describe()}: {verdict}"
+    )
+    return sentence, theirs, runs
+
+
+def _candidate_data(c: Candidate, training: bool) -> dict[str, Any]:
+    """One judged layout as plain data (plan_data)."""
+    return {
+        "layout": asdict(c.layout),
+        "name": c.layout.name,
+        "memory": {**asdict(c.memory), "held": c.memory.held, "peak": c.memory.peak},
+        "capacity": c.capacity,
+        "reserve": c.reserve,
+        "usable": c.usable,
+        "complete": c.complete,
+        "fits": c.fits,
+        "headroom": c.headroom,
+        "largest_micro_batch": c.largest_micro_batch,
+        "available": c.available,
+        "note": c.note,
+        "collectives": c.layout.collectives(training),
+    }
+
+
 def plan_data(plan: Plan) -> dict[str, Any]:
     """The plan as plain data: what `04_retuning.json` keeps under "plan" and `workbench plan
     --json` prints."""
-
-    def candidate(c: Candidate) -> dict[str, Any]:
-        return {
-            "layout": asdict(c.layout),
-            "name": c.layout.name,
-            "memory": {**asdict(c.memory), "held": c.memory.held, "peak": c.memory.peak},
-            "capacity": c.capacity,
-            "reserve": c.reserve,
-            "usable": c.usable,
-            "complete": c.complete,
-            "fits": c.fits,
-            "headroom": c.headroom,
-            "largest_micro_batch": c.largest_micro_batch,
-            "available": c.available,
-            "note": c.note,
-            "collectives": c.layout.collectives(plan.mode == TRAINING),
-        }
-
+    training = plan.mode == TRAINING
+    batch, kv = plan.batch, plan.kv_budget
     return {
         "headline": plan.headline(),
         "model": plan.model,
@@ -572,17 +686,11 @@ def plan_data(plan: Plan) -> dict[str, Any]:
         "fits": plan.fits,
         "complete": plan.complete,
         "fits_one_rank": plan.fits_one_rank,
-        "single_rank": candidate(plan.single_rank),
-        "chosen": candidate(plan.chosen) if plan.chosen else None,
-        "batch": {**asdict(plan.batch), "equation": plan.batch.equation()} if plan.batch else None,
-        "candidates": [candidate(c) for c in plan.candidates],
-        "host": {
-            **asdict(plan.host),
-            "needed": plan.host.needed,
-            "fits": plan.host.fits,
-            "sentence": plan.host.sentence(),
-            "source": HOST_SOURCE,
-        },
+        "single_rank": _candidate_data(plan.single_rank, training),
+        "chosen": _candidate_data(plan.chosen, training) if plan.chosen else None,
+        "batch": {**asdict(batch), "equation": batch.equation()} if batch else None,
+        "candidates": [_candidate_data(c, training) for c in plan.candidates],
+        "host": _host_data(plan.host),
         "minimum_instances": list(plan.minimum_instances) if plan.minimum_instances else None,
         "unsized": plan.unsized,
         "notes": plan.notes,
@@ -590,12 +698,20 @@ def plan_data(plan: Plan) -> dict[str, Any]:
         "published_model": plan.published_model,
         "rule_choice": plan.rule_choice,
         "reserve_source": plan.reserve_source,
-        "kv_budget": {**asdict(plan.kv_budget), "sentence": plan.kv_budget.sentence()}
-        if plan.kv_budget
-        else None,
+        "kv_budget": {**asdict(kv), "sentence": kv.sentence()} if kv else None,
         "instance_reason": plan.instance_reason,
         "headroom_rule": "the least model parallelism (TP x PP) whose peak fits a rank's memory "
         "less the runtime's reserve",
         "predicted": "predicted from shapes and CPU probes, not measured on Trainium",
         "seconds": plan.seconds,
+    }
+
+
+def _host_data(host: HostNeed) -> dict[str, Any]:
+    return {
+        **asdict(host),
+        "needed": host.needed,
+        "fits": host.fits,
+        "sentence": host.sentence(),
+        "source": HOST_SOURCE,
     }

@@ -9,19 +9,28 @@ any trial runs out of memory.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from workbench.environment.instance import resolve_instance_type
-from workbench.errors import BadInput
 from workbench.planning.hf_config import HF_PREFIX
 from workbench.planning.instances import DEFAULT_INSTANCE, INSTANCES
 from workbench.planning.layouts import GLOO_LAYERS_IN_FLIGHT, NONE, PRECISIONS, Layout, rank_memory
 from workbench.planning.planner import Plan, make_plan
-from workbench.planning.recommend import batch_plan
 from workbench.workload import Workload, WorkloadSpec
 
-if TYPE_CHECKING:
-    from workbench.tuning.records import RetuneSettings
+
+class RetuningPlanSettings(Protocol):
+    """The settings of notebook 04 the plan reads (tuning's RetuneSettings has them): the
+    planner stays below the notebook that shows its plan."""
+
+    @property
+    def plan_instance(self) -> str: ...
+    @property
+    def instance_type(self) -> str: ...
+    @property
+    def global_batch(self) -> int: ...
+    @property
+    def reference_global_batch(self) -> int: ...
 
 
 def instance_for_run(plan_instance: str, instance_type: str) -> tuple[str, str]:
@@ -40,30 +49,30 @@ def instance_for_run(plan_instance: str, instance_type: str) -> tuple[str, str]:
     return DEFAULT_INSTANCE, f"{DEFAULT_INSTANCE}, the default, since {why}"
 
 
-def plan_for_retuning(spec: WorkloadSpec, workload: Workload, settings: RetuneSettings) -> Plan:
+def plan_for_retuning(
+    spec: WorkloadSpec, workload: Workload, settings: RetuningPlanSettings
+) -> Plan:
     """The plan for notebook 04 (module docstring). A global batch the chosen layout's data
     parallelism does not divide leaves the plan without a batch split, and says why."""
     instance, reason = instance_for_run(settings.plan_instance, settings.instance_type)
     hf = spec.spec.startswith(HF_PREFIX)
-    plan = make_plan(
-        spec.spec if hf else workload,
-        instance,
-        seq_len=workload.sequence_length if hf else None,
-    )
-    plan.instance_reason = reason
+    notes = []
     if hf and spec.hf_config:
-        plan.notes.append(
+        notes.append(
             f"the plan reads the checkpoint's config.json as it is: hf_config {spec.hf_config!r} "
             "is not applied to it"
         )
-    wanted = settings.global_batch or settings.reference_global_batch or workload.batch_size
-    plan.global_batch = wanted
-    if plan.chosen is not None:
-        try:
-            plan.batch = batch_plan(plan.chosen, wanted)
-        except BadInput as exc:
-            plan.notes.append(f"no batch split: {exc}")
-    return plan
+    return make_plan(
+        spec.spec if hf else workload,
+        instance,
+        seq_len=workload.sequence_length if hf else None,
+        global_batch=settings.global_batch
+        or settings.reference_global_batch
+        or workload.batch_size,
+        instance_reason=reason,
+        notes=notes,
+        strict_batch=False,
+    )
 
 
 @dataclass(frozen=True)

@@ -148,17 +148,11 @@ def test_a_running_row_the_plan_cannot_fit_is_a_disagreement(plans: dict[str, Pl
     # The same model at TP8 on one instance: 70 B parameters cannot fit 32 ranks of 16 GiB.
     unlikely = dataclasses.replace(row, instances=1, tp=8, pp=1)
     assert plan.shape is not None
+    sizing = planner._Sizing(
+        plan.shape, plan.activations, plan.precision, 8192, get_instance("trn1.32xlarge"), True
+    )
     sentence, rule, taken = planner._published(
-        Match(row.model, (unlikely,), ()),
-        get_instance("trn1.32xlarge"),
-        1,
-        None,
-        [],
-        plan.shape,
-        plan.activations,
-        plan.precision,
-        8192,
-        True,
+        Match(row.model, (unlikely,), ()), sizing, 1, None, []
     )
     assert sentence.startswith("Disagrees with running") and "does not fit" in sentence
     assert taken is None and not rule
