@@ -13,7 +13,7 @@ faster step is, and a setting that waits less can still be far slower.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from time import perf_counter
 from typing import Any
@@ -31,12 +31,11 @@ from workbench.timing import OUTLIER_RULE, HostLoadProbe, Measurement, format_se
 from workbench.tuning.noise import (
     COMPARISON_RULE,
     Rated,
-    RemeasurePolicy,
+    SweepRun,
     fastest_then_cheapest,
     host_load_from,
-    items_per_second,
-    step_summary,
 )
+from workbench.tuning.steps import items_per_second, step_summary
 from workbench.workload import Inputs, WorkloadSpec, input_tensors, move_inputs
 
 # PyTorch's TensorBoard profiler plugin advises more workers once DataLoader time passes 5% of
@@ -304,13 +303,11 @@ def sweep_loader(
     items_per_sample: int,
     steps: int,
     timeout_s: float,
-    policy: RemeasurePolicy | None = None,
-    log: Callable[[str], None] = print,
-    progress_bars: bool = False,
+    sweep: SweepRun | None = None,
 ) -> LoaderStudy:
     """Each setting in its own child process, taken again while it is noisy or loaded
-    (`policy`); a failing one is recorded and the sweep goes on."""
-    policy = policy or RemeasurePolicy()
+    (`sweep.policy`); a failing one is recorded and the sweep goes on."""
+    sweep = sweep or SweepRun()
     cores = usable_cores()
     # Each worker has prefetch_factor batches in flight at start: skip them so the measured
     # steps show the steady supply, not the initial queue.
@@ -331,17 +328,19 @@ def sweep_loader(
             f"worker counts {oversubscribed} exceed the {cores} usable cores: PyTorch warns about "
             "this, and the workers then compete with the training step for CPU"
         )
-    for setting in tqdm(settings, desc="DataLoader sweep", disable=not progress_bars):
+    for setting in tqdm(settings, desc="DataLoader sweep", disable=not sweep.progress_bars):
         job = LoaderJob(spec, target.name, batch_size, setting, work, warmup, steps)
 
         def attempt(job: LoaderJob = job) -> LoaderResult:
             result = _measure(job, target, timeout_s, batch_size * items_per_sample)
-            log(_line(result))
+            sweep.log(_line(result))
             return result
 
         first = attempt()
         study.results.append(
-            policy.settle(first, attempt, f"DataLoader {setting.label()}") if first.steps else first
+            sweep.policy.settle(first, attempt, f"DataLoader {setting.label()}")
+            if first.steps
+            else first
         )
     choice = choose_setting(study.results)
     if choice is not None:

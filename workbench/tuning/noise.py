@@ -19,14 +19,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import psutil
 
-from workbench.timing import (
-    FLUCTUATION_SEVERE,
-    HostLoad,
-    Measurement,
-    format_seconds,
-    is_loaded,
-    quantile,
-)
+from workbench.timing import FLUCTUATION_SEVERE, HostLoad, Measurement, is_loaded, quantile
 
 # Separate processes of one setting differ by a few percent in throughput (memory layout, CPU
 # frequency, where the scheduler puts threads) even when each one's own steps are steady, so a
@@ -103,19 +96,6 @@ def unsettled(measurement: Measurement | None, limit: float = FLUCTUATION_SEVERE
     return "; ".join(reasons) or None
 
 
-def items_per_second(items_per_step: float | None, step: Measurement | None) -> float | None:
-    """Items per second at the median step time; None where nothing was timed."""
-    if step is None or items_per_step is None or step.median <= 0:
-        return None
-    return items_per_step / step.median
-
-
-def step_summary(step: Measurement) -> str:
-    """A measured setting's steps in its log line: median, spread, and whether it ran loaded."""
-    text = f"median step {format_seconds(step.median)}, IQR {step.relative_iqr:.0%} of the median"
-    return text + (" (LOADED)" if step.loaded else "")
-
-
 class Remeasurable(Protocol):
     """A record of one measured setting (a trial, a DataLoader setting, a launch)."""
 
@@ -182,6 +162,16 @@ class RemeasurePolicy:
             )
         best.remeasure_note = "; ".join(notes)
         return best
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """How a sweep takes its measurements: the re-measure policy the whole retuning shares (one
+    time budget for all of them), where its log lines go, and whether it draws a progress bar."""
+
+    policy: RemeasurePolicy = field(default_factory=RemeasurePolicy)
+    log: Callable[[str], None] = print
+    progress_bars: bool = False
 
 
 def cpu_seconds(process: psutil.Process) -> float:

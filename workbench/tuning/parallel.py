@@ -18,7 +18,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -41,14 +41,13 @@ from workbench.timing import HostLoad, HostLoadProbe, Measurement, format_second
 from workbench.tuning.noise import (
     COMPARISON_RULE,
     Rated,
-    RemeasurePolicy,
+    SweepRun,
     cpu_seconds,
     fastest_then_cheapest,
     host_load_from,
-    items_per_second,
-    step_summary,
     with_own_helpers,
 )
+from workbench.tuning.steps import items_per_second, step_summary
 from workbench.workload import WorkloadSpec
 
 OK: Final = "ok"
@@ -249,15 +248,14 @@ def sweep_world_sizes(
     warmup_steps: int,
     steps: int,
     timeout_s: float,
-    policy: RemeasurePolicy | None = None,
-    log: Callable[[str], None] = print,
-    progress_bars: bool = False,
+    sweep: SweepRun | None = None,
 ) -> ScalingStudy:
     """Launch each world size (skipping, with the reason, what this machine cannot run), again
-    while its steps are noisy or loaded (`policy`)."""
+    while its steps are noisy or loaded (`sweep.policy`)."""
     if any(w < 1 for w in world_sizes):
         raise BadInput(f"world_sizes {list(world_sizes)}: every size must be 1 or more.")
-    policy = policy or RemeasurePolicy()
+    sweep = sweep or SweepRun()
+    log = sweep.log
     max_workers = target.max_data_parallel_workers()
     sizes = sorted(set(world_sizes)) or default_world_sizes(max_workers)
     runnable = [w for w in sizes if w <= max_workers]
@@ -274,7 +272,7 @@ def sweep_world_sizes(
         log(f"data-parallel sweep skipped: {collectives.reason}")
         return study
     job = RankJob(spec, target.name, batch_size, warmup_steps, steps, timeout_s, threads, "")
-    for world_size in tqdm(sizes, desc="data-parallel sweep", disable=not progress_bars):
+    for world_size in tqdm(sizes, desc="data-parallel sweep", disable=not sweep.progress_bars):
         if world_size > max_workers:
             run = ScalingRun(
                 world_size,
@@ -291,7 +289,11 @@ def sweep_world_sizes(
                 return run
 
             first = attempt()
-            run = policy.settle(first, attempt, f"world size {world_size}") if first.step else first
+            run = (
+                sweep.policy.settle(first, attempt, f"world size {world_size}")
+                if first.step
+                else first
+            )
         study.runs.append(run)
     base = next((r for r in study.measured() if r.world_size == 1), None)
     if base is not None and base.throughput:

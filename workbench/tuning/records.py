@@ -9,7 +9,6 @@ from typing import Any
 
 from workbench.baseline.records import EAGER, MODES
 from workbench.errors import BadInput
-from workbench.markup import named_list
 from workbench.planning.instances import get_instance
 from workbench.planning.planner import Plan, plan_data
 from workbench.scorecard import ATTENTION, BLOCKER, Finding, Verdict, judge
@@ -28,7 +27,7 @@ from workbench.tuning.trials import CRASHED as TRIAL_CRASHED
 from workbench.tuning.trials import ERROR as TRIAL_ERROR
 from workbench.tuning.trials import TIMEOUT as TRIAL_TIMEOUT
 from workbench.tuning.trials import BatchChoice, MemoryBudget, SearchResult, Trial
-from workbench.tuning.wording import RETUNING_RULE, count, steady_recompiles
+from workbench.tuning.wording import RETUNING_RULE, steady_recompiles, unsettled_clauses
 
 
 @dataclass(frozen=True)
@@ -297,19 +296,14 @@ def _broken_findings(result: RetuneResult) -> list[Finding]:
 
 def _unsettled_findings(result: RetuneResult) -> list[Finding]:
     """The measurements a choice is read from that stayed noisy, or ran on a loaded machine."""
-    found = []
-    noisy, loaded = result.noisy(), result.loaded()
-    if noisy:
-        found.append(
-            f"{count(noisy)} stayed noisy after re-measuring, so the choices read from "
-            f"them are provisional: {named_list(noisy, 3)}"
-        )
-    if loaded:
-        found.append(
-            f"{count(loaded)} ran while the machine was loaded, so no choice or speed-up "
-            f"read from them is claimed as clean: {named_list(loaded, 3)}"
-        )
-    return [Finding(ATTENTION, reason) for reason in found]
+    reasons = unsettled_clauses(
+        result,
+        "{count} stayed noisy after re-measuring, so the choices read from them are "
+        "provisional: {names}",
+        "{count} ran while the machine was loaded, so no choice or speed-up read from them is "
+        "claimed as clean: {names}",
+    )
+    return [Finding(ATTENTION, reason) for reason in reasons]
 
 
 def result_data(result: RetuneResult) -> dict[str, Any]:

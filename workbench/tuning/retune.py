@@ -38,7 +38,7 @@ from workbench.tuning.dataloader import (
     loader_settings,
     sweep_loader,
 )
-from workbench.tuning.noise import RemeasurePolicy
+from workbench.tuning.noise import RemeasurePolicy, SweepRun
 from workbench.tuning.parallel import (
     ScalingRun,
     ScalingStudy,
@@ -77,16 +77,14 @@ MAX_CHECKED_ACCUMULATION_STEPS = 8
 
 @dataclass(frozen=True)
 class _Retuning:
-    """What every stage of one retuning reads: the workload, the target, the settings, the
-    re-measure policy the whole run shares, and where it reports."""
+    """What every stage of one retuning reads: the workload, the target, the settings, and how
+    its sweeps measure and report."""
 
     spec: WorkloadSpec
     workload: Workload
     target: Target
     settings: RetuneSettings
-    policy: RemeasurePolicy
-    log: Callable[[str], None]
-    progress_bars: bool
+    sweep: SweepRun  # the re-measure policy the whole run shares, the log, progress bars
 
     @property
     def label(self) -> str:
@@ -117,7 +115,7 @@ def run_retuning(
     lengths, lengths_source = _validate_inputs(settings)
     started = perf_counter()
     policy = RemeasurePolicy(settings.max_remeasures, settings.remeasure_budget_s)
-    run = _Retuning(spec, workload, target, settings, policy, log, progress_bars)
+    run = _Retuning(spec, workload, target, settings, SweepRun(policy, log, progress_bars))
     budget = resolve_budget(target, settings.memory_budget_gib, settings.memory_margin)
     search, sweep = _batch_stages(run, budget)
     choice = choose_batch(sweep)
@@ -161,22 +159,20 @@ def run_retuning(
 def _batch_stages(run: _Retuning, budget: MemoryBudget) -> tuple[SearchResult, list[Trial]]:
     """Stages 1 and 2: the largest batch that fits the budget, then the sweep up to it (or
     over the sizes given)."""
-    settings, log = run.settings, run.log
+    settings, log = run.settings, run.sweep.log
     log(
         f"memory budget {budget.total_bytes / 2**30:,.2f} GiB ({budget.source}), "
         f"{budget.margin:.0%} kept free"
     )
     runner = TrialRunner(run.spec, run.target, budget, settings.mode, settings.trial_timeout_s, log)
     search = search_largest_batch(
-        runner, settings.min_batch, settings.max_batch, progress_bars=run.progress_bars
+        runner, settings.min_batch, settings.max_batch, progress_bars=run.sweep.progress_bars
     )
     log(f"search: {search.stopped} ({len(search.trials)} of at most {search.bound} trials)")
     sizes = list(settings.batch_sizes)
     if not sizes and search.largest_fit is not None:
         sizes = power_of_two_sizes(settings.min_batch, search.largest_fit)
-    sweep = sweep_batch_sizes(
-        runner, sizes, settings.steady_steps, policy=run.policy, progress_bars=run.progress_bars
-    )
+    sweep = sweep_batch_sizes(runner, sizes, settings.steady_steps, run.sweep)
     return search, sweep
 
 
@@ -191,9 +187,7 @@ def _scaling_stage(run: _Retuning, choice: BatchChoice) -> ScalingStudy:
         warmup_steps=SCALING_WARMUP_STEPS,
         steps=run.settings.scaling_steps,
         timeout_s=run.settings.launch_timeout_s,
-        policy=run.policy,
-        log=run.log,
-        progress_bars=run.progress_bars,
+        sweep=run.sweep,
     )
 
 
@@ -204,7 +198,7 @@ def _accumulation_stage(run: _Retuning, primary: GlobalBatchPlan) -> Accumulatio
         max(2, min(primary.per_core_batch, run.workload.batch_size)),
         min(max(2, primary.accumulation_steps), MAX_CHECKED_ACCUMULATION_STEPS),
     )
-    run.log(f"accumulation check: {accumulation.explanation()}")
+    run.sweep.log(f"accumulation check: {accumulation.explanation()}")
     return accumulation
 
 
@@ -221,9 +215,7 @@ def _loader_stage(run: _Retuning, primary: GlobalBatchPlan) -> LoaderStudy:
         items_per_sample=run.workload.items_per_sample(),
         steps=settings.loader_steps,
         timeout_s=settings.trial_timeout_s,
-        policy=run.policy,
-        log=run.log,
-        progress_bars=run.progress_bars,
+        sweep=run.sweep,
     )
 
 

@@ -47,12 +47,11 @@ from workbench.timing import HostPeakRss, Measurement, WarmupRule, format_second
 from workbench.tuning.noise import (
     COMPARISON_RULE,
     Rated,
-    RemeasurePolicy,
+    SweepRun,
     fastest_then_cheapest,
     host_load_from,
-    items_per_second,
-    step_summary,
 )
+from workbench.tuning.steps import items_per_second, step_summary
 from workbench.workload import WorkloadSpec
 
 OK: Final = "ok"
@@ -423,23 +422,23 @@ def sweep_batch_sizes(
     runner: TrialRunner,
     sizes: Sequence[int],
     steady_steps: int,
-    *,
-    policy: RemeasurePolicy | None = None,
-    progress_bars: bool = False,
+    sweep: SweepRun | None = None,
 ) -> list[Trial]:
-    """One full trial per batch size, taken again while it is noisy or loaded (`policy`); a
+    """One full trial per batch size, taken again while it is noisy or loaded (`sweep.policy`); a
     size that fails is recorded and the sweep goes on (a compile killed for host RAM too,
     recorded with its remedy)."""
-    policy = policy or RemeasurePolicy()
+    sweep = sweep or SweepRun()
     trials = []
-    for batch_size in tqdm(sizes, desc="batch-size sweep", disable=not progress_bars):
+    for batch_size in tqdm(sizes, desc="batch-size sweep", disable=not sweep.progress_bars):
 
         def attempt(batch_size: int = batch_size) -> Trial:
             return runner.run(SWEEP, batch_size, steady_steps, SWEEP_WARMUP)
 
         first = attempt()
         trials.append(
-            policy.settle(first, attempt, f"sweep batch {batch_size}") if first.fits else first
+            sweep.policy.settle(first, attempt, f"sweep batch {batch_size}")
+            if first.fits
+            else first
         )
     return trials
 

@@ -95,6 +95,11 @@ def _not_run(result: RetuneResult, stage: str, what: str, kind: str = "warn") ->
     display(show.banner(f"No {what}: {result.skipped.get(stage, '')}", kind))
 
 
+def _measured_table(result: RetuneResult, rows: list[dict[str, Any]], caption: str) -> None:
+    """A table of this run's measurements, its caption saying where they were measured."""
+    display(show.table(rows, caption=f"{caption} ({result.measured_label})"))
+
+
 def compiles(result: RetuneResult) -> None:
     """Every trial's compiles, with 01's ledger columns: on Neuron, each batch size is a graph
     of its own, and its compile is part of what a batch size costs."""
@@ -155,7 +160,7 @@ def search(result: RetuneResult) -> None:
         {"#": i, **_trial_row(t, result.throughput_unit, SEARCH_THROUGHPUT)}
         for i, t in enumerate(found.trials, 1)
     ]
-    display(show.table(rows, caption=f"Search trials, in order ({result.measured_label})"))
+    _measured_table(result, rows, "Search trials, in order")
 
 
 def plan(result: RetuneResult) -> None:
@@ -226,12 +231,11 @@ def sweep(result: RetuneResult) -> None:
         _not_run(result, "sweep", "batch-size sweep")
         return
     rows = [_trial_row(t, result.throughput_unit, SWEEP_THROUGHPUT) for t in result.sweep]
-    display(
-        show.table(
-            rows,
-            caption=f"Batch-size sweep: training step, {result.settings.mode}, steady state "
-            f"after an adaptive warm-up ({result.measured_label})",
-        )
+    _measured_table(
+        result,
+        rows,
+        f"Batch-size sweep: training step, {result.settings.mode}, steady state after an "
+        "adaptive warm-up",
     )
     if result.choice:
         display(show.banner(sweep_choice(result), "info"))
@@ -309,13 +313,12 @@ def dataloader(result: RetuneResult) -> None:
         _not_run(result, "dataloader", "DataLoader sweep")
         return
     rows = [_loader_row(r, result.throughput_unit, study) for r in study.results]
-    display(
-        show.table(
-            rows,
-            caption=f"DataLoader settings at per-core batch {study.batch_size}, "
-            f"{study.work.cost_ms:g} ms of CPU work per sample ({study.work.calibration}); "
-            f"{study.steps} steps measured after {study.warmup_steps} ({result.measured_label})",
-        )
+    _measured_table(
+        result,
+        rows,
+        f"DataLoader settings at per-core batch {study.batch_size}, {study.work.cost_ms:g} ms "
+        f"of CPU work per sample ({study.work.calibration}); {study.steps} steps measured after "
+        f"{study.warmup_steps}",
     )
     display(show.banner(f"Recommended by throughput: {study.rule}.", "info"))
     for note in study.notes:
@@ -347,14 +350,12 @@ def scaling(result: RetuneResult) -> None:
         display(show.banner(f"Data-parallel sweep skipped: {study.skipped_reason}.", "warn"))
         return
     rows = [_scaling_row(r, result.throughput_unit) for r in study.runs]
-    display(
-        show.table(
-            rows,
-            caption=f"torchrun, backend {study.backend}, per-worker batch {study.batch_size}, "
-            f"{study.threads_per_rank} intra-op thread(s) per rank, {study.steps} steps after "
-            f"{study.warmup_steps}; efficiency = throughput(N) / (N x throughput(1)) "
-            f"({result.measured_label})",
-        )
+    _measured_table(
+        result,
+        rows,
+        f"torchrun, backend {study.backend}, per-worker batch {study.batch_size}, "
+        f"{study.threads_per_rank} intra-op thread(s) per rank, {study.steps} steps after "
+        f"{study.warmup_steps}; efficiency = throughput(N) / (N x throughput(1))",
     )
     chosen = result.world.world_size if result.world else "none"
     floor = result.settings.min_scaling_efficiency

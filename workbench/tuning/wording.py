@@ -80,17 +80,24 @@ def _measured_headline(result: RetuneResult) -> str:
     return text + "." + _unsettled_sentence(result)
 
 
+def unsettled_clauses(result: RetuneMeasurements, noisy_says: str, loaded_says: str) -> list[str]:
+    """One clause per kind of unsettled measurement a choice is read from (still noisy, timed
+    on a loaded machine), each a template filled with {count} and up to three {names}."""
+    clauses = []
+    for names, says in ((result.noisy(), noisy_says), (result.loaded(), loaded_says)):
+        if names:
+            clauses.append(says.format(count=count(names), names=named_list(names, 3)))
+    return clauses
+
+
 def _unsettled_sentence(result: RetuneMeasurements) -> str:
     """What the choices above cannot be read as clean for, naming the measurements."""
-    parts = []
-    noisy, loaded = result.noisy(), result.loaded()
-    if noisy:
-        parts.append(
-            f"{count(noisy)} stayed noisy after re-measuring, IQR above "
-            f"{result.remeasure.limit:.0%} ({named_list(noisy, 3)})"
-        )
-    if loaded:
-        parts.append(f"{count(loaded)} ran on a loaded machine ({named_list(loaded, 3)})")
+    parts = unsettled_clauses(
+        result,
+        f"{{count}} stayed noisy after re-measuring, IQR above {result.remeasure.limit:.0%} "
+        "({names})",
+        "{count} ran on a loaded machine ({names})",
+    )
     if not parts:
         return ""
     return (
