@@ -7,8 +7,9 @@ interquartile ranges apart, and then beyond the machine's run-to-run variation: 
 history band from HISTORY_SPREAD_RUNS earlier runs on, beyond the pair allowance below that. The
 tail is a p99 only where every run compared has the samples to support one, else the slowest
 call ("max latency"), as notebook 05 itself reports it. Both come from the raw samples the
-result file stores (serving.records.STORED_SAMPLES per series at most, evenly spaced in time). A point measured on a loaded machine is
-not judged; earlier ones measured loaded are left out, and said so.
+result file stores (serving.records.STORED_SAMPLES per series at most, evenly spaced in time). A
+point measured on a loaded machine is not judged; earlier ones measured loaded are left out, and
+said so.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from workbench.compare.records import (
     NOISE,
     NOT_COMPARABLE,
     REGRESSION,
-    RUN_TO_RUN,
     WITHIN_GATE,
     Change,
     ChangeStatus,
@@ -30,13 +30,7 @@ from workbench.compare.records import (
 )
 from workbench.compare.runs import Run
 from workbench.compare.stats import mann_whitney_u, median
-from workbench.compare.timing import (
-    HISTORY_SPREADS,
-    history_band,
-    pair_allowance,
-    quartiles_apart,
-    slowdown_factor,
-)
+from workbench.compare.timing import Shift, quartiles_apart, run_to_run
 from workbench.serving.question import RESULT_FILE as SERVING_FILE
 from workbench.serving.records import BatchPoint, GapSeries
 from workbench.timing import HostLoad, early_stopping_estimate, samples_for_percentile
@@ -131,23 +125,8 @@ def judge_samples(
     if status in (REGRESSION, IMPROVEMENT) and not quartiles_apart(newest.samples, base_samples):
         status = NOISE
         notes.append("the runs' interquartile ranges overlap (a burst of load, not a shift)")
-    band = history_band(values)
-    if status in (REGRESSION, IMPROVEMENT):
-        if band is not None and band[0] <= newest.value <= band[1]:
-            status = RUN_TO_RUN
-            notes.append(
-                f"within the band of the {len(values)} earlier runs ({band[0]:.4g} to "
-                f"{band[1]:.4g}: median +- {HISTORY_SPREADS:g} x 1.4826 x MAD)"
-            )
-        elif band is None:
-            allowance = pair_allowance(newest.samples, base_samples)
-            factor = slowdown_factor(ratio, lower_is_better)
-            if factor - 1 <= allowance:
-                status = RUN_TO_RUN
-                notes.append(
-                    f"a {factor:.2f}x change is within the {allowance:.0%} allowed for "
-                    "run-to-run variation without a history"
-                )
+    shift = Shift(newest.value, ratio, lower_is_better, newest.samples, base_samples)
+    status = run_to_run(status, shift, values, notes)
     return Change(AREA, name, base, newest.value, status, unit, ratio, p_value,
                   gates.step_time, "; ".join(notes), series)  # fmt: skip
 

@@ -313,6 +313,47 @@ def _metrics_for(sides: list[_Side]) -> list[Metric]:
     return [tail if m is STEADY_P99 else m for m in METRICS]
 
 
+@dataclass(frozen=True)
+class Shift:
+    """A metric's newest value against its base: the ratio, which way is better, the samples."""
+
+    new: float
+    ratio: float
+    lower_is_better: bool
+    new_samples: list[float]
+    base_samples: list[float]
+
+
+def run_to_run(
+    status: ChangeStatus, shift: Shift, earlier: list[float], notes: list[str]
+) -> ChangeStatus:
+    """A regression or an improvement within the machine's run-to-run variation is RUN_TO_RUN:
+    inside the band of the earlier runs' values (history_band), or, with too few runs for a
+    band, within the pair allowance (pair_allowance); the note says which."""
+    if status not in (REGRESSION, IMPROVEMENT):
+        return status
+    band = history_band(earlier)
+    if band is not None:
+        if not band[0] <= shift.new <= band[1]:
+            return status
+        notes.append(
+            f"within the band of the {len(earlier)} earlier runs ({band[0]:.4g} to "
+            f"{band[1]:.4g}: median +- {HISTORY_SPREADS:g} x 1.4826 x MAD): the machine's "
+            "run-to-run variation, not a shift"
+        )
+        return RUN_TO_RUN
+    allowance = pair_allowance(shift.new_samples, shift.base_samples)
+    factor = slowdown_factor(shift.ratio, shift.lower_is_better)
+    if factor - 1 > allowance:
+        return status
+    notes.append(
+        f"a {factor:.2f}x change is within the {allowance:.0%} allowed for run-to-run "
+        f"variation, which {len(earlier) + 1} runs cannot measure: compare against a history "
+        f"of {HISTORY_SPREAD_RUNS} or more runs to judge smaller changes"
+    )
+    return RUN_TO_RUN
+
+
 def _judge_metric(
     metric: Metric,
     name: str,
@@ -331,7 +372,6 @@ def _judge_metric(
     base = earlier[-1] if len(earlier) == 1 else median(earlier)
     ratio = new / base
     gate = metric.gate(gates)
-    band = history_band(earlier) if metric.phase else None
     notes = []
     if metric.sampled:
         new_samples = steady_samples(newest.config)
@@ -346,24 +386,9 @@ def _judge_metric(
     if status in (REGRESSION, IMPROVEMENT) and not apart:
         status = NOISE
         notes.append("the runs' interquartile ranges overlap (a burst of load, not a shift)")
-    if status in (REGRESSION, IMPROVEMENT) and metric.phase is not None:
-        if band is not None and band[0] <= new <= band[1]:
-            status = RUN_TO_RUN
-            notes.append(
-                f"within the band of the {len(earlier)} earlier runs ({band[0]:.4g} to "
-                f"{band[1]:.4g}: median +- {HISTORY_SPREADS:g} x 1.4826 x MAD): the machine's "
-                "run-to-run variation, not a shift"
-            )
-        elif band is None:
-            allowance = pair_allowance(new_samples, base_samples)
-            if slowdown_factor(ratio, metric.lower_is_better) - 1 <= allowance:
-                status = RUN_TO_RUN
-                notes.append(
-                    f"a {slowdown_factor(ratio, metric.lower_is_better):.2f}x change is within the "
-                    f"{allowance:.0%} allowed for run-to-run variation, which "
-                    f"{len(earlier) + 1} runs cannot measure: compare against a history of "
-                    f"{HISTORY_SPREAD_RUNS} or more runs to judge smaller changes"
-                )
+    if metric.phase is not None:
+        shift = Shift(new, ratio, metric.lower_is_better, new_samples, base_samples)
+        status = run_to_run(status, shift, earlier, notes)
     status = _judge_load(status, metric, ratio, newest, usable.earlier, notes)
     notes += usable.left_out
     if status in (REGRESSION, IMPROVEMENT) and environment_note:
