@@ -35,7 +35,7 @@ from workbench.tuning.noise import (
     fastest_then_cheapest,
     host_load_from,
 )
-from workbench.tuning.steps import items_per_second, step_summary
+from workbench.tuning.steps import items_per_second, log_line
 from workbench.workload import Inputs, WorkloadSpec, input_tensors, move_inputs
 
 # PyTorch's TensorBoard profiler plugin advises more workers once DataLoader time passes 5% of
@@ -87,6 +87,7 @@ def calibrate_sample_work(cost_ms: float) -> SampleWork:
     )
 
 
+@dataclass(eq=False)  # a dataset is itself, not its tensors' values
 class CostlyDataset(Dataset):
     """The workload's samples, served one by one, each after `work` on its bytes.
 
@@ -94,17 +95,10 @@ class CostlyDataset(Dataset):
     whatever its length.
     """
 
-    def __init__(
-        self,
-        inputs: Inputs,
-        targets: torch.Tensor,
-        length: int,
-        work: SampleWork,
-    ) -> None:
-        self.inputs = inputs
-        self.targets = targets
-        self.length = length
-        self.work = work
+    inputs: Inputs
+    targets: torch.Tensor
+    length: int
+    work: SampleWork
 
     def __len__(self) -> int:
         return self.length
@@ -362,9 +356,9 @@ def _measure(job: LoaderJob, target: Target, timeout_s: float, items: int) -> Lo
 
 
 def _line(result: LoaderResult) -> str:
-    text = f"dataloader {result.setting.label()}: {result.status}"
-    if result.wait_share is not None and result.steps is not None:
-        text += f", waiting {result.wait_share:.0%} of the step, {step_summary(result.steps)}"
-    if result.error:
-        text += f" ({result.error.splitlines()[-1][:160]})"
-    return text
+    head = f"dataloader {result.setting.label()}: {result.status}"
+    timed = result.steps if result.wait_share is not None else None
+    if timed is not None:
+        head += f", waiting {result.wait_share:.0%} of the step"
+    why = result.error.splitlines()[-1][:160] if result.error else None
+    return log_line(head, timed, why=why)

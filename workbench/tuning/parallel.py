@@ -47,7 +47,7 @@ from workbench.tuning.noise import (
     host_load_from,
     with_own_helpers,
 )
-from workbench.tuning.steps import items_per_second, step_summary
+from workbench.tuning.steps import items_per_second, log_line
 from workbench.workload import WorkloadSpec
 
 OK: Final = "ok"
@@ -303,14 +303,12 @@ def sweep_world_sizes(
 
 
 def _line(run: ScalingRun) -> str:
-    text = f"world size {run.world_size}: {run.status}"
-    if run.step is not None:
-        text += f", {step_summary(run.step)}"
-    if run.reason:
-        text += f" ({run.reason})"
-    if run.seconds:
-        text += f" [{format_seconds(run.seconds)}]"
-    return text
+    return log_line(
+        f"world size {run.world_size}: {run.status}",
+        run.step,
+        why=run.reason or None,
+        seconds=run.seconds or None,
+    )
 
 
 def world_size_rule(floor: float) -> str:

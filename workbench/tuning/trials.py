@@ -51,7 +51,7 @@ from workbench.tuning.noise import (
     fastest_then_cheapest,
     host_load_from,
 )
-from workbench.tuning.steps import items_per_second, step_summary
+from workbench.tuning.steps import items_per_second, log_line
 from workbench.workload import WorkloadSpec
 
 OK: Final = "ok"
@@ -224,20 +224,19 @@ class Trial:
 
     def line(self) -> str:
         """One log line: what the CLI prints per trial."""
-        text = f"{self.stage} batch {self.batch_size}: {self.status}"
-        if self.steady is not None:
-            text += f", {step_summary(self.steady)}"
+        details = []
         if self.peak_memory_bytes is not None:
-            text += f", peak {self.peak_memory_bytes / 2**20:,.0f} MiB"
+            details.append(f"peak {self.peak_memory_bytes / 2**20:,.0f} MiB")
         if self.compiles:
-            text += f", {self.compile_summary()}"
+            details.append(self.compile_summary())
         if self.diagnosis:
-            text += f" ({self.diagnosis})"
+            why: str | None = self.diagnosis
         elif self.error:
-            text += f" ({self.error.splitlines()[0][:160]})"
-        elif self.oom_evidence:
-            text += f" ({self.oom_evidence})"
-        return text + f" [{format_seconds(self.seconds)}]"
+            why = self.error.splitlines()[0][:160]
+        else:
+            why = self.oom_evidence or None
+        head = f"{self.stage} batch {self.batch_size}: {self.status}"
+        return log_line(head, self.steady, details=details, why=why, seconds=self.seconds)
 
 
 def classify(
