@@ -92,12 +92,22 @@ def baseline_artifact_path(requested: str, out_dir: Path) -> Path:
     A named file that does not exist is BadInput; a missing default only means the reference
     is built here (a run of notebook 03 alone has no notebook 01 beside it).
     """
+    return earlier_notebook_file(
+        requested, out_dir, BASELINE_REFERENCE_FILE, "baseline_reference", "notebook 01"
+    )
+
+
+def earlier_notebook_file(
+    requested: str, out_dir: Path, default_name: str, parameter: str, notebook: str
+) -> Path:
+    """A file an earlier `notebook` wrote, given as notebook 03's `parameter`: the named file,
+    which must exist, or `default_name` in `out_dir`, which need not."""
     if not requested:
-        return Path(out_dir) / BASELINE_REFERENCE_FILE
+        return Path(out_dir) / default_name
     path = Path(requested).expanduser()
     if not path.is_file():
         raise BadInput(
-            f"baseline_reference {requested!r} is not a file; give the path of a "
-            f"{BASELINE_REFERENCE_FILE} written by notebook 01, or leave it empty."
+            f"{parameter} {requested!r} is not a file; give the path of a "
+            f"{default_name} written by {notebook}, or leave it empty."
         )
     return path

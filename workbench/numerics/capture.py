@@ -40,7 +40,14 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from workbench.targets.base import Target
 from workbench.targets.compiling import CompileFailed
-from workbench.workload import Inputs, call_model, named_float_tensors, primary_output
+from workbench.workload import (
+    Batch,
+    Inputs,
+    Workload,
+    call_model,
+    named_float_tensors,
+    primary_output,
+)
 
 AS_BUILT = "as built"  # the model's own dtype, no autocast
 CAST = "cast"  # weights and float inputs converted with .to(dtype)
@@ -117,6 +124,11 @@ class RunSpec:
             return tensor
 
         return tree_map(move, value)
+
+    def place_batch(self, batch: Batch) -> Batch:
+        """The inputs placed as `place` places them; the targets moved to the device as they are."""
+        inputs, targets = batch
+        return self.place(inputs), targets.to(self.target.device)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         if self.precision.method != AUTOCAST:
@@ -390,86 +402,130 @@ def _predictions(outputs: Any) -> torch.Tensor | None:
     return None
 
 
+@dataclass(frozen=True)
+class TrainingLoop:
+    """What each training step computes and how many there are: the loss of the outputs, the
+    optimizer, `steps` updates, the target seeded with `seed` before the first."""
+
+    loss_fn: Callable[[Any, torch.Tensor], torch.Tensor]
+    make_optimizer: Callable[[nn.Module], torch.optim.Optimizer]
+    steps: int
+    seed: int = 0
+
+    @classmethod
+    def of(cls, workload: Workload, steps: int) -> TrainingLoop:
+        """The workload's own loss, optimizer and seed, for `steps` steps."""
+        return cls(workload.compute_loss, workload.make_optimizer, steps, workload.seed)
+
+
+@dataclass
+class _FirstStep:
+    """What step 1 computed, copied to the CPU."""
+
+    outputs: list[torch.Tensor]
+    output_names: list[str]
+    loss: torch.Tensor
+    task: float | None
+    predictions: torch.Tensor | None
+
+
+def _first_step(
+    outputs: Any,
+    loss: torch.Tensor,
+    targets: torch.Tensor,
+    task_metric: Callable[[Any, torch.Tensor], float | None] | None,
+) -> _FirstStep:
+    named = named_float_tensors(outputs)
+    return _FirstStep(
+        outputs=[t.detach().to("cpu", copy=True) for _, t in named],
+        output_names=[name for name, _ in named],
+        loss=loss.detach().to("cpu", copy=True),
+        task=_task_metric(task_metric, outputs, targets),
+        predictions=_predictions(outputs),
+    )
+
+
+def _cpu_gradients(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {
+        normalize_name(n): p.grad.detach().to("cpu", copy=True)
+        for n, p in model.named_parameters()
+        if p.grad is not None
+    }
+
+
+def _overflowed(gradients: dict[str, torch.Tensor], scaler: torch.amp.GradScaler) -> bool:
+    """A step whose scaled gradients overflowed changes no weight (the scaler skips it), so the
+    next step computes the gradients of the same weights on the same batch at half the scale:
+    those are the run's first gradients."""
+    return scaler.is_enabled() and not all(
+        bool(torch.isfinite(g).all()) for g in gradients.values()
+    )
+
+
+def _scaled_step(scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer) -> bool:
+    """One optimizer update through the loss scaler; True when the scaler skipped it."""
+    scale = scaler.get_scale()
+    scaler.step(optimizer)
+    scaler.update()
+    return scaler.get_scale() < scale
+
+
 def capture_training(
     model: nn.Module,
     inputs: Inputs,
     targets: torch.Tensor,
     spec: RunSpec,
+    loop: TrainingLoop,
     *,
-    loss_fn: Callable[[Any, torch.Tensor], torch.Tensor],
-    make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
-    steps: int,
     task_metric: Callable[[Any, torch.Tensor], float | None] | None = None,
     recorder: LayerRecorder | None = None,
-    seed: int = 0,
     evaluate: Callable[[nn.Module, Callable[..., Any]], Any] | None = None,
     score_initial: bool = True,
 ) -> TrainingCapture:
-    """`steps` training steps of the placed `model` on one fixed batch (forward, loss,
-    backward, optimizer update), the target seeded with `seed` first; see module docs.
-    `evaluate(model, forward)` scores held-out data after the last update, through the same
+    """`loop.steps` training steps of the placed `model` on one fixed batch; see module docs.
+    `evaluate(model, forward)` scores held-out data after the last update through the same
     (possibly compiled) forward, and before the first step unless `score_initial` is False."""
-    optimizer = make_optimizer(model)
+    optimizer = loop.make_optimizer(model)
     scaler = spec.grad_scaler()
     forward = spec.forward_of(model)
     held_out_before = evaluate(model, forward) if evaluate and score_initial else None
-    spec.target.manual_seed(seed)
+    spec.target.manual_seed(loop.seed)
     losses: list[torch.Tensor] = []
-    first: dict[str, Any] = {}
-    last_outputs: Any = None
+    first: _FirstStep | None = None
+    gradients: dict[str, torch.Tensor] | None = None
     skipped: list[int] = []
-    take_gradients = True
-    for step in range(steps):
+    for step in range(loop.steps):
         optimizer.zero_grad(set_to_none=True)
         # Hooks record the first step's forward: in eager mode they change nothing that runs.
         recording = recorder if recorder is not None and step == 0 else contextlib.nullcontext()
         with spec.autocast():
             with recording:
                 outputs = call_model(forward, inputs)
-            loss = loss_fn(outputs, targets)
+            loss = loop.loss_fn(outputs, targets)
         scaler.scale(loss).backward()
         scaler.unscale_(optimizer)  # gradients at their true size before anything reads them
-        if step == 0:
+        if first is None:
             spec.target.synchronize()
-            named = named_float_tensors(outputs)
-            first["outputs"] = [t.detach().to("cpu", copy=True) for _, t in named]
-            first["output_names"] = [name for name, _ in named]
-            first["loss"] = loss.detach().to("cpu", copy=True)
-            first["task"] = _task_metric(task_metric, outputs, targets)
-            first["predictions"] = _predictions(outputs)
-        if take_gradients:
-            first["gradients"] = {
-                normalize_name(n): p.grad.detach().to("cpu", copy=True)
-                for n, p in model.named_parameters()
-                if p.grad is not None
-            }
-            # A step whose scaled gradients overflowed changes no weight (the scaler skips it),
-            # so the next step computes the gradients of the same weights on the same batch at
-            # half the scale: those are the run's first gradients.
-            take_gradients = scaler.is_enabled() and not all(
-                bool(torch.isfinite(g).all()) for g in first["gradients"].values()
-            )
-        if step < steps - 1 or evaluate is not None:
-            # The last update is only observed by the held-out score.
-            scale = scaler.get_scale()
-            scaler.step(optimizer)
-            scaler.update()
-            if scaler.get_scale() < scale:
-                skipped.append(step + 1)
+            first = _first_step(outputs, loss, targets, task_metric)
+        if gradients is None or _overflowed(gradients, scaler):
+            gradients = _cpu_gradients(model)
+        # The last update is only observed by the held-out score.
+        if (step < loop.steps - 1 or evaluate is not None) and _scaled_step(scaler, optimizer):
+            skipped.append(step + 1)
         # A lazy-tensor target cuts its graph here: one graph per step, as a training loop runs.
         spec.target.synchronize()
         losses.append(loss.detach())
-        last_outputs = outputs
+    assert first is not None and gradients is not None, "a training run takes at least one step"
     return TrainingCapture(
-        outputs=first["outputs"],
-        loss=first["loss"],
-        gradients=first["gradients"],
+        outputs=first.outputs,
+        loss=first.loss,
+        gradients=gradients,
         losses=[float(v) for v in losses],
-        task_metric_initial=first["task"],
-        task_metric_final=_task_metric(task_metric, last_outputs, targets),
-        predictions=first["predictions"],
+        task_metric_initial=first.task,
+        task_metric_final=_task_metric(task_metric, outputs, targets),
+        predictions=first.predictions,
         held_out_before=held_out_before,
         held_out_after=evaluate(model, forward) if evaluate else None,
-        output_names=first["output_names"],
+        output_names=first.output_names,
         skipped_steps=skipped,
     )

@@ -34,12 +34,13 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
-from workbench.errors import BadInput, describe_error
+from workbench.errors import describe_error
 from workbench.numerics.acceptance_records import ConvergenceStudy
+from workbench.numerics.batch import earlier_notebook_file
 from workbench.numerics.capture import RunSpec, as_fp32_cpu
 from workbench.numerics.validation import held_out_batches
 from workbench.results import load_result
@@ -296,6 +297,25 @@ def _steps_text(values: list[float]) -> str:
     return ", ".join("never" if not math.isfinite(v) else f"{v:g}" for v in values)
 
 
+class _StudyOutcome(TypedDict, total=False):
+    """The ConvergenceStudy fields a study's test (or the reason for none) decides."""
+
+    target_loss: float
+    baseline_steps: list[float]
+    candidate_steps: list[float]
+    baseline_mean: float
+    baseline_stdev: float
+    candidate_mean: float
+    fastest_allowed: float
+    slowest_allowed: float
+    t_statistic: float
+    degrees_of_freedom: float
+    p_value: float
+    passed: bool
+    verdict: str
+    note: str
+
+
 def judge_study(
     label: str,
     seeds: list[int],
@@ -309,87 +329,112 @@ def judge_study(
 ) -> ConvergenceStudy:
     """Steps to `target` on both sides and the RCP checker's test (see module docs); with too
     few runs or no target, a study that says why (`no_target`) and is not tested."""
-    if len(seeds) < MINIMUM_RUNS or target is None:
-        return ConvergenceStudy(
-            label,
-            seeds,
-            steps,
-            baseline,
-            candidate,
-            reference_seeds=reference_seeds,
-            note=no_target
-            if len(seeds) >= MINIMUM_RUNS
-            else (
+    if len(seeds) < MINIMUM_RUNS:
+        outcome = _StudyOutcome(
+            verdict="not tested",
+            note=(
                 f"{len(seeds)} candidate runs: olympic scoring drops the best and the worst, so "
                 f"at least {MINIMUM_RUNS} runs are needed to test; set convergence_seeds to "
                 f"{MINIMUM_RUNS} or more"
             ),
-            verdict="not tested",
         )
-    study = ConvergenceStudy(
-        label,
-        seeds,
-        steps,
-        baseline,
-        candidate,
-        reference_seeds=reference_seeds,
-        target_loss=target,
-        baseline_steps=[steps_to_target(c, target) for c in baseline],
-        candidate_steps=[steps_to_target(c, target) for c in candidate],
+    elif target is None:
+        outcome = _StudyOutcome(verdict="not tested", note=no_target)
+    else:
+        baseline_steps = [steps_to_target(c, target) for c in baseline]
+        candidate_steps = [steps_to_target(c, target) for c in candidate]
+        outcome = _StudyOutcome(
+            target_loss=target, baseline_steps=baseline_steps, candidate_steps=candidate_steps
+        )
+        outcome |= _rcp_test(
+            baseline_steps, candidate_steps, len(seeds), len(reference_seeds), steps, target, alpha
+        )
+    return ConvergenceStudy(
+        label, seeds, steps, baseline, candidate, reference_seeds=reference_seeds, **outcome
     )
+
+
+def _reading(ours: float, fastest: float, slowest: float) -> tuple[bool, str, str]:
+    """Whether the candidate's olympic mean steps lie within what the reference allows: the
+    test's outcome, its verdict and the sentence that reads it."""
+    if ours < fastest:
+        return (
+            False,
+            "too fast",
+            (
+                f"converges faster than the reference allows (below {fastest:.3g} steps): a recipe "
+                "that differs, as the RCP checker fails it"
+            ),
+        )
+    if ours > slowest:
+        return (
+            False,
+            "too slow",
+            (f"converges slower than the reference allows (above {slowest:.3g} steps)"),
+        )
+    return True, "within", f"within the {fastest:.3g} to {slowest:.3g} steps the reference allows"
+
+
+def _rcp_test(
+    baseline_steps: list[float],
+    candidate_steps: list[float],
+    runs: int,
+    reference_runs: int,
+    steps: int,
+    target: float,
+    alpha: float,
+) -> _StudyOutcome:
+    """The RCP checker's test of the candidate's olympic mean steps against the reference's."""
     # The reference first: when its own runs do not reach the target reliably, a candidate that
     # misses it as often says nothing about the candidate (an identical run would fail).
-    reference = olympic(study.baseline_steps)
+    reference = olympic(baseline_steps)
     if not all(math.isfinite(v) for v in reference):
-        study.verdict = "not tested"
-        study.note = (
-            "reference runs that never reached their own target remain after olympic scoring, "
-            "so no test is made: set convergence_steps higher"
+        return _StudyOutcome(
+            verdict="not tested",
+            note=(
+                "reference runs that never reached their own target remain after olympic "
+                "scoring, so no test is made: set convergence_steps higher"
+            ),
         )
-        return study
-    never = sum(1 for v in study.candidate_steps if not math.isfinite(v))
-    cap = CANDIDATE_STEP_FACTOR * steps
+    never = sum(1 for v in candidate_steps if not math.isfinite(v))
     if never > 1:
-        study.passed, study.verdict = False, "not converged"
-        study.note = (
-            f"{never} of {len(seeds)} runs never reached the target held-out loss {target:.4g} "
-            f"within {cap} steps (more than one: insufficient convergence, as the RCP checker)"
+        return _StudyOutcome(
+            passed=False,
+            verdict="not converged",
+            note=(
+                f"{never} of {runs} runs never reached the target held-out loss {target:.4g} "
+                f"within {CANDIDATE_STEP_FACTOR * steps} steps (more than one: insufficient "
+                "convergence, as the RCP checker)"
+            ),
         )
-        return study
     mean, stdev = statistics.fmean(reference), statistics.pstdev(reference)
-    n_reference, n_candidate = len(reference), len(seeds) - 2 * OLYMPIC_REJECTED
-    ours = statistics.fmean(olympic(study.candidate_steps))
-    study.baseline_mean, study.baseline_stdev, study.candidate_mean = mean, stdev, ours
-    study.fastest_allowed = fastest_allowed(mean, stdev, n_reference, n_candidate, alpha)
-    study.slowest_allowed = slowest_allowed(mean, stdev, n_reference, n_candidate, alpha)
+    n_reference, n_candidate = len(reference), runs - 2 * OLYMPIC_REJECTED
+    ours = statistics.fmean(olympic(candidate_steps))
+    fastest = fastest_allowed(mean, stdev, n_reference, n_candidate, alpha)
+    slowest = slowest_allowed(mean, stdev, n_reference, n_candidate, alpha)
     t, df, p = pooled_t(ours, stdev, n_reference, mean, stdev, n_candidate)
-    study.t_statistic, study.degrees_of_freedom = t, df
-    study.p_value = p if ours <= mean else 1 - p
-    if ours < study.fastest_allowed:
-        study.passed, study.verdict = False, "too fast"
-        reading = (
-            f"converges faster than the reference allows (below {study.fastest_allowed:.3g} "
-            "steps): a recipe that differs, as the RCP checker fails it"
-        )
-    elif ours > study.slowest_allowed:
-        study.passed, study.verdict = False, "too slow"
-        reading = (
-            f"converges slower than the reference allows (above {study.slowest_allowed:.3g} steps)"
-        )
-    else:
-        study.passed, study.verdict = True, "within"
-        reading = (
-            f"within the {study.fastest_allowed:.3g} to {study.slowest_allowed:.3g} steps the "
-            "reference allows"
-        )
-    study.note = (
+    p_value = p if ours <= mean else 1 - p
+    passed, verdict, reading = _reading(ours, fastest, slowest)
+    note = (
         f"steps to held-out loss {target:.4g}: olympic mean {ours:.3g} over {n_candidate} of "
-        f"{len(seeds)} runs ({_steps_text(study.candidate_steps)}) against the reference's "
-        f"{mean:.3g} (sd {stdev:.3g}, {n_reference} of {len(reference_seeds)} runs: "
-        f"{_steps_text(study.baseline_steps)}); {reading} (equal-variance t {t:.3g}, df {df:g}, "
-        f"one-sided p {study.p_value:.3g}, alpha {alpha:g})"
+        f"{runs} runs ({_steps_text(candidate_steps)}) against the reference's "
+        f"{mean:.3g} (sd {stdev:.3g}, {n_reference} of {reference_runs} runs: "
+        f"{_steps_text(baseline_steps)}); {reading} (equal-variance t {t:.3g}, df {df:g}, "
+        f"one-sided p {p_value:.3g}, alpha {alpha:g})"
     )
-    return study
+    return _StudyOutcome(
+        baseline_mean=mean,
+        baseline_stdev=stdev,
+        candidate_mean=ours,
+        fastest_allowed=fastest,
+        slowest_allowed=slowest,
+        t_statistic=t,
+        degrees_of_freedom=df,
+        p_value=p_value,
+        passed=passed,
+        verdict=verdict,
+        note=note,
+    )
 
 
 @dataclass
@@ -438,12 +483,6 @@ def recommended_recipe(
 def retuning_result_path(requested: str, out_dir: Path) -> Path:
     """Notebook 04's result file: the named one, or the one in `out_dir` (which may not exist:
     then the batch convergence check is left out, as in a run of 03 before 04)."""
-    if not requested:
-        return Path(out_dir) / RETUNING_RESULT_FILE
-    path = Path(requested).expanduser()
-    if not path.is_file():
-        raise BadInput(
-            f"retuning_result {requested!r} is not a file; give the path of a "
-            f"{RETUNING_RESULT_FILE} written by notebook 04, or leave it empty."
-        )
-    return path
+    return earlier_notebook_file(
+        requested, out_dir, RETUNING_RESULT_FILE, "retuning_result", "notebook 04"
+    )

@@ -194,47 +194,19 @@ def compute_metrics(
     if target.shape != reference.shape:
         raise ValueError(f"{name}: shape {tuple(target.shape)} vs {tuple(reference.shape)}")
     t, r = _flat64(target), _flat64(reference)
-    floor = max(atol, _MIN_REL_FLOOR)
-    both = None
-    # A run that computed the very same numbers (fp32 eager on the CPU is the reference's own
-    # computation) has no error to measure: only the reference's size is read.
-    stats = _identical_statistics(r) if torch.equal(t, r) else None
-    if stats is None or not all(math.isfinite(v) for v in stats[:3]):
-        stats = _statistics(t, r, rtol, atol, floor)
-    # A NaN or Inf anywhere makes a sum of squares non-finite: only then are the elements
-    # finite in both runs masked out and the statistics taken again over them.
-    if not all(math.isfinite(v) for v in stats[:3]):
-        both = torch.isfinite(t) & torch.isfinite(r)
-        stats = _statistics(t[both], r[both], rtol, atol, floor)
+    both, stats = _finite_statistics(t, r, rtol, atol)
     compared = t.numel() if both is None else int(both.sum())
     err_sq, ref_sq, t_sq, dot, abs_sum, abs_max, rel_max, outside = stats
-    counts = {"target_nan": 0, "target_inf": 0, "reference_nan": 0, "reference_inf": 0}
-    new_nonfinite = 0
-    if both is not None:
-        t_finite, r_finite = torch.isfinite(t), torch.isfinite(r)
-        counts = {
-            "target_nan": int(torch.isnan(t).sum()),
-            "target_inf": int(torch.isinf(t).sum()),
-            "reference_nan": int(torch.isnan(r).sum()),
-            "reference_inf": int(torch.isinf(r).sum()),
-        }
-        new_nonfinite = int((~t_finite & r_finite).sum())
-        rest_t, rest_r = t[~both], r[~both]
-        # NaN against NaN, or the same infinity, is a match (assert_close with equal_nan).
-        same = (rest_t == rest_r) | (torch.isnan(rest_t) & torch.isnan(rest_r))
-        outside += int((~same).sum())
+    counts = _nonfinite_counts(t, r) if both is not None else _NonFiniteCounts()
     ref_norm, err_norm, t_norm = math.sqrt(ref_sq), math.sqrt(err_sq), math.sqrt(t_sq)
-    if ref_norm == 0 and t_norm == 0:
-        cosine = 1.0
-    elif ref_norm == 0 or t_norm == 0:
-        cosine = 0.0
-    else:
-        cosine = dot / (t_norm * ref_norm)
     if err_norm == 0:
         relative_l2 = 0.0
     else:
         relative_l2 = err_norm / ref_norm if ref_norm else math.inf
-    metrics = TensorMetrics(
+    target_rmse_vs_fp64 = reference_rmse_vs_fp64 = None
+    if fp64 is not None:
+        target_rmse_vs_fp64, reference_rmse_vs_fp64 = _rmse_vs_fp64(t, r, _flat64(fp64), both)
+    return TensorMetrics(
         name=name,
         kind=kind,
         shape=list(target.shape),
@@ -247,28 +219,86 @@ def compute_metrics(
         max_rel=rel_max,
         rmse=math.sqrt(err_sq / compared) if compared else 0.0,
         relative_l2=relative_l2,
-        cosine=cosine,
+        cosine=_cosine(dot, t_norm, ref_norm),
         sqnr_db=_ratio_db(ref_norm, err_norm),
-        share_outside=outside / t.numel() if t.numel() else 0.0,
+        share_outside=(outside + counts.mismatched) / t.numel() if t.numel() else 0.0,
         rtol=rtol,
         atol=atol,
-        new_nonfinite=new_nonfinite,
+        new_nonfinite=counts.new_nonfinite,
         reference_rms=math.sqrt(ref_sq / compared) if compared else 0.0,
-        target_nan=counts["target_nan"],
-        target_inf=counts["target_inf"],
-        reference_nan=counts["reference_nan"],
-        reference_inf=counts["reference_inf"],
+        target_nan=counts.target_nan,
+        target_inf=counts.target_inf,
+        reference_nan=counts.reference_nan,
+        reference_inf=counts.reference_inf,
+        target_rmse_vs_fp64=target_rmse_vs_fp64,
+        reference_rmse_vs_fp64=reference_rmse_vs_fp64,
     )
-    if fp64 is not None:
-        f = _flat64(fp64)
-        squares = _squared_errors(t, r, f) if both is None else None
-        if squares is None or not all(math.isfinite(v) for v in squares):
-            mask = torch.isfinite(t) & torch.isfinite(r) & torch.isfinite(f)
-            squares = _squared_errors(t[mask], r[mask], f[mask])
-        target_sq, reference_sq = squares
-        metrics.target_rmse_vs_fp64 = math.sqrt(target_sq)
-        metrics.reference_rmse_vs_fp64 = math.sqrt(reference_sq)
-    return metrics
+
+
+def _finite_statistics(
+    t: torch.Tensor, r: torch.Tensor, rtol: float, atol: float
+) -> tuple[torch.Tensor | None, list[float]]:
+    """`_statistics` of the target against the reference, and the mask of elements finite in
+    both where a NaN or Inf made them be taken again over those alone (None otherwise)."""
+    floor = max(atol, _MIN_REL_FLOOR)
+    # A run that computed the very same numbers (fp32 eager on the CPU is the reference's own
+    # computation) has no error to measure: only the reference's size is read.
+    stats = _identical_statistics(r) if torch.equal(t, r) else None
+    if stats is None or not all(math.isfinite(v) for v in stats[:3]):
+        stats = _statistics(t, r, rtol, atol, floor)
+    # A NaN or Inf anywhere makes a sum of squares non-finite: only then are the elements
+    # finite in both runs masked out and the statistics taken again over them.
+    if all(math.isfinite(v) for v in stats[:3]):
+        return None, stats
+    both = torch.isfinite(t) & torch.isfinite(r)
+    return both, _statistics(t[both], r[both], rtol, atol, floor)
+
+
+@dataclass
+class _NonFiniteCounts:
+    target_nan: int = 0
+    target_inf: int = 0
+    reference_nan: int = 0
+    reference_inf: int = 0
+    new_nonfinite: int = 0  # NaN/Inf in the target where the reference is finite
+    mismatched: int = 0  # elements not finite in one run that the other does not match
+
+
+def _nonfinite_counts(t: torch.Tensor, r: torch.Tensor) -> _NonFiniteCounts:
+    t_finite, r_finite = torch.isfinite(t), torch.isfinite(r)
+    rest = ~(t_finite & r_finite)
+    rest_t, rest_r = t[rest], r[rest]
+    # NaN against NaN, or the same infinity, is a match (assert_close with equal_nan).
+    same = (rest_t == rest_r) | (torch.isnan(rest_t) & torch.isnan(rest_r))
+    return _NonFiniteCounts(
+        target_nan=int(torch.isnan(t).sum()),
+        target_inf=int(torch.isinf(t).sum()),
+        reference_nan=int(torch.isnan(r).sum()),
+        reference_inf=int(torch.isinf(r).sum()),
+        new_nonfinite=int((~t_finite & r_finite).sum()),
+        mismatched=int((~same).sum()),
+    )
+
+
+def _cosine(dot: float, t_norm: float, ref_norm: float) -> float:
+    if ref_norm == 0 and t_norm == 0:
+        return 1.0
+    if ref_norm == 0 or t_norm == 0:
+        return 0.0
+    return dot / (t_norm * ref_norm)
+
+
+def _rmse_vs_fp64(
+    t: torch.Tensor, r: torch.Tensor, f: torch.Tensor, both: torch.Tensor | None
+) -> tuple[float, float]:
+    """The target's and the reference's RMSE against fp64, over the elements finite in all
+    three where any is not finite."""
+    squares = _squared_errors(t, r, f) if both is None else None
+    if squares is None or not all(math.isfinite(v) for v in squares):
+        mask = torch.isfinite(t) & torch.isfinite(r) & torch.isfinite(f)
+        squares = _squared_errors(t[mask], r[mask], f[mask])
+    target_sq, reference_sq = squares
+    return math.sqrt(target_sq), math.sqrt(reference_sq)
 
 
 @dataclass
@@ -466,19 +496,18 @@ def own_error(
         factor = own_rmse / band
     else:
         factor = 0.0 if own_rmse == 0 else math.inf
+    amplification = rounding_rmse / (u * output_rms) if output_rms else 0.0
+    errors = (own_rmse, rounding_rmse, reference_rmse, output_rms)  # in OwnError's order
     return OwnError(
-        layer=layer,
-        module_type=module_type,
-        dtype=dtype_name(dtype),
-        unit_roundoff=u,
-        own_rmse=own_rmse,
-        rounding_rmse=rounding_rmse,
-        reference_rmse=reference_rmse,
-        output_rms=output_rms,
-        band=band,
-        amplification=rounding_rmse / (u * output_rms) if output_rms else 0.0,
-        factor=factor,
-        new_nonfinite=new_nonfinite,
+        layer,
+        module_type,
+        dtype_name(dtype),
+        u,
+        *errors,
+        band,
+        amplification,
+        factor,
+        new_nonfinite,
     )
 
 

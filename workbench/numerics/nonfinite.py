@@ -13,14 +13,21 @@ parameter still is.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
-from workbench.numerics.capture import RunSpec, float_tensors, leaf_modules, normalize_name
+from workbench.numerics.capture import (
+    RunSpec,
+    TrainingLoop,
+    float_tensors,
+    leaf_modules,
+    normalize_name,
+)
 from workbench.workload import Inputs, call_model
 
 
@@ -57,65 +64,96 @@ def find_first_nonfinite(
     inputs: Inputs,
     targets: torch.Tensor,
     spec: RunSpec,
-    *,
-    loss_fn: Callable[[Any, torch.Tensor], torch.Tensor],
-    make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
-    steps: int,
-    seed: int,
+    loop: TrainingLoop,
 ) -> NonFinite:
     """Replay the trajectory of the placed `model` (fresh initial weights) up to its first
     NaN/Inf loss, checking every tensor in the order training computes it."""
-    optimizer = make_optimizer(model)
-    scaler = spec.grad_scaler()
-    forward = spec.forward_of(model)
     found: list[tuple[str, str]] = []  # (tensor, where): only the first is kept
     current = {"step": 0}
-    handles = []
     # Hooks inside a compiled graph would break it; a compiled replay names graph-level tensors.
-    if not spec.compiled:
-        for name, module in leaf_modules(model):
-
-            def check(module: nn.Module, _args: Any, output: Any, name: str = name) -> None:
-                if not found and not all(_finite(t) for t in float_tensors(output)):
-                    layer = f"layer {normalize_name(name)} ({type(module).__name__})"
-                    found.append((layer, f"{layer}, in the forward of step {current['step']}"))
-
-            handles.append(module.register_forward_hook(check))
-    spec.target.manual_seed(seed)
-    first_step = first_loss = None
+    handles = [] if spec.compiled else _watch_layers(model, found, current)
     try:
-        for step in range(1, steps + 1):
-            current["step"] = step
-            optimizer.zero_grad(set_to_none=True)
-            with spec.autocast():
-                outputs = call_model(forward, inputs)
-                loss = loss_fn(outputs, targets)
-            if not found and not all(_finite(t) for t in float_tensors(outputs)):
-                found.append(("the outputs", f"the outputs, in the forward of step {step}"))
-            loss_value = float(loss.detach().float())
-            if not math.isfinite(loss_value):
-                first_step, first_loss = step, loss_value
-                if not found:
-                    found.append(("the loss", f"the loss of step {step}"))
-                break
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-            for name, parameter in model.named_parameters():
-                if scaler.is_enabled() or found or parameter.grad is None:
-                    continue
-                if not _finite(parameter.grad):
-                    gradient = f"gradient of {normalize_name(name)}"
-                    found.append((gradient, f"{gradient}, in the backward of step {step}"))
-            scaler.step(optimizer)
-            scaler.update()
-            for name, parameter in model.named_parameters():
-                if not found and not _finite(parameter.detach()):
-                    tensor = f"parameter {normalize_name(name)}"
-                    found.append((tensor, f"{tensor}, after the optimizer update of step {step}"))
-            spec.target.synchronize()
+        first_step, first_loss = _replay(model, inputs, targets, spec, loop, found, current)
     finally:
         for handle in handles:
             handle.remove()
     if not found:
         return NonFinite(first_step, first_loss, None, "none found when the run was replayed")
     return NonFinite(first_step, first_loss, *found[0])
+
+
+def _watch_layers(
+    model: nn.Module, found: list[tuple[str, str]], current: dict[str, int]
+) -> list[RemovableHandle]:
+    """A forward hook on every leaf that names the first leaf whose output is not finite."""
+    handles = []
+    for name, module in leaf_modules(model):
+
+        def check(module: nn.Module, _args: Any, output: Any, name: str = name) -> None:
+            if not found and not all(_finite(t) for t in float_tensors(output)):
+                layer = f"layer {normalize_name(name)} ({type(module).__name__})"
+                found.append((layer, f"{layer}, in the forward of step {current['step']}"))
+
+        handles.append(module.register_forward_hook(check))
+    return handles
+
+
+def _replay(
+    model: nn.Module,
+    inputs: Inputs,
+    targets: torch.Tensor,
+    spec: RunSpec,
+    loop: TrainingLoop,
+    found: list[tuple[str, str]],
+    current: dict[str, int],
+) -> tuple[int | None, float | None]:
+    """The training loop with a check after each tensor; the first NaN/Inf loss's step and
+    value, or (None, None) when every loss stays finite."""
+    optimizer = loop.make_optimizer(model)
+    scaler = spec.grad_scaler()
+    forward = spec.forward_of(model)
+    spec.target.manual_seed(loop.seed)
+    for step in range(1, loop.steps + 1):
+        current["step"] = step
+        optimizer.zero_grad(set_to_none=True)
+        with spec.autocast():
+            outputs = call_model(forward, inputs)
+            loss = loop.loss_fn(outputs, targets)
+        if not found and not all(_finite(t) for t in float_tensors(outputs)):
+            found.append(("the outputs", f"the outputs, in the forward of step {step}"))
+        loss_value = float(loss.detach().float())
+        if not math.isfinite(loss_value):
+            if not found:
+                found.append(("the loss", f"the loss of step {step}"))
+            return step, loss_value
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        if not scaler.is_enabled():
+            gradients = ((n, p.grad) for n, p in model.named_parameters())
+            _name_first_nonfinite(
+                gradients, found, "gradient of", f"in the backward of step {step}"
+            )
+        scaler.step(optimizer)
+        scaler.update()
+        updated = ((n, p.detach()) for n, p in model.named_parameters())
+        _name_first_nonfinite(
+            updated, found, "parameter", f"after the optimizer update of step {step}"
+        )
+        spec.target.synchronize()
+    return None, None
+
+
+def _name_first_nonfinite(
+    tensors: Iterable[tuple[str, torch.Tensor | None]],
+    found: list[tuple[str, str]],
+    what: str,
+    when: str,
+) -> None:
+    """Name the first of the parameters' `tensors` that is not finite, unless something earlier
+    already was; a parameter without one (None: no gradient) is passed over."""
+    for name, tensor in tensors:
+        if found:
+            return
+        if tensor is not None and not _finite(tensor):
+            named = f"{what} {normalize_name(name)}"
+            found.append((named, f"{named}, {when}"))

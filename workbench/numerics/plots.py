@@ -10,7 +10,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from workbench.numerics.metrics import budget_of
-from workbench.numerics.records import OWN, NumericsResult, RunResult
+from workbench.numerics.records import OWN, FirstDivergence, NumericsResult, RunResult
 from workbench.numerics.views import sweep_runs
 
 # Log axes cannot show zero: an exact match is drawn at this floor (the axis label says so).
@@ -111,28 +111,8 @@ def layer_errors(result: NumericsResult) -> Figure:
             zorder=3,
             label="flagged (dynamo rule)",
         )
-        divergence = run.first_divergence
-        if divergence is not None:
-            index = divergence.position - 1
-            ax.axvline(index, color=FAIL_COLOR, lw=1, ls=":")
-            ax.scatter(
-                [index],
-                [errors[index]],
-                marker=CAUSE_MARKERS[divergence.attribution.cause],
-                s=160,
-                color=FAIL_COLOR,
-                zorder=4,
-            )
-            own = divergence.attribution.own
-            factor = f", {own.factor:.3g}x its band" if own and math.isfinite(own.factor) else ""
-            ax.annotate(
-                f"first divergence: {divergence.title}{factor}",
-                (index, errors[index]),
-                textcoords="offset points",
-                xytext=(8, -14),
-                fontsize=8,
-                color=FAIL_COLOR,
-            )
+        if run.first_divergence is not None:
+            _mark_divergence(ax, run.first_divergence, errors)
         ax.set_yscale("log")
         _layer_axis(ax, names)
         ax.set_title(run.label, fontsize=10)
@@ -141,6 +121,30 @@ def layer_errors(result: NumericsResult) -> Figure:
         ax.set_visible(False)
     figure.supxlabel(f"leaf modules in execution order (exact matches drawn at {FLOOR:g})")
     return figure
+
+
+def _mark_divergence(ax: Axes, divergence: FirstDivergence, errors: list[float]) -> None:
+    """The first diverging layer: a line, its cause's marker and its name."""
+    index = divergence.position - 1
+    ax.axvline(index, color=FAIL_COLOR, lw=1, ls=":")
+    ax.scatter(
+        [index],
+        [errors[index]],
+        marker=CAUSE_MARKERS[divergence.attribution.cause],
+        s=160,
+        color=FAIL_COLOR,
+        zorder=4,
+    )
+    own = divergence.attribution.own
+    factor = f", {own.factor:.3g}x its band" if own and math.isfinite(own.factor) else ""
+    ax.annotate(
+        f"first divergence: {divergence.title}{factor}",
+        (index, errors[index]),
+        textcoords="offset points",
+        xytext=(8, -14),
+        fontsize=8,
+        color=FAIL_COLOR,
+    )
 
 
 def precision_sweep(result: NumericsResult) -> Figure:

@@ -23,6 +23,7 @@ from workbench.numerics.capture import (
     ModelBuilder,
     RunSpec,
     TrainingCapture,
+    TrainingLoop,
     capture_training,
     float_tensors,
     rerun_layer,
@@ -152,23 +153,35 @@ def nudge_inputs(batch: Batch, seed: int = NUDGE_SEED) -> Batch:
     return tree_map(nudge, inputs), targets
 
 
+@dataclass(frozen=True)
+class _Recipe:
+    """What every reference run shares: the builder of the same initial weights, the fixed
+    batch, the workload that trains on it and the number of steps."""
+
+    build: ModelBuilder
+    batch: Batch
+    workload: Workload
+    steps: int
+
+
 def _sensitivity(
-    build: ModelBuilder,
-    batch: Batch,
-    spec: RunSpec,
-    workload: Workload,
-    steps: int,
-    held_out: HeldOutBatches | None,
-    reference: TrainingCapture,
+    recipe: _Recipe, spec: RunSpec, held_out: HeldOutBatches, reference: TrainingCapture
 ) -> TrajectorySensitivity:
     """The reference run again from its initial weights and floating-point inputs nudged by one
     ulp (nudge_weights, nudge_inputs): its trajectory and its first gradients against the
     reference's."""
-    model, _ = prepared_model(build, spec)
+    model, _ = prepared_model(recipe.build, spec)
     nudge_weights(model)
-    nudged_batch = nudge_inputs(batch)
+    nudged_batch = nudge_inputs(recipe.batch)
     nudged = train_run(
-        model, spec, nudged_batch, workload, steps, None, held_out, score_initial=False
+        model,
+        spec,
+        nudged_batch,
+        recipe.workload,
+        recipe.steps,
+        None,
+        held_out,
+        score_initial=False,
     )
     scores = (nudged.held_out_after, reference.held_out_after)
     held = None
@@ -196,37 +209,29 @@ def train_run(
     *,
     score_initial: bool = True,
 ) -> TrainingCapture:
-    inputs, targets = batch
+    inputs, targets = spec.place_batch(batch)
     return capture_training(
         model,
-        spec.place(inputs),
-        targets.to(spec.target.device),
+        inputs,
+        targets,
         spec,
-        loss_fn=workload.compute_loss,
-        make_optimizer=workload.make_optimizer,
-        steps=steps,
+        TrainingLoop.of(workload, steps),
         task_metric=workload.score if workload.task_metric else None,
         recorder=recorder,
-        seed=workload.seed,
         evaluate=evaluator(held_out, spec, workload) if held_out else None,
         score_initial=score_initial,
     )
 
 
 def _capture_run(
-    build: ModelBuilder,
-    batch: Batch,
-    spec: RunSpec,
-    workload: Workload,
-    steps: int,
-    held_out: HeldOutBatches | None,
-    *,
-    keep_inputs: bool,
+    recipe: _Recipe, spec: RunSpec, held_out: HeldOutBatches | None, *, keep_inputs: bool
 ) -> tuple[LayerCapture, TrainingCapture, list[str]]:
     """An eager run whose first training step also records every layer."""
-    model, dropout = prepared_model(build, spec)
+    model, dropout = prepared_model(recipe.build, spec)
     recorder = LayerRecorder(model, keep_inputs=keep_inputs)
-    training = train_run(model, spec, batch, workload, steps, recorder, held_out)
+    training = train_run(
+        model, spec, recipe.batch, recipe.workload, recipe.steps, recorder, held_out
+    )
     return recorder.capture(), training, dropout
 
 
@@ -325,39 +330,21 @@ def run_references(
     so each layer also gets the spread its verdict is judged against.
     """
     held_out = held_out or held_out_batches(workload, 1)
+    recipe = _Recipe(build, batch, workload, steps)
     spec = RunSpec(reference_target, FP32)
-    fp64_spec = RunSpec(reference_target, FP64)
     try:
-        layers, training, dropout = _capture_run(
-            build, batch, spec, workload, steps, held_out, keep_inputs=True
+        layers, training, dropout = _capture_run(recipe, spec, held_out, keep_inputs=True)
+        reproducibility, spread, trajectory_spread, metric_spread = _agreement(
+            recipe, spec, held_out, (layers, training)
         )
-        model, _ = prepared_model(build, spec)
-        again = train_run(model, spec, batch, workload, steps, None, held_out, score_initial=False)
-        repeats: list[tuple[LayerCapture | None, TrainingCapture]] = [(None, again)]
-        reproducibility, spread, trajectory_spread, metric_spread = reproducibility_of(
-            (layers, training), *repeats
-        )
-        if not reproducibility.deterministic:
-            third_layers, third, _ = _capture_run(
-                build, batch, spec, workload, steps, held_out, keep_inputs=False
-            )
-            repeats.append((third_layers, third))
-            reproducibility, spread, trajectory_spread, metric_spread = reproducibility_of(
-                (layers, training), *repeats
-            )
-        sensitivity = _sensitivity(build, batch, spec, workload, steps, held_out, training)
+        sensitivity = _sensitivity(recipe, spec, held_out, training)
     except Exception as exc:
         raise WorkbenchError(
             f"The reference run ({spec.label}) of workload {workload.name!r} failed, so there "
             f"is nothing to compare against: {describe_error(exc)}"
         ) from exc
-    fp64_layers = fp64_training = fp64_error = None
-    try:
-        fp64_layers, fp64_training, _ = _capture_run(
-            build, batch, fp64_spec, workload, steps, None, keep_inputs=False
-        )
-    except Exception as exc:  # some ops have no float64 kernel: closeness still judges
-        fp64_error = str(describe_error(exc))
+    fp64_spec = RunSpec(reference_target, FP64)
+    fp64_layers, fp64_training, fp64_error = _yardstick(recipe, fp64_spec)
     return ReferenceRuns(
         spec,
         layers,
@@ -375,3 +362,43 @@ def run_references(
         metric_spread,
         sensitivity,
     )
+
+
+def _agreement(
+    recipe: _Recipe,
+    spec: RunSpec,
+    held_out: HeldOutBatches,
+    first: tuple[LayerCapture, TrainingCapture],
+) -> tuple[Reproducibility, Spread, float, float]:
+    """The first reference run against the same run again (reproducibility_of). The second
+    records no layer and scores held-out data only after its trajectory; when anything differs,
+    a third run records every layer, so each layer gets the spread it is judged against."""
+    model, _ = prepared_model(recipe.build, spec)
+    again = train_run(
+        model,
+        spec,
+        recipe.batch,
+        recipe.workload,
+        recipe.steps,
+        None,
+        held_out,
+        score_initial=False,
+    )
+    repeats: list[tuple[LayerCapture | None, TrainingCapture]] = [(None, again)]
+    agreement = reproducibility_of(first, *repeats)
+    if agreement[0].deterministic:
+        return agreement
+    third_layers, third, _ = _capture_run(recipe, spec, held_out, keep_inputs=False)
+    return reproducibility_of(first, *repeats, (third_layers, third))
+
+
+def _yardstick(
+    recipe: _Recipe, fp64_spec: RunSpec
+) -> tuple[LayerCapture | None, TrainingCapture | None, str | None]:
+    """The fp64 run's layers and training, or why it failed: some ops have no float64 kernel,
+    and then closeness alone judges."""
+    try:
+        fp64_layers, fp64_training, _ = _capture_run(recipe, fp64_spec, None, keep_inputs=False)
+    except Exception as exc:
+        return None, None, str(describe_error(exc))
+    return fp64_layers, fp64_training, None

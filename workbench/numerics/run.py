@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
+from typing import TypedDict
 
 import torch
 
@@ -25,24 +27,32 @@ from workbench.numerics.batch import load_batch
 from workbench.numerics.capture import (
     PRECISIONS,
     LayerCall,
+    LayerCapture,
     LayerRecorder,
     ModelBuilder,
     RunSpec,
+    TrainingCapture,
+    TrainingLoop,
     capture_layers,
 )
 from workbench.numerics.layers import attribute, compare_layers, needs_attribution
 from workbench.numerics.matched import add_matched_checks
-from workbench.numerics.nonfinite import find_first_nonfinite, first_nonfinite_step
+from workbench.numerics.nonfinite import NonFinite, find_first_nonfinite, first_nonfinite_step
 from workbench.numerics.process_settings import numerics_settings
 from workbench.numerics.records import (
     OWN,
     ROLE_PRECISION_BASELINE,
     ROLE_TARGET,
+    Attribution,
+    BatchSource,
     FirstDivergence,
     NumericsResult,
     NumericsSettings,
+    Reproducibility,
     RunResult,
+    TensorComparison,
     TensorVerdict,
+    Unmatched,
 )
 from workbench.numerics.references import (
     ReferenceRuns,
@@ -51,23 +61,25 @@ from workbench.numerics.references import (
     train_run,
 )
 from workbench.numerics.script_loop import compare_script_loop, trajectory_yardstick
-from workbench.numerics.training import compare_training
-from workbench.numerics.validation import held_out_batches
+from workbench.numerics.training import TrainingComparison, compare_training
+from workbench.numerics.validation import HeldOutBatches, HeldOutScore, held_out_batches
 from workbench.targets import get_target
 from workbench.targets.base import Target
 from workbench.targets.compiling import CompileFailed
 from workbench.workload import Batch, Workload
 
 
-def tensor_verdict(result: RunResult) -> TensorVerdict:
-    checked = result.final_comparisons
+def tensor_verdict(
+    checked: list[TensorComparison],
+    unmatched_outputs: Unmatched,
+    unmatched_gradients: Unmatched,
+) -> TensorVerdict:
+    """The final tensors a run's verdict judges (outputs, loss, gradients, trajectory): all pass,
+    and none went unpaired."""
     failed = [c.name for c in checked if not c.verdict.passed]
     unmatched = [
         u.describe(what)
-        for u, what in (
-            (result.unmatched_outputs, "outputs"),
-            (result.unmatched_gradients, "gradients"),
-        )
+        for u, what in ((unmatched_outputs, "outputs"), (unmatched_gradients, "gradients"))
         if u
     ]
     passed = not failed and not unmatched
@@ -93,11 +105,21 @@ def _phase_of(exc: BaseException, phase: str, spec: RunSpec) -> str:
     return phase
 
 
-def _turned_nonfinite(result: RunResult) -> bool:
-    """NaN/Inf in a loss, or in a step-1 tensor where the reference is finite."""
-    if first_nonfinite_step(result.losses) is not None:
-        return True
-    return any(c.metrics.new_nonfinite for c in (*result.layers, *result.final_comparisons))
+@dataclass
+class _Stage:
+    """The stage a run has reached: a failure is recorded as a failure of that stage."""
+
+    name: str = "setup"
+
+
+@dataclass
+class _LayerFindings:
+    """Every leaf's output against the reference's, and where the run first diverges."""
+
+    layers: list[TensorComparison]
+    unmatched: Unmatched
+    attributions: list[Attribution]
+    first_divergence: FirstDivergence | None
 
 
 def compare_run(
@@ -114,79 +136,151 @@ def compare_run(
     """One run against the reference; a run that cannot run is recorded with its reason.
     `calls_out` receives the run's layer calls (what a later re-run of one layer needs)."""
     started = perf_counter()
-    result = RunResult(run=spec.describe(), role=role)
-    rule = settings.rule
-    phase = "setup"
+    stage = _Stage()
+    chosen = role != ROLE_TARGET or is_chosen(spec, settings)
     try:
-        model, _ = prepared_model(build, spec)
-        recorder: LayerRecorder | None = None
-        untrained: torch.nn.Module | None = None
-        if spec.compiled:
-            phase = "layers"
-            layers = capture_layers(model, spec.place(batch[0]), spec)
-            untrained = model  # the layer pass never trains it: re-runs use its leaves
-            phase = "setup"
-            model, _ = prepared_model(build, spec)
-        else:
-            recorder = LayerRecorder(model)
-        phase = "training"
-        training = train_run(model, spec, batch, workload, settings.steps, recorder, refs.held_out)
-        result.skipped_steps = training.skipped_steps
-        if recorder is not None:
-            layers = recorder.capture()
-        phase = "layers"
-
-        def initial_model() -> torch.nn.Module:
-            # Training moved the eager model's weights on: its re-runs get a fresh copy.
-            nonlocal untrained
-            if untrained is None:
-                untrained, _ = prepared_model(build, spec)
-            return untrained
-
-        result.layers, result.unmatched_layers = compare_layers(layers, refs, rule)
+        layers, training, untrained = _train(spec, build, batch, refs, workload, settings, stage)
+        stage.name = "layers"
         if calls_out is not None:
             calls_out.update(layers.calls)
-        flagged = [c for c in result.layers if needs_attribution(c, settings.cost)]
-        # A compiled run's layers are re-run eager at its precision: one compile per layer would
-        # cost minutes, and what the compiler adds is the device-fidelity verdict's question.
-        rerun_spec = RunSpec(spec.target, spec.precision) if spec.compiled else spec
-        result.attributions = [
-            attribute(c.name, layers, initial_model, rerun_spec, refs, settings.cost)
-            for c in flagged
-        ]
-        first_own = next((a for a in result.attributions if a.cause == OWN), None)
-        if first_own is not None:
-            comparison = next(c for c in result.layers if c.name == first_own.layer)
-            result.first_divergence = FirstDivergence(
-                first_own.layer,
-                comparison.module_type,
-                result.layers.index(comparison) + 1,
-                comparison,
-                first_own,
-            )
+        found = _compare_layers(layers, spec, build, refs, settings, untrained)
         task_name = workload.task_metric_name if workload.task_metric else ""
-        compare_training(result, training, refs, rule, task_name)
-        result.tensors = tensor_verdict(result)
-        if _turned_nonfinite(result):
-            phase = "non-finite replay"
+        compared = compare_training(training, refs, settings.rule, spec.precision.dtype, task_name)
+        tensors = tensor_verdict(
+            compared.final_comparisons, compared.unmatched_outputs, compared.unmatched_gradients
+        )
+        nonfinite = None
+        if _turned_nonfinite(found, compared):
+            stage.name = "non-finite replay"
             model, _ = prepared_model(build, spec)
-            inputs, targets = batch
-            result.nonfinite = find_first_nonfinite(
-                model,
-                spec.place(inputs),
-                targets.to(spec.target.device),
-                spec,
-                loss_fn=workload.compute_loss,
-                make_optimizer=workload.make_optimizer,
-                steps=settings.steps,
-                seed=workload.seed,
-            )
+            loop = TrainingLoop.of(workload, settings.steps)
+            nonfinite = find_first_nonfinite(model, *spec.place_batch(batch), spec, loop)
     except Exception as exc:  # recorded; the other runs are still compared
-        result.status = "failed"
-        result.failed_phase = _phase_of(exc, phase, spec)
-        result.error = str(describe_error(exc))
-    result.seconds = perf_counter() - started
-    return result
+        return RunResult(
+            run=spec.describe(),
+            role=role,
+            status="failed",
+            failed_phase=_phase_of(exc, stage.name, spec),
+            error=str(describe_error(exc)),
+            seconds=perf_counter() - started,
+            chosen=chosen,
+        )
+    seconds = perf_counter() - started
+    return _measured_run(spec, role, chosen, found, compared, tensors, nonfinite, seconds)
+
+
+def _measured_run(
+    spec: RunSpec,
+    role: str,
+    chosen: bool,
+    found: _LayerFindings,
+    compared: TrainingComparison,
+    tensors: TensorVerdict,
+    nonfinite: NonFinite | None,
+    seconds: float,
+) -> RunResult:
+    """The record of a run that ran, from everything measured; judged later (run_numerics)."""
+    return RunResult(
+        run=spec.describe(),
+        role=role,
+        layers=found.layers,
+        unmatched_layers=found.unmatched,
+        attributions=found.attributions,
+        first_divergence=found.first_divergence,
+        outputs=compared.outputs,
+        unmatched_outputs=compared.unmatched_outputs,
+        loss=compared.loss,
+        gradients=compared.gradients,
+        unmatched_gradients=compared.unmatched_gradients,
+        trajectory=compared.trajectory,
+        losses=compared.losses,
+        task=compared.task,
+        tensors=tensors,
+        trajectory_deviation=compared.trajectory_deviation,
+        trajectory_worst_step=compared.trajectory_worst_step,
+        reference_losses=compared.reference_losses,
+        loss_floor=compared.loss_floor,
+        validation=compared.validation,
+        nonfinite=nonfinite,
+        seconds=seconds,
+        chosen=chosen,
+        skipped_steps=compared.skipped_steps,
+    )
+
+
+def _train(
+    spec: RunSpec,
+    build: ModelBuilder,
+    batch: Batch,
+    refs: ReferenceRuns,
+    workload: Workload,
+    settings: NumericsSettings,
+    stage: _Stage,
+) -> tuple[LayerCapture, TrainingCapture, torch.nn.Module | None]:
+    """The run's layer outputs and its training, and a model still at the initial weights where
+    one is left over (a compiled run's layer pass never trains its model)."""
+    model, _ = prepared_model(build, spec)
+    if not spec.compiled:
+        recorder = LayerRecorder(model)
+        stage.name = "training"
+        training = train_run(model, spec, batch, workload, settings.steps, recorder, refs.held_out)
+        return recorder.capture(), training, None
+    stage.name = "layers"
+    layers = capture_layers(model, spec.place(batch[0]), spec)
+    untrained = model  # the layer pass never trains it: re-runs use its leaves
+    stage.name = "setup"
+    model, _ = prepared_model(build, spec)
+    stage.name = "training"
+    training = train_run(model, spec, batch, workload, settings.steps, None, refs.held_out)
+    return layers, training, untrained
+
+
+def _compare_layers(
+    layers: LayerCapture,
+    spec: RunSpec,
+    build: ModelBuilder,
+    refs: ReferenceRuns,
+    settings: NumericsSettings,
+    untrained: torch.nn.Module | None,
+) -> _LayerFindings:
+    """Every leaf against the reference's; each flagged leaf re-run alone on the reference's
+    inputs, to tell its own error from what it inherited (attribute)."""
+    compared, unmatched = compare_layers(layers, refs, settings.rule)
+    flagged = [c for c in compared if needs_attribution(c, settings.cost)]
+
+    def initial_model() -> torch.nn.Module:
+        # Training moved the eager model's weights on: its re-runs get a fresh copy.
+        nonlocal untrained
+        if untrained is None:
+            untrained, _ = prepared_model(build, spec)
+        return untrained
+
+    # A compiled run's layers are re-run eager at its precision: one compile per layer would
+    # cost minutes, and what the compiler adds is the device-fidelity verdict's question.
+    rerun_spec = RunSpec(spec.target, spec.precision) if spec.compiled else spec
+    attributions = [
+        attribute(c.name, layers, initial_model, rerun_spec, refs, settings.cost) for c in flagged
+    ]
+    first_own = next((a for a in attributions if a.cause == OWN), None)
+    first_divergence = None
+    if first_own is not None:
+        comparison = next(c for c in compared if c.name == first_own.layer)
+        first_divergence = FirstDivergence(
+            first_own.layer,
+            comparison.module_type,
+            compared.index(comparison) + 1,
+            comparison,
+            first_own,
+        )
+    return _LayerFindings(compared, unmatched, attributions, first_divergence)
+
+
+def _turned_nonfinite(found: _LayerFindings, compared: TrainingComparison) -> bool:
+    """NaN/Inf in a loss, or in a step-1 tensor where the reference is finite."""
+    if first_nonfinite_step(compared.losses) is not None:
+        return True
+    checked = (*found.layers, *compared.final_comparisons)
+    return any(c.metrics.new_nonfinite for c in checked)
 
 
 def plan_runs(
@@ -215,6 +309,19 @@ def is_chosen(spec: RunSpec, settings: NumericsSettings) -> bool:
     return spec.compiled or spec.precision.name in settings.precisions
 
 
+@dataclass
+class _Reference:
+    """What every run is compared with, measured once before the first run."""
+
+    initial: torch.nn.Module  # the one build every run copies
+    build: ModelBuilder
+    batch: Batch
+    source: BatchSource
+    held_out: HeldOutBatches
+    refs: ReferenceRuns
+    prepared: acceptance.Prepared
+
+
 def run_numerics(
     workload: Workload,
     target: Target,
@@ -225,10 +332,96 @@ def run_numerics(
     log: Callable[[str], None] = print,
 ) -> NumericsResult:
     """Every planned run against the reference; one failing run never stops the others.
-    `retuning_result`: notebook 04's result file, whose batch is trained over the seeds too."""
+    `retuning_result`: notebook 04's result file, whose batch is trained over the seeds too.
+    In stages: the reference, every run measured, every run judged (a 16-bit run's fidelity
+    needs its CPU baseline), notebook 04's batch, the script loop; then the result is built."""
     settings = settings or NumericsSettings()
     started = perf_counter()
     reference_target = get_target("cpu")
+    reference = _measure_reference(workload, reference_target, settings, baseline_artifact, log)
+    runs, sides = _measure_runs(workload, target, reference_target, settings, reference, log)
+    _judge_runs(runs, sides, reference, reference_target, settings, log)
+    recommended, recommended_note = (None, None)
+    if retuning_result is not None:
+        recommended, recommended_note = acceptance.recommended_study(
+            retuning_result,
+            workload,
+            reference.initial,
+            target,
+            reference.prepared.seeds,
+            settings,
+        )
+    script_loop = compare_script_loop(
+        workload, target, settings.steps, settings.rule, trajectory_yardstick(reference.refs)
+    )
+    if script_loop is not None:
+        log(script_loop.sentence())
+    data = NumericsResult(
+        workload=workload.describe(),
+        target=target.describe(),
+        settings=settings,
+        rule_statement=f"{settings.rule.statement()} {settings.cost.statement()}",
+        **_reference_fields(workload, reference),
+        notes=_notes(workload, reference.refs)
+        + reference.prepared.notes
+        + ([recommended_note] if recommended_note else []),
+        numerics_settings=numerics_settings(target),
+        runs=runs,
+        wall_seconds=perf_counter() - started,
+        recommended_convergence=recommended,
+        script_loop=script_loop,
+    )
+    log(f"verdict {records.notebook_verdict(data).status}. {records.headline(data)}")
+    return data
+
+
+class _ReferenceFields(TypedDict):
+    """The NumericsResult fields that describe the reference side."""
+
+    reference_label: str
+    yardstick_label: str
+    fp64_error: str | None
+    batch: BatchSource
+    reproducibility: Reproducibility
+    held_out_source: str
+    held_out_samples: int
+    task_metric: str | None
+    reference_held_out: tuple[HeldOutScore | None, HeldOutScore | None]
+    reference_losses: list[float]
+    fp64_losses: list[float] | None
+    dropout_disabled: list[str]
+    acceptance_set: str
+
+
+def _reference_fields(workload: Workload, reference: _Reference) -> _ReferenceFields:
+    refs = reference.refs
+    aset = reference.prepared.acceptance_set
+    return _ReferenceFields(
+        reference_label=refs.spec.label,
+        yardstick_label=refs.fp64_spec.label,
+        fp64_error=refs.fp64_error,
+        batch=reference.source,
+        reproducibility=refs.reproducibility,
+        held_out_source=reference.held_out.source,
+        held_out_samples=reference.held_out.samples,
+        task_metric=workload.task_metric_name if workload.task_metric else None,
+        reference_held_out=(refs.training.held_out_before, refs.training.held_out_after),
+        reference_losses=refs.training.losses,
+        fp64_losses=refs.fp64_training.losses if refs.fp64_training else None,
+        dropout_disabled=refs.dropout_disabled,
+        acceptance_set=aset.description if aset else "",
+    )
+
+
+def _measure_reference(
+    workload: Workload,
+    reference_target: Target,
+    settings: NumericsSettings,
+    baseline_artifact: Path | None,
+    log: Callable[[str], None],
+) -> _Reference:
+    """The fixed batch, the held-out data, the reference runs and the acceptance gates'
+    reference side (acceptance.prepare)."""
     initial = workload.build_model("cpu")
 
     def build() -> torch.nn.Module:
@@ -245,32 +438,55 @@ def run_numerics(
         log(refs.reproducibility.note)
     prepared = acceptance.prepare(workload, build, refs, held_out, settings)
     log(f"acceptance set and {len(prepared.reference_seeds)} reference convergence runs measured")
+    return _Reference(initial, build, batch, source, held_out, refs, prepared)
+
+
+def _measure_runs(
+    workload: Workload,
+    target: Target,
+    reference_target: Target,
+    settings: NumericsSettings,
+    reference: _Reference,
+    log: Callable[[str], None],
+) -> tuple[list[RunResult], dict[str, acceptance.RunSide]]:
+    """Every planned run against the reference, with its precision cost and what the gates
+    judge later; the runs in plan order, the gates' measurements by run label."""
+    refs, build = reference.refs, reference.build
     runs = []
     sides: dict[str, acceptance.RunSide] = {}
     for spec, role in plan_runs(target, reference_target, settings):
         calls: dict[str, LayerCall] = {}
         result = compare_run(
-            spec, build, batch, refs, workload, settings, role=role, calls_out=calls
+            spec, build, reference.batch, refs, workload, settings, role=role, calls_out=calls
         )
-        result.chosen = role != ROLE_TARGET or is_chosen(spec, settings)
         if result.status == "ok":
             result.precision_cost = verdicts.precision_cost(
                 result, settings.cost, refs.trajectory_spread, refs.metric_spread
             )
             sides[result.label] = acceptance.measure_run(
-                result, spec, build, prepared, workload, settings, refs
+                result, spec, build, reference.prepared, workload, settings, refs
             )
             sides[result.label].calls = calls
         runs.append(result)
         log(_progress_line(result))
+    return runs, sides
+
+
+def _judge_runs(
+    runs: list[RunResult],
+    sides: dict[str, acceptance.RunSide],
+    reference: _Reference,
+    reference_target: Target,
+    settings: NumericsSettings,
+    log: Callable[[str], None],
+) -> None:
+    """Every run judged once all are in: low-precision runs against their CPU baselines, the
+    acceptance gates, then device fidelity and each run's verdict."""
     reference_device = str(reference_target.device)
     add_matched_checks(runs, reference_device, settings.rule)
-    acceptance.judge_runs(runs, sides, prepared, refs, build, reference_target, settings)
-    recommended, recommended_note = (None, None)
-    if retuning_result is not None:
-        recommended, recommended_note = acceptance.recommended_study(
-            retuning_result, workload, initial, target, prepared.seeds, settings
-        )
+    acceptance.judge_runs(
+        runs, sides, reference.prepared, reference.refs, reference.build, reference_target, settings
+    )
     for result in runs:
         if result.status == "ok":
             result.fidelity = verdicts.fidelity(result, reference_device)
@@ -278,41 +494,6 @@ def run_numerics(
         # Judged only now (a 16-bit run's fidelity needs its CPU baseline): the same words
         # as the report's runs table.
         log(records.run_line(result))
-    script_loop = compare_script_loop(
-        workload, target, settings.steps, settings.rule, trajectory_yardstick(refs)
-    )
-    if script_loop is not None:
-        log(script_loop.sentence())
-    before, after = refs.training.held_out_before, refs.training.held_out_after
-    data = NumericsResult(
-        workload=workload.describe(),
-        target=target.describe(),
-        settings=settings,
-        rule_statement=f"{settings.rule.statement()} {settings.cost.statement()}",
-        reference_label=refs.spec.label,
-        yardstick_label=refs.fp64_spec.label,
-        fp64_error=refs.fp64_error,
-        batch=source,
-        reproducibility=refs.reproducibility,
-        held_out_source=held_out.source,
-        held_out_samples=held_out.samples,
-        task_metric=workload.task_metric_name if workload.task_metric else None,
-        reference_held_out=(before, after),
-        notes=_notes(workload, refs)
-        + prepared.notes
-        + ([recommended_note] if recommended_note else []),
-        reference_losses=refs.training.losses,
-        fp64_losses=refs.fp64_training.losses if refs.fp64_training else None,
-        dropout_disabled=refs.dropout_disabled,
-        numerics_settings=numerics_settings(target),
-        runs=runs,
-        wall_seconds=perf_counter() - started,
-        acceptance_set=prepared.acceptance_set.description if prepared.acceptance_set else "",
-        recommended_convergence=recommended,
-        script_loop=script_loop,
-    )
-    log(f"verdict {records.notebook_verdict(data).status}. {records.headline(data)}")
-    return data
 
 
 def _notes(workload: Workload, refs: ReferenceRuns) -> list[str]:

@@ -161,7 +161,6 @@ def build_acceptance_set(
     """The acceptance set (see module docs) and one sentence per thing that could not be
     judged; `reference_model` is the fp32 reference on the CPU at its initial weights, run with
     `spec`."""
-    notes: list[str] = []
     first_inputs = held_out.batches[0][0]
     ids = _token_ids(first_inputs)
     if workload.task != TASK_LANGUAGE_MODEL or ids is None or ids.ndim != 2:
@@ -171,47 +170,49 @@ def build_acceptance_set(
             0,
             None,
             f"top-1 agreement on the held-out data ({held_out.samples} samples)",
-        ), notes
+        ), []
     sequences = torch.cat([_token_ids(inputs) for inputs, _ in held_out.batches])[:prompts]  # type: ignore[misc]
     length = sequences.shape[1]
     if not callable(getattr(reference_model, "generate", None)):
-        notes.append(
+        return _teacher_forced(first_inputs, sequences, prompts), [
             f"The model of workload {workload.name!r} has no generate(), so greedy token match "
             f"is not judged; top-1 agreement, KL and cosine are, teacher-forced on "
             f"{len(sequences)} held-out sequences."
-        )
-    elif prompt_tokens >= length:
-        notes.append(
+        ]
+    if prompt_tokens >= length:
+        return _teacher_forced(first_inputs, sequences, prompts), [
             f"prompt_tokens {prompt_tokens} leaves no room in the workload's {length}-token "
             "held-out sequences, so greedy token match is not judged; top-1 agreement, KL and "
             "cosine are, teacher-forced on the held-out sequences."
+        ]
+    prompt = sequences[:, :prompt_tokens].to(torch.long)
+    try:
+        reference_model.eval()
+        generated = greedy_generate(
+            reference_model, spec, workload, first_inputs, prompt, generated_tokens
         )
-    else:
-        prompt = sequences[:, :prompt_tokens].to(torch.long)
-        try:
-            reference_model.eval()
-            generated = greedy_generate(
-                reference_model, spec, workload, first_inputs, prompt, generated_tokens
-            )
-        except Exception as exc:  # one sentence; every other gate is still judged
-            notes.append(
-                f"Greedy generation of workload {workload.name!r} failed on the reference "
-                f"({exc}), so greedy token match is not judged; top-1 agreement, KL and cosine "
-                "are, teacher-forced on the held-out sequences."
-            )
-        else:
-            return AcceptanceSet(
-                TOKEN_MATCH,
-                [_sequence_inputs(first_inputs, torch.cat([prompt, generated], dim=1))],
-                prompt_tokens - 1,
-                generated_tokens,
-                f"{len(prompt)} held-out prompts of {prompt_tokens} tokens, {generated_tokens} "
-                "tokens generated greedily by every run and compared with the reference's "
-                "(exact), the reference's sequence teacher-forced for logit matching",
-                template=first_inputs,
-                prompts=prompt,
-                reference_generated=generated,
-            ), notes
+    except Exception as exc:  # one sentence; every other gate is still judged
+        return _teacher_forced(first_inputs, sequences, prompts), [
+            f"Greedy generation of workload {workload.name!r} failed on the reference "
+            f"({exc}), so greedy token match is not judged; top-1 agreement, KL and cosine "
+            "are, teacher-forced on the held-out sequences."
+        ]
+    return AcceptanceSet(
+        TOKEN_MATCH,
+        [_sequence_inputs(first_inputs, torch.cat([prompt, generated], dim=1))],
+        prompt_tokens - 1,
+        generated_tokens,
+        f"{len(prompt)} held-out prompts of {prompt_tokens} tokens, {generated_tokens} "
+        "tokens generated greedily by every run and compared with the reference's "
+        "(exact), the reference's sequence teacher-forced for logit matching",
+        template=first_inputs,
+        prompts=prompt,
+        reference_generated=generated,
+    ), []
+
+
+def _teacher_forced(first_inputs: Inputs, sequences: torch.Tensor, prompts: int) -> AcceptanceSet:
+    """Top-1 agreement at every position of the held-out sequences, fed whole."""
     return AcceptanceSet(
         TOP1,
         [
@@ -223,7 +224,7 @@ def build_acceptance_set(
         None,
         f"top-1 agreement at every position of {len(sequences)} held-out sequences "
         "(teacher-forced)",
-    ), notes
+    )
 
 
 def logits_on(

@@ -6,23 +6,22 @@ evidence."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 import torch
 
-from workbench.numerics.capture import (
-    PRECISIONS,
-    TrainingCapture,
-)
+from workbench.numerics.capture import TrainingCapture
 from workbench.numerics.metrics import (
+    LossFloor,
     VerdictRule,
     judge,
     loss_floor,
 )
 from workbench.numerics.nonfinite import first_nonfinite_step
 from workbench.numerics.records import (
-    RunResult,
     TaskComparison,
     TensorComparison,
+    Unmatched,
     ValidationComparison,
 )
 from workbench.numerics.references import (
@@ -50,24 +49,90 @@ def _trajectory(losses: list[float], dtype: torch.dtype) -> torch.Tensor:
     return torch.tensor(losses, dtype=torch.float64).to(dtype)
 
 
+@dataclass
+class TrainingComparison:
+    """A run's training against the reference's: each field is the RunResult field of the same
+    name, computed here so that the run's record is built once, whole."""
+
+    outputs: list[TensorComparison]
+    unmatched_outputs: Unmatched
+    loss: TensorComparison
+    gradients: list[TensorComparison]
+    unmatched_gradients: Unmatched
+    losses: list[float]
+    trajectory: TensorComparison
+    trajectory_deviation: float
+    trajectory_worst_step: int | None
+    reference_losses: list[float]
+    loss_floor: LossFloor
+    task: TaskComparison
+    validation: ValidationComparison
+    skipped_steps: list[int]  # steps whose update the loss scaler skipped
+
+    @property
+    def final_comparisons(self) -> list[TensorComparison]:
+        """What the tensors verdict judges, in RunResult.final_comparisons' order."""
+        return [*self.outputs, self.loss, *self.gradients, self.trajectory]
+
+
 def compare_training(
-    result: RunResult,
     training: TrainingCapture,
     refs: ReferenceRuns,
     rule: VerdictRule,
+    dtype: torch.dtype,
     task_name: str,
-) -> None:
-    """Outputs, loss, gradients, trajectory, task metric and held-out score, into `result`.
-    Nothing that follows the first NaN/Inf loss is kept as evidence (see _validation)."""
+) -> TrainingComparison:
+    """Outputs, loss, gradients, trajectory, task metric and held-out score of a run at `dtype`
+    against the reference's. Nothing that follows the first NaN/Inf loss is kept as evidence
+    (see _validation)."""
     ref, fp64 = refs.training, refs.fp64_training
-    spread = refs.spread
-    dtype = PRECISIONS[result.run["precision"]].dtype
+    outputs, unmatched_outputs = _compare_outputs(training, refs, rule, dtype)
+    gradients, unmatched_gradients = _compare_gradients(training, refs, rule)
+    deviation, worst_step = relative_gap(training.losses, ref.losses)
+    nudged = refs.sensitivity.losses if refs.sensitivity else None
+    held_out_gap = refs.sensitivity.held_out_gap if refs.sensitivity else None
+    return TrainingComparison(
+        outputs=outputs,
+        unmatched_outputs=unmatched_outputs,
+        loss=compare_tensor(
+            "loss",
+            "loss",
+            training.loss,
+            ref.loss,
+            fp64.loss if fp64 else None,
+            rule,
+            refs.spread.get(("loss", "loss")),
+            scalar=scalar_tolerance_of("loss", "loss", dtype, ref.losses),
+        ),
+        gradients=gradients,
+        unmatched_gradients=unmatched_gradients,
+        losses=training.losses,
+        trajectory=_compare_trajectory(training, refs, rule),
+        trajectory_deviation=deviation,
+        trajectory_worst_step=worst_step,
+        reference_losses=list(ref.losses),
+        loss_floor=loss_floor(
+            dtype, ref.losses, fp64.losses if fp64 else None, rule.multiplier, nudged
+        ),
+        task=_task(training, ref, task_name),
+        validation=_validation(
+            training, ref, dtype, None if held_out_gap is None else rule.multiplier * held_out_gap
+        ),
+        skipped_steps=training.skipped_steps,
+    )
+
+
+def _compare_outputs(
+    training: TrainingCapture, refs: ReferenceRuns, rule: VerdictRule, dtype: torch.dtype
+) -> tuple[list[TensorComparison], Unmatched]:
+    """The run's output tensors against the reference's, paired by name."""
+    ref, fp64 = refs.training, refs.fp64_training
     names, target_names = output_names(ref), output_names(training)
     target_out = dict(zip(target_names, training.outputs, strict=True))
     reference_out = dict(zip(names, ref.outputs, strict=True))
     fp64_out = dict(zip(names, fp64.outputs, strict=True)) if fp64 else {}
-    paired, result.unmatched_outputs = pair_by_name(target_out, reference_out, target_names, names)
-    result.outputs = [
+    paired, unmatched = pair_by_name(target_out, reference_out, target_names, names)
+    compared = [
         compare_tensor(
             n,
             "output",
@@ -75,25 +140,24 @@ def compare_training(
             reference_out[n],
             fp64_out.get(n),
             rule,
-            spread.get(("output", n)),
+            refs.spread.get(("output", n)),
             scalar=scalar_tolerance_of(n, "output", dtype, ref.losses),
         )
         for n in paired
     ]
-    result.loss = compare_tensor(
-        "loss",
-        "loss",
-        training.loss,
-        ref.loss,
-        fp64.loss if fp64 else None,
-        rule,
-        spread.get(("loss", "loss")),
-        scalar=scalar_tolerance_of("loss", "loss", dtype, ref.losses),
-    )
-    paired, result.unmatched_gradients = pair_by_name(
+    return compared, unmatched
+
+
+def _compare_gradients(
+    training: TrainingCapture, refs: ReferenceRuns, rule: VerdictRule
+) -> tuple[list[TensorComparison], Unmatched]:
+    """Every parameter's first gradient against the reference's, widened by the reference's
+    own gradient sensitivity where that is measured."""
+    ref, fp64 = refs.training, refs.fp64_training
+    paired, unmatched = pair_by_name(
         training.gradients, ref.gradients, list(training.gradients), list(ref.gradients)
     )
-    result.gradients = [
+    compared = [
         compare_tensor(
             n,
             "gradient",
@@ -101,40 +165,45 @@ def compare_training(
             ref.gradients[n],
             fp64.gradients.get(n) if fp64 else None,
             rule,
-            spread.get(("gradient", n)),
+            refs.spread.get(("gradient", n)),
         )
         for n in paired
     ]
     gradient_spreads = refs.sensitivity.gradients if refs.sensitivity else {}
-    for comparison in result.gradients:
+    for comparison in compared:
         moved = gradient_spreads.get(comparison.name)
         widen_by_sensitivity(comparison, moved, GRADIENT_SENSITIVITY_SOURCE, rule)
-    result.losses = training.losses
-    result.trajectory = compare_tensor(
+    return compared, unmatched
+
+
+def _compare_trajectory(
+    training: TrainingCapture, refs: ReferenceRuns, rule: VerdictRule
+) -> TensorComparison:
+    """The loss per step against the reference's, widened by the reference's own sensitivity."""
+    ref, fp64 = refs.training, refs.fp64_training
+    trajectory = compare_tensor(
         "trajectory",
         "trajectory",
         _trajectory(training.losses, training.loss.dtype),
         _trajectory(ref.losses, ref.loss.dtype),
         _trajectory(fp64.losses, torch.float64) if fp64 else None,
         rule,
-        spread.get(("trajectory", "losses")),
+        refs.spread.get(("trajectory", "losses")),
     )
     sensitivity = refs.sensitivity.rmse if refs.sensitivity else None
-    widen_by_sensitivity(result.trajectory, sensitivity, SENSITIVITY_SOURCE, rule)
-    result.trajectory_deviation, result.trajectory_worst_step = relative_gap(
-        training.losses, ref.losses
-    )
-    result.reference_losses = list(ref.losses)
-    nudged = refs.sensitivity.losses if refs.sensitivity else None
-    result.loss_floor = loss_floor(
-        dtype, ref.losses, fp64.losses if fp64 else None, rule.multiplier, nudged
-    )
+    widen_by_sensitivity(trajectory, sensitivity, SENSITIVITY_SOURCE, rule)
+    return trajectory
+
+
+def _task(training: TrainingCapture, ref: TrainingCapture, task_name: str) -> TaskComparison:
+    """The task metric before and after training, and how often the first step's predictions
+    agree with the reference's."""
     nan_step = first_nonfinite_step(training.losses)
     agreement = None
     if training.predictions is not None and ref.predictions is not None:
         if training.predictions.shape == ref.predictions.shape:
             agreement = float((training.predictions == ref.predictions).double().mean())
-    result.task = TaskComparison(
+    return TaskComparison(
         name=task_name,
         reference_initial=ref.task_metric_initial,
         target_initial=training.task_metric_initial,
@@ -143,10 +212,6 @@ def compare_training(
         prediction_agreement=agreement,
         not_evidence=_not_evidence(nan_step),
     )
-    result.validation = _validation(training, ref, dtype)
-    gap = refs.sensitivity.held_out_gap if refs.sensitivity else None
-    if result.validation.loss_floor is not None and gap is not None:
-        result.validation.loss_floor.sensitivity = rule.multiplier * gap
 
 
 def widen_by_sensitivity(
@@ -175,12 +240,16 @@ def _not_evidence(nan_step: int | None) -> str | None:
 
 
 def _validation(
-    training: TrainingCapture, ref: TrainingCapture, dtype: torch.dtype
+    training: TrainingCapture,
+    ref: TrainingCapture,
+    dtype: torch.dtype,
+    sensitivity: float | None = None,
 ) -> ValidationComparison:
-    """The held-out scores after training against the reference's. After a NaN/Inf loss, or a
-    held-out loss that is not finite, the task metric is withheld (a NaN model's arg-max picks
-    a class all the same, so its accuracy can even rise), and after a NaN/Inf training loss
-    the held-out loss too: neither is evidence."""
+    """The held-out scores after training against the reference's; `sensitivity` floors the
+    held-out loss's tolerance (the reference's own one-ulp gap, times the multiplier). After a
+    NaN/Inf loss, or a held-out loss that is not finite, the task metric is withheld (a NaN
+    model's arg-max picks a class all the same, so its accuracy can even rise), and after a
+    NaN/Inf training loss the held-out loss too: neither is evidence."""
     after, reference = training.held_out_after, ref.held_out_after
     reason = _not_evidence(first_nonfinite_step(training.losses))
     if reason is None and after is not None and not math.isfinite(after.loss):
@@ -205,6 +274,6 @@ def _validation(
         metric_difference=metric_difference,
         metric_allowance=None,
         loss_allowance=None,
-        loss_floor=loss_floor(dtype, scores, None, 0.0),
+        loss_floor=replace(loss_floor(dtype, scores, None, 0.0), sensitivity=sensitivity),
         not_evidence=reason,
     )

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from workbench.numerics.capture import FP32, PRECISIONS, RunSpec, capture_training
+from workbench.numerics.capture import FP32, PRECISIONS, RunSpec, TrainingLoop, capture_training
 from workbench.numerics.nonfinite import find_first_nonfinite
 from workbench.targets.cpu import CpuTarget
 
@@ -25,6 +25,14 @@ def _model() -> nn.Module:
     return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
 
 
+def _loop(loss_scale: float, steps: int) -> TrainingLoop:
+    return TrainingLoop(
+        loss_fn=lambda out, y: F.cross_entropy(out, y) * loss_scale,
+        make_optimizer=lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3),
+        steps=steps,
+    )
+
+
 def _train(precision, loss_scale: float, steps: int):
     generator = torch.Generator().manual_seed(0)
     inputs = torch.randn(8, 16, generator=generator)
@@ -34,9 +42,7 @@ def _train(precision, loss_scale: float, steps: int):
         (inputs,),
         targets,
         RunSpec(CPU, precision),
-        loss_fn=lambda out, y: F.cross_entropy(out, y) * loss_scale,
-        make_optimizer=lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3),
-        steps=steps,
+        _loop(loss_scale, steps),
     )
 
 
@@ -85,9 +91,6 @@ def test_the_non_finite_replay_does_not_blame_an_overflow_the_scaler_skips():
         (inputs,),
         targets,
         RunSpec(CPU, FP16_AMP),
-        loss_fn=lambda out, y: F.cross_entropy(out, y) * 100.0,
-        make_optimizer=lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3),
-        steps=6,
-        seed=0,
+        _loop(100.0, steps=6),
     )
     assert found.step is None and found.tensor is None
