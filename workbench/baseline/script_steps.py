@@ -5,14 +5,22 @@ reads the clock at each `optimizer.step`, after the target's synchronize) is spl
 same three phases as every configuration: the first step, a warm-up that ends by the same
 adaptive rule (timing.WarmupRule), and a steady state of the same number of steps. The run is
 stopped as soon as those steps are in, or earlier when the script's own loop ends.
+
+Where the script calls torch.compile, this run answers the call with the target's compiler for
+real, so the first step holds the script's own compile; the compiler's own records (the
+target's compile_events) give the compile time beside it. Where that run fails, the loop is
+timed again with the call answered by the model, and the report says the compile was not timed
+and why.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from workbench.baseline.records import BaselineSettings
+from workbench.errors import BadInput
 from workbench.targets.base import Target
 from workbench.timing import HostLoad, HostLoadProbe, Measurement, format_seconds
 from workbench.workload import Workload
@@ -22,12 +30,18 @@ FIRST_STEP_EXCESS_RULE = (
     "the script's first step minus the robust median of its steady steps (both the watch's "
     "clock at optimizer.step, target synchronized)"
 )
-# The watch answers a script's torch.compile with the model (see workloads/script.py), so the
-# script's own loop runs eager: its first-step excess holds no compile on the target.
-COMPILE_NOTE = (
-    "the script calls torch.compile at {sites}; the watch answers that call with the model "
-    "itself, so the script's loop ran eager and its first-step excess holds no compile; the "
-    "compile on the target is the compiled configurations' first call"
+COMPILED_NOTE = (
+    "the script calls torch.compile at {sites}; it ran with the target's compiler ({compiler}), "
+    "so its first step holds the compile: the compiler's own records give {count} compile(s), "
+    "{seconds}"
+)
+NOT_COMPILED_NOTE = (
+    "the script calls torch.compile at {sites}, but its compile was not timed: with the "
+    "target's compiler the script failed ({why}), so its loop ran eager, the call answered "
+    "with the model"
+)
+OPTIONS_NOTE = (
+    "its torch.compile options ({options}) were not passed: the target's compiler takes its own"
 )
 
 
@@ -42,6 +56,11 @@ class ScriptSteps:
     stopped_by_workbook: bool  # False: the script's own loop ended first
     compile_called_at: list[str] = field(default_factory=list)
     host: HostLoad | None = None  # the machine's state while the script's loop ran
+    compiler: str = ""  # the target's compiler the script's torch.compile ran with
+    compiles: int = 0  # compiles the compiler recorded during the loop
+    compile_seconds: float | None = None  # their total, where the compiler reports times
+    compile_not_timed: str = ""  # why the script's compile was not timed, where it was not
+    compile_options: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def first(self) -> float:
@@ -86,8 +105,32 @@ class ScriptSteps:
         excess = self.first_step_excess
         if excess is not None:
             said.append(f"first-step excess {format_seconds(excess)} ({FIRST_STEP_EXCESS_RULE})")
-        if self.compile_called_at:
-            said.append(COMPILE_NOTE.format(sites=", ".join(self.compile_called_at)))
+        said += self._compile_sentences()
+        return said
+
+    def _compile_sentences(self) -> list[str]:
+        if not self.compile_called_at:
+            return []
+        sites = ", ".join(self.compile_called_at)
+        if self.compile_not_timed:
+            said = [NOT_COMPILED_NOTE.format(sites=sites, why=self.compile_not_timed)]
+        else:
+            seconds = (
+                f"{format_seconds(self.compile_seconds)} in all"
+                if self.compile_seconds is not None
+                else "without times"
+            )
+            said = [
+                COMPILED_NOTE.format(
+                    sites=sites, compiler=self.compiler, count=self.compiles, seconds=seconds
+                )
+            ]
+        if self.compile_options:
+            options = "; ".join(
+                f"{site}: " + ", ".join(f"{k}={v}" for k, v in given.items())
+                for site, given in self.compile_options.items()
+            )
+            said.append(OPTIONS_NOTE.format(options=options))
         return said
 
 
@@ -135,9 +178,28 @@ def time_script(
     from workbench.workloads.script import run_script
 
     most = 1 + settings.warmup.max_steps + settings.steady_steps
-    # What else the machine did meanwhile, read as for every measured phase.
-    with HostLoadProbe() as load:
-        capture, _ = run_script(workload.spec, target, steps=most, until=enough_steps(settings))
+    compiles = bool(workload.script_run["compile_called_at"])
+    since = time.time()
+    not_timed = ""
+    try:
+        # What else the machine did meanwhile, read as for every measured phase.
+        with HostLoadProbe() as load:
+            capture, _ = run_script(
+                workload.spec,
+                target,
+                steps=most,
+                until=enough_steps(settings),
+                compile_on_target=compiles,
+            )
+    except BadInput as failed:
+        if not compiles:
+            raise
+        # The capture ran this script eager; with the target's compiler it did not.
+        not_timed = str(failed).split(": ", 1)[-1].rstrip(".")
+        with HostLoadProbe() as load:
+            capture, _ = run_script(workload.spec, target, steps=most, until=enough_steps(settings))
+    events = target.compile_events(since) if compiles and not not_timed else []
+    timed = [e.seconds for e in events if e.seconds is not None]
     seconds = capture.step_seconds()
     warmup, converged = split_steps(seconds, settings)
     if not capture.stopped and converged is None:
@@ -151,4 +213,9 @@ def time_script(
         stopped_by_workbook=capture.stopped,
         compile_called_at=list(capture.compile_calls),
         host=load.result,
+        compiler=target.compile_description if compiles else "",
+        compiles=len(events),
+        compile_seconds=sum(timed) if timed else None,
+        compile_not_timed=not_timed,
+        compile_options=dict(capture.compile_options),
     )

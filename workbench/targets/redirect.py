@@ -113,7 +113,23 @@ def _stand_in(real: type, name: str, make: Callable[..., Any]) -> type:
     def new(cls: type, *args: Any, **kwargs: Any) -> Any:
         return make(*args, **kwargs)
 
-    return _Meta(name, (), {"__new__": new})
+    # Named as `real` is, so pickling (Inductor's graph cache) finds it under real's name.
+    return _Meta(
+        name, (), {"__new__": new, "__module__": real.__module__, "__qualname__": real.__qualname__}
+    )
+
+
+def _for_the_script(original: Callable[..., Any], answer: Callable[..., Any]) -> Callable[..., Any]:
+    """`answer` for a call from the user's code, `original` for torch's own (and the
+    workbench's): torch.compile and torch.manual_seed ask torch.cuda about the real machine, and
+    a compile told CUDA is there would build CUDA kernels."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if is_user_code(sys._getframe(1).f_code.co_filename):
+            return answer(*args, **kwargs)
+        return original(*args, **kwargs)
+
+    return call
 
 
 def _is_cuda(device: Any) -> bool:
@@ -201,6 +217,8 @@ class DeviceRedirection:
                 torch.set_default_device, context.device if context is not None else None
             )
             for owner, name, replacement in self._patches():
+                if owner is torch.cuda and not isinstance(replacement, type):
+                    replacement = _for_the_script(getattr(torch.cuda, name), replacement)
                 stack.enter_context(patched(owner, name, replacement))
             yield self
 
@@ -391,10 +409,8 @@ class DeviceRedirection:
         original = getattr(torch.cuda, call.rsplit(".", 1)[1])
 
         def seed(value: int) -> None:
-            # torch.manual_seed calls this too: only the script's own calls are listed. CUDA's
-            # seeding is queued until CUDA starts, which here it never does.
-            if is_user_code(sys._getframe(1).f_code.co_filename):
-                self._redirected(f"{call}() (torch.manual_seed seeds the target)")
+            # CUDA's seeding is queued until CUDA starts, which here it never does.
+            self._redirected(f"{call}() (torch.manual_seed seeds the target)")
             original(value)
 
         return seed

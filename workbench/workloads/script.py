@@ -11,8 +11,9 @@ every notebook measures the script's own model on the script's own batch as it w
 workload.
 
 While it runs, `torch.compile` is recorded and answered with the model itself (the notebooks
-compile with the target's compiler), and a DataLoader's worker processes are run in-process; a
-script that starts a process itself is refused.
+compile with the target's compiler; notebook 01, timing the script's own loop, has the call
+answered by the target's compiler for real), a DataLoader's worker processes are run
+in-process, and a script that starts a process or joins a process group is refused.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import sysconfig
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -149,6 +151,8 @@ class ScriptCapture:
     step_ends: list[float] = field(default_factory=list)
     started: float = 0.0
     compile_calls: list[str] = field(default_factory=list)
+    # The options the script gave torch.compile, by site: not passed to the target's compiler.
+    compile_options: dict[str, dict[str, str]] = field(default_factory=dict)
     dataloaders: list[str] = field(default_factory=list)
     printed: str = ""
     stopped: bool = False
@@ -265,10 +269,12 @@ class _Watch:
         steps: int,
         loader_batch: int | None,
         until: Callable[[list[float]], bool] | None = None,
+        compile_on_target: bool = False,
     ) -> None:
         self.capture = capture
         self.target = target
         self.steps = steps
+        self.compile_on_target = compile_on_target
         self.until = until  # ends the run earlier, judged on the step times so far
         self.loader_batch = loader_batch  # a DataLoader's batch size, where one is asked
         self.model_hooks: list[Any] = []
@@ -303,7 +309,7 @@ class _Watch:
                 (os, "system", _STARTS_A_PROCESS),
                 (torch.distributed, "init_process_group", _JOINS_A_GROUP),
             ):
-                refusal = _refuse(f"{owner.__name__}.{name}", why)
+                refusal = _refuse(getattr(owner, name), f"{owner.__name__}.{name}", why)
                 stack.enter_context(patched(owner, name, refusal))
             for handle in (
                 register_optimizer_step_post_hook(self._after_step),
@@ -331,8 +337,12 @@ class _Watch:
             # Copied before the watch's hooks go on: the workload's model carries none.
             capture.initial_model = copy.deepcopy(model).to("cpu")
             self.model_hooks += [
-                model.register_forward_pre_hook(self._before_model, with_kwargs=True),
-                model.register_forward_hook(self._after_model),
+                # Outside a compile of the model: traced, the hooks' state would be guarded
+                # on, and the script's compiled model recompiled once the loss is found.
+                model.register_forward_pre_hook(
+                    torch.compiler.disable(self._before_model), with_kwargs=True
+                ),
+                model.register_forward_hook(torch.compiler.disable(self._after_model)),
             ]
             capture.started = time.perf_counter()
 
@@ -448,13 +458,35 @@ class _Watch:
             capture.targets = [t for t in inputs if isinstance(t, torch.Tensor)][-1]
 
     def _compile(self) -> Callable[..., Any]:
+        """The script's torch.compile, recorded, and answered with the model itself (a capture
+        needs the script's model, not a compile) or, where the watch compiles on the target,
+        with the target's compiler run for real, so the script's first step holds its compile.
+        The script's own options are recorded, not passed (the target's compiler takes its
+        own); torch's own calls go through unchanged."""
+        original = torch.compile
         capture = self.capture
+        in_target_compile = False  # the target's compiler calls torch.compile itself
+
+        def answer(fn: Any) -> Any:
+            nonlocal in_target_compile
+            if not self.compile_on_target:
+                return fn
+            in_target_compile = True
+            try:
+                return self.target.compile(fn)
+            finally:
+                in_target_compile = False
 
         def compile(model: Any = None, **options: Any) -> Any:
-            capture.compile_calls.append(_site())
+            if in_target_compile or not is_user_code(sys._getframe(1).f_code.co_filename):
+                return original(model, **options)
+            site = _site()
+            capture.compile_calls.append(site)
+            if options:
+                capture.compile_options[site] = {k: repr(v) for k, v in options.items()}
             if model is None:  # used as @torch.compile(mode=...)
-                return lambda fn: fn
-            return model
+                return answer
+            return answer(model)
 
         return compile
 
@@ -493,13 +525,35 @@ class _Watch:
         return init
 
 
-def _refuse(call: str, why: tuple[str, str]) -> Callable[..., Any]:
+def _refuse(original: Callable[..., Any], call: str, why: tuple[str, str]) -> Callable[..., Any]:
+    """`call` refused where the script makes it; torch's own (Inductor's compiler processes)
+    goes ahead."""
     what, instead = why
 
-    def refuse(*_: Any, **__: Any) -> Any:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        if not _the_script_asks():
+            return original(*args, **kwargs)
         raise _Spawned(f"{what} ({call} at {_site()}); {instead}")
 
     return refuse
+
+
+_STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
+
+
+def _the_script_asks() -> bool:
+    """Whether the call being watched comes from the script (or a library it uses) rather than
+    from torch or the workbench: the first caller outside the standard library decides."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        source = frame.f_code.co_filename
+        library = source.startswith("<frozen") or (
+            os.path.realpath(source).startswith(_STDLIB) and "-packages" not in source
+        )
+        if source != __file__ and not library:
+            return is_user_code(source)
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 @contextlib.contextmanager
@@ -559,10 +613,12 @@ def run_script(
     loader_batch: int | None = None,
     *,
     until: Callable[[list[float]], bool] | None = None,
+    compile_on_target: bool = False,
 ) -> tuple[ScriptCapture, DeviceRedirection]:
     """Run the script of `spec` on `target`, watched, until `steps` optimizer steps, `until`
     says so from the script's step times so far, or its end; every way it can fail is a
-    BadInput saying which step it reached."""
+    BadInput saying which step it reached. With `compile_on_target` the script's torch.compile
+    runs the target's compiler; without, it is answered with the model."""
     path, args = parse_script_spec(spec)
     if not path.is_file():
         raise BadInput(f"Workload {spec!r}: there is no file {str(path)!r}.")
@@ -579,7 +635,7 @@ def run_script(
         target.device, target.synchronize, memory.total_bytes if memory else None
     )
     failure: str | None = None
-    watch = _Watch(capture, target, steps, loader_batch, until)
+    watch = _Watch(capture, target, steps, loader_batch, until, compile_on_target)
     with (
         seeded(DEFAULT_SEED),
         _as_its_own_program(path, args) as printed,
@@ -764,6 +820,7 @@ def script_record(capture: ScriptCapture, redirection: DeviceRedirection) -> dic
         "loss": capture.loss_name,
         "optimizer": type(capture.optimizer).__name__,
         "compile_called_at": capture.compile_calls,
+        "compile_options": capture.compile_options,
         "dataloaders": capture.dataloaders,
         "device_calls": redirection.log.rows(),
         "printed": capture.printed[:OUTPUT_CHARS],
@@ -784,8 +841,11 @@ def show_capture(capture: ScriptCapture, redirection: DeviceRedirection) -> None
             file=sys.stderr,
         )
     for site in capture.compile_calls:
+        options = capture.compile_options.get(site)
+        given = f" (its options {options} not passed)" if options else ""
         print(
-            f"torch.compile called at {site}: the notebooks compile with the target's compiler",
+            f"torch.compile called at {site}: the notebooks compile with the target's "
+            f"compiler{given}",
             file=sys.stderr,
         )
     for loader in capture.dataloaders:

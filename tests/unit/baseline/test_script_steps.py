@@ -5,8 +5,8 @@ rule itself)."""
 from __future__ import annotations
 
 import pytest
+import torch
 
-from tests.fixtures import REPO_ROOT
 from workbench.baseline.records import BaselineSettings
 from workbench.baseline.script_steps import (
     ScriptSteps,
@@ -20,7 +20,6 @@ from workbench.workload import load_workload
 from workbench.workloads.script import load_script_workload, script_spec
 
 CPU = get_target("cpu")
-SMOKE = REPO_ROOT / "tests" / "fixtures" / "scripts" / "smoke_train.py"
 SMALL = BaselineSettings(steady_steps=3, warmup=WarmupRule(window=4, max_steps=6))
 
 
@@ -49,33 +48,111 @@ def test_the_stop_rule_waits_for_the_warmup_and_the_steady_steps():
 
 
 def test_first_step_excess_is_the_first_step_minus_the_steady_median():
-    steps = ScriptSteps([3.0, 2.0, 1.0, 1.0, 1.2], 2, True, 3, True, ["train.py:9"])
+    steps = ScriptSteps([3.0, 2.0, 1.0, 1.0, 1.2], 2, True, 3, True)
     assert steps.warmup == [2.0, 1.0] and steps.steady == [1.0, 1.2]
     assert steps.first_step_excess == pytest.approx(3.0 - 1.1)
-    text = " ".join(steps.sentences())
-    assert "train.py:9" in text and "holds no compile" in text
     assert ScriptSteps([3.0, 2.0], 1, None, 3, False).first_step_excess is None
 
 
+def test_a_compile_is_said_timed_only_where_it_ran_on_the_target():
+    timed = ScriptSteps(
+        [3.0, 1.0], 1, None, 3, True, ["train.py:9"], compiler="inductor", compiles=2,
+        compile_seconds=1.5, compile_options={"train.py:9": {"mode": "'max-autotune'"}},
+    )  # fmt: skip
+    said = " ".join(timed.sentences())
+    assert "train.py:9; it ran with the target's compiler (inductor)" in said
+    assert "2 compile(s), 1.50 s in all" in said and "mode='max-autotune') were not passed" in said
+    untimed = ScriptSteps([3.0, 1.0], 1, None, 3, True, ["train.py:9"], compile_not_timed="boom")
+    said = " ".join(untimed.sentences())
+    assert "its compile was not timed" in said and "(boom)" in said and "holds" not in said
+    assert "compile" not in " ".join(ScriptSteps([3.0, 1.0], 1, None, 3, True).sentences())
+
+
+def _workload(folder, body):
+    path = folder / "train.py"
+    path.write_text(body)
+    return load_script_workload(script_spec(str(path)), CPU)
+
+
+SHORT_LOOP = """
+import torch
+model = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(6):
+    loss = torch.nn.functional.cross_entropy(model(torch.randn(8, 4)), torch.randint(2, (8,)))
+    loss.backward()
+    opt.step()
+"""
+COMPILED_LOOP = SHORT_LOOP.replace("range(6)", "range(20)").replace(
+    "opt = torch", "model = torch.compile(model)\nopt = torch"
+)
+
+
+class _DynamoOnly(type(CPU)):  # type: ignore[misc]
+    """The CPU target compiling with torch.compile's "eager" backend: Dynamo traces and records
+    each compile for real, without Inductor's C++ build (tens of seconds on two cores). Inductor
+    itself runs on the smoke script in tests/e2e/test_script_e2e.py."""
+
+    def compile(self, fn):
+        return torch.compile(fn, backend="eager")
+
+
 @pytest.fixture(scope="module")
-def smoke_workload():
-    return load_script_workload(script_spec(str(SMOKE)), CPU)
+def compiled_steps(tmp_path_factory):
+    """A compiling script's own loop timed once: its torch.compile runs the target's compiler."""
+    workload = _workload(tmp_path_factory.mktemp("compiled"), COMPILED_LOOP)
+    return time_script(workload, _DynamoOnly(), SMALL)
 
 
-def test_the_smoke_scripts_own_loop_is_timed_and_stopped_after_the_steps_asked(smoke_workload):
-    steps = time_script(smoke_workload, CPU, SMALL)
+def test_a_scripts_own_loop_is_timed_and_stopped_after_the_steps_asked(compiled_steps):
+    steps = compiled_steps
     assert steps is not None and steps.stopped_by_workbook
     assert len(steps.steady) == SMALL.steady_steps
     assert len(steps.step_seconds) == 1 + steps.warmup_steps + SMALL.steady_steps
-    assert steps.compile_called_at == ["smoke_train.py:16"]
     assert all(s > 0 for s in steps.step_seconds)
 
 
-def test_a_script_whose_loop_ends_first_says_so(smoke_workload):
-    # The smoke script runs 20 steps; the default steady state asks for 30 after the warm-up.
-    steps = time_script(smoke_workload, CPU, BaselineSettings())
+def test_a_scripts_compile_runs_on_the_target_and_is_timed(compiled_steps):
+    assert compiled_steps.compile_called_at == ["train.py:4"]
+    assert not compiled_steps.compile_not_timed and compiled_steps.compiles >= 1
+    # The compiler's own records fall inside the steps the watch timed.
+    assert 0 < compiled_steps.compile_seconds <= sum(compiled_steps.step_seconds)
+    assert "so its first step holds the compile" in " ".join(compiled_steps.sentences())
+
+
+class _Uncompilable(torch.nn.Module):
+    """What a compiler that cannot lower a graph gives back: the module, wrapped (as
+    torch.compile's OptimizedModule wraps it), failing when first run."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, *args):
+        raise RuntimeError("the compiler cannot lower this graph")
+
+
+class _FailingCompiler(type(CPU)):  # type: ignore[misc]
+    """The CPU target with a compiler that fails (Target.compile's contract: the compiled
+    form of a module, run lazily)."""
+
+    def compile(self, fn):
+        return _Uncompilable(fn)
+
+
+def test_a_compile_that_fails_on_the_target_is_said_not_timed(tmp_path):
+    steps = time_script(_workload(tmp_path, COMPILED_LOOP), _FailingCompiler(), SMALL)
+    assert steps is not None and steps.compiles == 0
+    assert "the compiler cannot lower this graph" in steps.compile_not_timed
+    assert steps.stopped_by_workbook  # the loop, timed eager instead
+    assert "its compile was not timed" in " ".join(steps.sentences())
+
+
+def test_a_script_whose_loop_ends_first_says_so(tmp_path):
+    # The script runs 6 steps; the default steady state asks for 30 after the warm-up.
+    steps = time_script(_workload(tmp_path, SHORT_LOOP), CPU, BaselineSettings())
     assert steps is not None and not steps.stopped_by_workbook
-    assert len(steps.step_seconds) == 20
+    assert len(steps.step_seconds) == 6
     assert "ended before the workbook stopped it" in " ".join(steps.sentences())
 
 
@@ -83,26 +160,8 @@ def test_other_workloads_have_no_script_loop():
     assert time_script(load_workload("seed-mlp"), CPU, SMALL) is None
 
 
-def test_a_loop_timed_on_a_loaded_machine_says_so():
-    loaded = HostLoad(
-        threads=2,
-        cores=2,
-        wall_seconds=1.0,
-        other_share=0.6,
-        steal_share=0.0,
-        load_average=None,
-        loaded=True,
-    )
-    quiet = HostLoad(
-        threads=2,
-        cores=2,
-        wall_seconds=1.0,
-        other_share=0.0,
-        steal_share=0.0,
-        load_average=None,
-        loaded=False,
-    )
-    said = " ".join(ScriptSteps([3.0, 1.0], 1, None, 3, True, host=loaded).sentences())
-    assert "loaded machine" in said
-    said = " ".join(ScriptSteps([3.0, 1.0], 1, None, 3, True, host=quiet).sentences())
-    assert "loaded machine" not in said
+@pytest.mark.parametrize(("other_share", "loaded"), [(0.6, True), (0.0, False)])
+def test_a_loop_timed_on_a_loaded_machine_says_so(other_share, loaded):
+    host = HostLoad(2, 2, 1.0, other_share, 0.0, None, loaded)
+    said = " ".join(ScriptSteps([3.0, 1.0], 1, None, 3, True, host=host).sentences())
+    assert ("loaded machine" in said) is loaded
