@@ -45,6 +45,7 @@ CONFIG_TYPES: dict[str, tuple[type, ...]] = {
     "show_code": (bool,),
     "cell_timeout": (int,),
     "compile_cache": (str,),
+    "script_args": (str, list),  # a script: workload's arguments, as a line or a list of words
 }
 CONFIG_KEYS = tuple(CONFIG_TYPES)
 _TYPE_WORDS = {
@@ -79,6 +80,11 @@ def _load_config(path: Path) -> dict[str, Any]:
             raise BadInput(f"Config {path}: {key!r} must be {words}, not {value!r:.80}.")
     if any(not isinstance(name, str) for name in config.get("parameters", {})):
         raise BadInput(f"Config {path}: 'parameters' must map names to values.")
+    words = config.get("script_args")
+    if isinstance(words, list):
+        if not all(isinstance(word, str) for word in words):
+            raise BadInput(f"Config {path}: 'script_args' must be a string or a list of strings.")
+        config["script_args"] = shlex.join(words)
     return config
 
 
@@ -125,7 +131,7 @@ def _request(args: argparse.Namespace) -> Any:
         # Notebooks run in another working folder: a relative hf:./folder is made absolute here.
         workload=_workload_spec(
             args.workload or config.get("workload") or DEFAULT_WORKLOAD,
-            getattr(args, "script_args", None) or "",
+            getattr(args, "script_args", None) or config.get("script_args") or "",
         ),
         target=args.target or config.get("target") or "auto",
         only=_only(args.only if args.only is not None else config.get("only")),

@@ -537,3 +537,44 @@ def test_events_and_streams_on_the_target_time_the_work_between_them():
         assert start.elapsed_time(end) > 0
         assert torch.cuda.get_device_properties(0).total_memory > 0
     assert len(synchronized) == 3  # each record and the stream's synchronize waited on it
+
+
+@pytest.mark.parametrize(
+    "line", ["script_args: \"--lr 0.1 --name 'a b'\"", "script_args: [--lr, '0.1', --name, a b]"]
+)
+def test_a_config_file_gives_a_scripts_arguments(tmp_path, monkeypatch, line):
+    import workbench.runner
+    from workbench.cli import main
+
+    seen = []
+    monkeypatch.setattr(
+        workbench.runner, "run", lambda request, progress: seen.append(request) or 0
+    )
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run.yaml").write_text(f"workload: script:train.py\n{line}\n")
+    assert main(["run", "--config", "run.yaml"]) == 0
+    assert parse_script_spec(seen[0].workload)[1] == ["--lr", "0.1", "--name", "a b"]
+    # The command line wins over the config, as for every key.
+    assert main(["run", "--config", "run.yaml", "--script-args", "--lr 1"]) == 0
+    assert parse_script_spec(seen[1].workload)[1] == ["--lr", "1"]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("script_args: 3", "'script_args' must be a string or a list, not 3."),
+        ("script_args: [--epochs, 1]", "'script_args' must be a string or a list of strings."),
+    ],
+)
+def test_a_config_files_script_arguments_of_the_wrong_type_are_one_sentence(
+    tmp_path, monkeypatch, capsys, line, message
+):
+    from workbench.cli import main
+    from workbench.errors import EXIT_BAD_INPUT
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run.yaml").write_text(f"workload: script:train.py\n{line}\n")
+    assert main(["run", "--config", "run.yaml", "--out", "run"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith(message)
+    assert not (tmp_path / "run").exists()
