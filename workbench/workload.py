@@ -317,11 +317,19 @@ def load_workload(
             trust_remote_code=trust_remote_code,
         )
         workload = load_hf_workload(spec, options)
-        workload.spec = spec
-        announce_attentions(workload)
-        return workload
-    target = BUILTIN_WORKLOADS.get(spec, spec)
-    factory = import_factory(target)
+    else:
+        workload = _from_factory(spec, input_shape, input_dtype, num_classes, batch_size)
+    workload.spec = spec
+    announce_attentions(workload)
+    return workload
+
+
+def _from_factory(
+    spec: str, input_shape: str, input_dtype: str, num_classes: int | None, batch_size: int | None
+) -> Workload:
+    """A built-in's or a `package.module:factory`'s workload: the Workload it returns, or its
+    plain nn.Module fed as the input parameters describe."""
+    factory = import_factory(BUILTIN_WORKLOADS.get(spec, spec))
     try:
         # A plain module's weights are drawn here, so the draw is seeded: every notebook and
         # every run then starts from the same weights.
@@ -329,7 +337,6 @@ def load_workload(
             made = factory()
     except Exception as exc:
         raise BadInput(f"Workload {spec!r}: the factory raised {describe_error(exc)}.") from None
-
     if isinstance(made, Workload):
         workload = made
     elif isinstance(made, nn.Module):
@@ -353,8 +360,6 @@ def load_workload(
         )
     if batch_size:
         workload.batch_size = batch_size
-    workload.spec = spec
-    announce_attentions(workload)
     return workload
 
 

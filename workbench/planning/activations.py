@@ -277,6 +277,49 @@ def _in_stack(module: str, shape: ModelShape) -> bool:
     return bool(shape.stack_path) and module.startswith(prefix)
 
 
+def _saved_term(tensor: SavedTensor, atoms: Mapping[int, str], shape: ModelShape) -> SavedTerm:
+    """One saved tensor of the first probe run as a formula of the model's dimensions."""
+    formula = decode(tensor.numel, atoms)
+    return SavedTerm(
+        tensor.module,
+        _in_stack(tensor.module, shape),
+        _sharded(tensor.module, formula, shape),
+        tensor.floating,
+        tensor.element_size,
+        formula,
+        ".experts." in f".{tensor.module}.",
+    )
+
+
+def _fit_points(
+    runs: list[ProbeRun], probe_view: ActivationModel, probe_layers: int
+) -> tuple[float, list[FitPoint]]:
+    """kappa (least squares of each run's working set above its saved tensors against its
+    largest saved tensor) and each run's measured and predicted peak, with the formulas
+    evaluated at the probe's own sizes."""
+    measured = []
+    for run in runs:
+        estimate = probe_view.estimate(run.batch, run.seq, probe_layers, float_bytes=4)
+        saved = sum(t.nbytes for t in run.saved)
+        largest = max((t.nbytes for t in run.saved), default=0)
+        measured.append((run, estimate, saved, largest))
+    numerator = sum((r.peak_above_held - s) * big for r, _, s, big in measured)
+    denominator = sum(big * big for *_, big in measured)
+    kappa = max(0.0, numerator / denominator) if denominator else 0.0
+    points = [
+        FitPoint(
+            run.batch,
+            run.seq,
+            saved,
+            estimate.saved,
+            run.peak_above_held,
+            estimate.saved + kappa * estimate.largest,
+        )
+        for run, estimate, saved, _ in measured
+    ]
+    return kappa, points
+
+
 def fit_model(
     runs: list[ProbeRun],
     shape: ModelShape,
@@ -295,62 +338,32 @@ def fit_model(
     run_atoms[first.batch] = symbols.BATCH
     if first.seq is not None and fixed_seq is None:
         run_atoms[first.seq] = symbols.SEQ
-    terms = []
-    for tensor in first.saved:
-        formula = decode(tensor.numel, run_atoms)
-        terms.append(
-            SavedTerm(
-                tensor.module,
-                _in_stack(tensor.module, shape),
-                _sharded(tensor.module, formula, shape),
-                tensor.floating,
-                tensor.element_size,
-                formula,
-                ".experts." in f".{tensor.module}.",
-            )
-        )
+    terms = [_saved_term(tensor, run_atoms, shape) for tensor in first.saved]
     layer_input = decode(first.layer_input, run_atoms) if first.layer_input else None
-    model = ActivationModel(
+    optimizer = OptimizerProfile(
+        optimizer_name,
+        first.optimizer_bytes / max(first.parameter_bytes, 1),
+        first.step_peak / max(first.parameter_bytes, 1),
+    )
+    # The formulas evaluated at each probe's own sizes: the probe's widths, not the full ones.
+    probe_dims = {name: float(prime) for prime, name in atoms.items()}
+    probe_dims[symbols.HALF_HEAD_DIM] = float(symbols.WIDTH_ATOMS[symbols.HALF_HEAD_DIM])
+    probe_view = ActivationModel(
+        source, terms, probe_layers, layer_input, 0.0, [], probe_dims, fixed_seq, optimizer
+    )
+    kappa, points = _fit_points(runs, probe_view, probe_layers)
+    return ActivationModel(
         source=source,
         terms=terms,
         probe_layers=probe_layers,
         layer_input=layer_input,
-        kappa=0.0,
-        points=[],
+        kappa=kappa,
+        points=points,
         full_dims=dict(full_dims),
         fixed_seq=fixed_seq,
-        optimizer=OptimizerProfile(
-            optimizer_name,
-            first.optimizer_bytes / max(first.parameter_bytes, 1),
-            first.step_peak / max(first.parameter_bytes, 1),
-        ),
+        optimizer=optimizer,
         expert_share=expert_share,
     )
-    # Evaluate the formulas at each probe's own sizes: the probe's widths, not the full ones.
-    probe_dims = {name: float(prime) for prime, name in atoms.items()}
-    probe_dims[symbols.HALF_HEAD_DIM] = float(symbols.WIDTH_ATOMS[symbols.HALF_HEAD_DIM])
-    probe_view = ActivationModel(**{**model.__dict__, "full_dims": probe_dims, "expert_share": 1.0})
-    measured = []
-    for run in runs:
-        estimate = probe_view.estimate(run.batch, run.seq, probe_layers, float_bytes=4)
-        saved = sum(t.nbytes for t in run.saved)
-        largest = max((t.nbytes for t in run.saved), default=0)
-        measured.append((run, estimate, saved, largest))
-    numerator = sum((r.peak_above_held - s) * big for r, _, s, big in measured)
-    denominator = sum(big * big for *_, big in measured)
-    model.kappa = max(0.0, numerator / denominator) if denominator else 0.0
-    model.points = [
-        FitPoint(
-            run.batch,
-            run.seq,
-            saved,
-            estimate.saved,
-            run.peak_above_held,
-            estimate.saved + model.kappa * estimate.largest,
-        )
-        for run, estimate, saved, _ in measured
-    ]
-    return model
 
 
 def parameter_bytes(model: nn.Module) -> int:

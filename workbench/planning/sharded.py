@@ -154,6 +154,35 @@ class RankReport:
     step_peaks: list[int]
 
 
+def _laid_out(
+    kind: str, model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, rank: int, world: int
+) -> tuple[torch.optim.Optimizer, torch.Tensor, torch.Tensor]:
+    """`model` laid out as `kind` on this rank (in place), its optimizer, and the batch this
+    rank steps on: the whole batch under TP, its share of the rows under FSDP2 and ZeRO-1."""
+    if kind in (TP, WRONG_TP):
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import parallelize_module
+
+        mesh = init_device_mesh("cpu", (world,))
+        parallelize_module(model, mesh, _tp_plan(model, kind == WRONG_TP))
+        return _optimizer(model.parameters()), inputs, targets
+    share = BATCH // world
+    rows = slice(rank * share, (rank + 1) * share)
+    if kind == FSDP2:
+        from torch.distributed.fsdp import fully_shard
+
+        layers = model.get_submodule("model.layers")
+        assert isinstance(layers, nn.ModuleList)
+        for layer in layers:
+            fully_shard(layer)
+        fully_shard(model)
+        return _optimizer(model.parameters()), inputs[rows], targets[rows]
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    zero = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-2)
+    return zero, inputs[rows], targets[rows]
+
+
 def _run_layout(kind: str, out: Path) -> None:
     """One layout on every rank of the group: two steps, memory of the second."""
     import torch.distributed as dist
@@ -162,32 +191,7 @@ def _run_layout(kind: str, out: Path) -> None:
     model = tiny_model()
     inputs, targets = tiny_batch()
     start = {n: p.detach().clone() for n, p in model.named_parameters()}
-    if kind in (TP, WRONG_TP):
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.tensor.parallel import parallelize_module
-
-        mesh = init_device_mesh("cpu", (world,))
-        parallelize_module(model, mesh, _tp_plan(model, kind == WRONG_TP))
-        optimizer = _optimizer(model.parameters())
-    else:
-        share = BATCH // world
-        rows = slice(rank * share, (rank + 1) * share)
-        inputs, targets = inputs[rows], targets[rows]
-        if kind == FSDP2:
-            from torch.distributed.fsdp import fully_shard
-
-            layers = model.get_submodule("model.layers")
-            assert isinstance(layers, nn.ModuleList)
-            for layer in layers:
-                fully_shard(layer)
-            fully_shard(model)
-            optimizer = _optimizer(model.parameters())
-        else:
-            from torch.distributed.optim import ZeroRedundancyOptimizer
-
-            optimizer = ZeroRedundancyOptimizer(
-                model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-2
-            )
+    optimizer, inputs, targets = _laid_out(kind, model, inputs, targets, rank, world)
 
     def global_loss(loss: torch.Tensor) -> float:
         value = _full(loss).reshape(()).clone()
