@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import torch
 
@@ -197,7 +198,7 @@ def compute_metrics(
     both, stats = _finite_statistics(t, r, rtol, atol)
     compared = t.numel() if both is None else int(both.sum())
     err_sq, ref_sq, t_sq, dot, abs_sum, abs_max, rel_max, outside = stats
-    counts = _nonfinite_counts(t, r) if both is not None else _NonFiniteCounts()
+    counts, mismatched = _nonfinite_counts(t, r) if both is not None else (_ALL_FINITE, 0)
     ref_norm, err_norm, t_norm = math.sqrt(ref_sq), math.sqrt(err_sq), math.sqrt(t_sq)
     if err_norm == 0:
         relative_l2 = 0.0
@@ -221,15 +222,11 @@ def compute_metrics(
         relative_l2=relative_l2,
         cosine=_cosine(dot, t_norm, ref_norm),
         sqnr_db=_ratio_db(ref_norm, err_norm),
-        share_outside=(outside + counts.mismatched) / t.numel() if t.numel() else 0.0,
+        share_outside=(outside + mismatched) / t.numel() if t.numel() else 0.0,
         rtol=rtol,
         atol=atol,
-        new_nonfinite=counts.new_nonfinite,
         reference_rms=math.sqrt(ref_sq / compared) if compared else 0.0,
-        target_nan=counts.target_nan,
-        target_inf=counts.target_inf,
-        reference_nan=counts.reference_nan,
-        reference_inf=counts.reference_inf,
+        **counts,
         target_rmse_vs_fp64=target_rmse_vs_fp64,
         reference_rmse_vs_fp64=reference_rmse_vs_fp64,
     )
@@ -254,30 +251,36 @@ def _finite_statistics(
     return both, _statistics(t[both], r[both], rtol, atol, floor)
 
 
-@dataclass
-class _NonFiniteCounts:
-    target_nan: int = 0
-    target_inf: int = 0
-    reference_nan: int = 0
-    reference_inf: int = 0
-    new_nonfinite: int = 0  # NaN/Inf in the target where the reference is finite
-    mismatched: int = 0  # elements not finite in one run that the other does not match
+class _NonFiniteCounts(TypedDict):
+    """TensorMetrics' counts of NaN and Inf in either run."""
+
+    target_nan: int
+    target_inf: int
+    reference_nan: int
+    reference_inf: int
+    new_nonfinite: int  # NaN/Inf in the target where the reference is finite
 
 
-def _nonfinite_counts(t: torch.Tensor, r: torch.Tensor) -> _NonFiniteCounts:
+_ALL_FINITE = _NonFiniteCounts(
+    target_nan=0, target_inf=0, reference_nan=0, reference_inf=0, new_nonfinite=0
+)
+
+
+def _nonfinite_counts(t: torch.Tensor, r: torch.Tensor) -> tuple[_NonFiniteCounts, int]:
+    """The NaN and Inf counts, and how many elements not finite in one run the other does not
+    match (NaN against NaN, or the same infinity, is a match, as assert_close with equal_nan)."""
     t_finite, r_finite = torch.isfinite(t), torch.isfinite(r)
     rest = ~(t_finite & r_finite)
     rest_t, rest_r = t[rest], r[rest]
-    # NaN against NaN, or the same infinity, is a match (assert_close with equal_nan).
     same = (rest_t == rest_r) | (torch.isnan(rest_t) & torch.isnan(rest_r))
-    return _NonFiniteCounts(
+    counts = _NonFiniteCounts(
         target_nan=int(torch.isnan(t).sum()),
         target_inf=int(torch.isinf(t).sum()),
         reference_nan=int(torch.isnan(r).sum()),
         reference_inf=int(torch.isinf(r).sum()),
         new_nonfinite=int((~t_finite & r_finite).sum()),
-        mismatched=int((~same).sum()),
     )
+    return counts, int((~same).sum())
 
 
 def _cosine(dot: float, t_norm: float, ref_norm: float) -> float:

@@ -228,11 +228,27 @@ def _capture_run(
 ) -> tuple[LayerCapture, TrainingCapture, list[str]]:
     """An eager run whose first training step also records every layer."""
     model, dropout = prepared_model(recipe.build, spec)
-    recorder = LayerRecorder(model, keep_inputs=keep_inputs)
-    training = train_run(
-        model, spec, recipe.batch, recipe.workload, recipe.steps, recorder, held_out
+    layers, training = recorded_run(
+        model, spec, recipe.batch, recipe.workload, recipe.steps, held_out, keep_inputs=keep_inputs
     )
-    return recorder.capture(), training, dropout
+    return layers, training, dropout
+
+
+def recorded_run(
+    model: torch.nn.Module,
+    spec: RunSpec,
+    batch: Batch,
+    workload: Workload,
+    steps: int,
+    held_out: HeldOutBatches | None,
+    *,
+    keep_inputs: bool = False,
+) -> tuple[LayerCapture, TrainingCapture]:
+    """The placed eager `model` trained (train_run), every layer recorded in its first step
+    (with its inputs where `keep_inputs`)."""
+    recorder = LayerRecorder(model, keep_inputs=keep_inputs)
+    training = train_run(model, spec, batch, workload, steps, recorder, held_out)
+    return recorder.capture(), training
 
 
 def output_names(training: TrainingCapture) -> list[str]:

@@ -28,7 +28,6 @@ from workbench.numerics.capture import (
     PRECISIONS,
     LayerCall,
     LayerCapture,
-    LayerRecorder,
     ModelBuilder,
     RunSpec,
     TrainingCapture,
@@ -37,7 +36,7 @@ from workbench.numerics.capture import (
 )
 from workbench.numerics.layers import attribute, compare_layers, needs_attribution
 from workbench.numerics.matched import add_matched_checks
-from workbench.numerics.nonfinite import NonFinite, find_first_nonfinite, first_nonfinite_step
+from workbench.numerics.nonfinite import find_first_nonfinite, first_nonfinite_step
 from workbench.numerics.process_settings import numerics_settings
 from workbench.numerics.records import (
     OWN,
@@ -57,11 +56,12 @@ from workbench.numerics.records import (
 from workbench.numerics.references import (
     ReferenceRuns,
     prepared_model,
+    recorded_run,
     run_references,
     train_run,
 )
 from workbench.numerics.script_loop import compare_script_loop, trajectory_yardstick
-from workbench.numerics.training import TrainingComparison, compare_training
+from workbench.numerics.training import TrainingFields, compare_training, final_comparisons
 from workbench.numerics.validation import HeldOutBatches, HeldOutScore, held_out_batches
 from workbench.targets import get_target
 from workbench.targets.base import Target
@@ -112,12 +112,12 @@ class _Stage:
     name: str = "setup"
 
 
-@dataclass
-class _LayerFindings:
-    """Every leaf's output against the reference's, and where the run first diverges."""
+class _LayerFields(TypedDict):
+    """The RunResult fields of the run's layers: every leaf's output against the reference's,
+    and where the run first diverges."""
 
     layers: list[TensorComparison]
-    unmatched: Unmatched
+    unmatched_layers: Unmatched
     attributions: list[Attribution]
     first_divergence: FirstDivergence | None
 
@@ -139,7 +139,9 @@ def compare_run(
     stage = _Stage()
     chosen = role != ROLE_TARGET or is_chosen(spec, settings)
     try:
-        layers, training, untrained = _train(spec, build, batch, refs, workload, settings, stage)
+        layers, training, untrained = _train(
+            spec, build, batch, workload, settings.steps, refs.held_out, stage
+        )
         stage.name = "layers"
         if calls_out is not None:
             calls_out.update(layers.calls)
@@ -147,7 +149,9 @@ def compare_run(
         task_name = workload.task_metric_name if workload.task_metric else ""
         compared = compare_training(training, refs, settings.rule, spec.precision.dtype, task_name)
         tensors = tensor_verdict(
-            compared.final_comparisons, compared.unmatched_outputs, compared.unmatched_gradients
+            final_comparisons(compared),
+            compared["unmatched_outputs"],
+            compared["unmatched_gradients"],
         )
         nonfinite = None
         if _turned_nonfinite(found, compared):
@@ -165,46 +169,15 @@ def compare_run(
             seconds=perf_counter() - started,
             chosen=chosen,
         )
-    seconds = perf_counter() - started
-    return _measured_run(spec, role, chosen, found, compared, tensors, nonfinite, seconds)
-
-
-def _measured_run(
-    spec: RunSpec,
-    role: str,
-    chosen: bool,
-    found: _LayerFindings,
-    compared: TrainingComparison,
-    tensors: TensorVerdict,
-    nonfinite: NonFinite | None,
-    seconds: float,
-) -> RunResult:
-    """The record of a run that ran, from everything measured; judged later (run_numerics)."""
     return RunResult(
         run=spec.describe(),
         role=role,
-        layers=found.layers,
-        unmatched_layers=found.unmatched,
-        attributions=found.attributions,
-        first_divergence=found.first_divergence,
-        outputs=compared.outputs,
-        unmatched_outputs=compared.unmatched_outputs,
-        loss=compared.loss,
-        gradients=compared.gradients,
-        unmatched_gradients=compared.unmatched_gradients,
-        trajectory=compared.trajectory,
-        losses=compared.losses,
-        task=compared.task,
+        **found,
+        **compared,
         tensors=tensors,
-        trajectory_deviation=compared.trajectory_deviation,
-        trajectory_worst_step=compared.trajectory_worst_step,
-        reference_losses=compared.reference_losses,
-        loss_floor=compared.loss_floor,
-        validation=compared.validation,
         nonfinite=nonfinite,
-        seconds=seconds,
+        seconds=perf_counter() - started,
         chosen=chosen,
-        skipped_steps=compared.skipped_steps,
     )
 
 
@@ -212,26 +185,24 @@ def _train(
     spec: RunSpec,
     build: ModelBuilder,
     batch: Batch,
-    refs: ReferenceRuns,
     workload: Workload,
-    settings: NumericsSettings,
+    steps: int,
+    held_out: HeldOutBatches,
     stage: _Stage,
 ) -> tuple[LayerCapture, TrainingCapture, torch.nn.Module | None]:
     """The run's layer outputs and its training, and a model still at the initial weights where
     one is left over (a compiled run's layer pass never trains its model)."""
     model, _ = prepared_model(build, spec)
     if not spec.compiled:
-        recorder = LayerRecorder(model)
         stage.name = "training"
-        training = train_run(model, spec, batch, workload, settings.steps, recorder, refs.held_out)
-        return recorder.capture(), training, None
+        return (*recorded_run(model, spec, batch, workload, steps, held_out), None)
     stage.name = "layers"
     layers = capture_layers(model, spec.place(batch[0]), spec)
     untrained = model  # the layer pass never trains it: re-runs use its leaves
     stage.name = "setup"
     model, _ = prepared_model(build, spec)
     stage.name = "training"
-    training = train_run(model, spec, batch, workload, settings.steps, None, refs.held_out)
+    training = train_run(model, spec, batch, workload, steps, None, held_out)
     return layers, training, untrained
 
 
@@ -242,7 +213,7 @@ def _compare_layers(
     refs: ReferenceRuns,
     settings: NumericsSettings,
     untrained: torch.nn.Module | None,
-) -> _LayerFindings:
+) -> _LayerFields:
     """Every leaf against the reference's; each flagged leaf re-run alone on the reference's
     inputs, to tell its own error from what it inherited (attribute)."""
     compared, unmatched = compare_layers(layers, refs, settings.rule)
@@ -272,14 +243,19 @@ def _compare_layers(
             comparison,
             first_own,
         )
-    return _LayerFindings(compared, unmatched, attributions, first_divergence)
+    return _LayerFields(
+        layers=compared,
+        unmatched_layers=unmatched,
+        attributions=attributions,
+        first_divergence=first_divergence,
+    )
 
 
-def _turned_nonfinite(found: _LayerFindings, compared: TrainingComparison) -> bool:
+def _turned_nonfinite(found: _LayerFields, compared: TrainingFields) -> bool:
     """NaN/Inf in a loss, or in a step-1 tensor where the reference is finite."""
-    if first_nonfinite_step(compared.losses) is not None:
+    if first_nonfinite_step(compared["losses"]) is not None:
         return True
-    checked = (*found.layers, *compared.final_comparisons)
+    checked = (*found["layers"], *final_comparisons(compared))
     return any(c.metrics.new_nonfinite for c in checked)
 
 

@@ -6,7 +6,8 @@ evidence."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from typing import TypedDict
 
 import torch
 
@@ -49,10 +50,9 @@ def _trajectory(losses: list[float], dtype: torch.dtype) -> torch.Tensor:
     return torch.tensor(losses, dtype=torch.float64).to(dtype)
 
 
-@dataclass
-class TrainingComparison:
-    """A run's training against the reference's: each field is the RunResult field of the same
-    name, computed here so that the run's record is built once, whole."""
+class TrainingFields(TypedDict):
+    """The RunResult fields a run's training decides, against the reference's: computed here
+    and passed to RunResult as they are, so the run's record is built once, whole."""
 
     outputs: list[TensorComparison]
     unmatched_outputs: Unmatched
@@ -69,10 +69,10 @@ class TrainingComparison:
     validation: ValidationComparison
     skipped_steps: list[int]  # steps whose update the loss scaler skipped
 
-    @property
-    def final_comparisons(self) -> list[TensorComparison]:
-        """What the tensors verdict judges, in RunResult.final_comparisons' order."""
-        return [*self.outputs, self.loss, *self.gradients, self.trajectory]
+
+def final_comparisons(fields: TrainingFields) -> list[TensorComparison]:
+    """What the tensors verdict judges, in RunResult.final_comparisons' order."""
+    return [*fields["outputs"], fields["loss"], *fields["gradients"], fields["trajectory"]]
 
 
 def compare_training(
@@ -81,7 +81,7 @@ def compare_training(
     rule: VerdictRule,
     dtype: torch.dtype,
     task_name: str,
-) -> TrainingComparison:
+) -> TrainingFields:
     """Outputs, loss, gradients, trajectory, task metric and held-out score of a run at `dtype`
     against the reference's. Nothing that follows the first NaN/Inf loss is kept as evidence
     (see _validation)."""
@@ -91,7 +91,7 @@ def compare_training(
     deviation, worst_step = relative_gap(training.losses, ref.losses)
     nudged = refs.sensitivity.losses if refs.sensitivity else None
     held_out_gap = refs.sensitivity.held_out_gap if refs.sensitivity else None
-    return TrainingComparison(
+    return TrainingFields(
         outputs=outputs,
         unmatched_outputs=unmatched_outputs,
         loss=compare_tensor(
