@@ -9,7 +9,6 @@ every width a distinct prime (symbols.py), with its two layers standing in for t
 from __future__ import annotations
 
 import copy
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,15 +18,16 @@ from torch import nn
 
 from workbench.errors import BadInput, describe_error
 from workbench.planning import symbols
-from workbench.workloads.hf_folder import check_sizes, read_config_json, refuse_remote_code
+from workbench.workloads import HF_PREFIX
+from workbench.workloads.hf_folder import check_sizes, folder_config
 from workbench.workloads.huggingface import (
     TASKS,
     apply_overrides,
+    import_transformers,
     parse_overrides,
     task_of_architecture,
 )
 
-HF_PREFIX = "hf:"
 PROBE_LAYERS = 2
 # Config field names of each size, across the model families transformers has.
 _HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model")
@@ -71,39 +71,16 @@ def _first(config: Any, keys: tuple[str, ...]) -> tuple[str, int] | None:
     return None
 
 
-def _transformers() -> Any:
-    try:
-        module = importlib.import_module("transformers")
-    except ImportError:
-        raise BadInput(
-            "Planning an hf: workload needs Hugging Face transformers, which is not installed: "
-            "pip install 'workbench[hf]'."
-        ) from None
-    module.utils.logging.set_verbosity_error()
-    return module
-
-
 def load_hf_model(spec: str, hf_config: str = "") -> HfModel:
     """The config of `hf:FOLDER` (config.json only is enough) or `hf:MODEL_TYPE`, with the
     `-p hf_config` overrides a run of that spec would take."""
-    transformers = _transformers()
+    transformers = import_transformers()
     name = spec.removeprefix(HF_PREFIX).strip()
     path = Path(name).expanduser()
     if path.is_file() and path.name == "config.json":
         path = path.parent
     if (path / "config.json").is_file():
-        raw = read_config_json(spec, path)
-        refuse_remote_code(spec, path, raw, trusted=False, flag=None)
-        check_sizes(spec, raw, "config.json")
-        try:
-            # trust_remote_code is always given: left None, transformers asks on stdin.
-            config = transformers.AutoConfig.from_pretrained(
-                path, local_files_only=True, trust_remote_code=False
-            )
-        except Exception as exc:
-            raise BadInput(
-                f"Workload {spec!r}: config.json could not be read: {describe_error(exc)}."
-            ) from None
+        config = folder_config(spec, path, transformers, trusted=False, flag=None)
     elif "/" in name or path.exists():
         raise BadInput(f"Workload {spec!r}: {path} has no config.json.")
     else:

@@ -17,7 +17,7 @@ import torch
 
 from workbench.errors import BadInput
 from workbench.planning.activations import ActivationModel
-from workbench.planning.hf_config import HF_PREFIX, load_hf_model
+from workbench.planning.hf_config import load_hf_model
 from workbench.planning.instances import (
     INFERENCE,
     TRAINING,
@@ -62,6 +62,7 @@ from workbench.planning.recommend import (
 )
 from workbench.planning.shapes import ModelShape, read_shape
 from workbench.workload import Workload, WorkloadSpec
+from workbench.workloads import HF_PREFIX
 
 # AWS's own scripts use 4096 tokens for 7B-class Llama training (acceptance...md 1.5).
 DEFAULT_HF_SEQ = 4096

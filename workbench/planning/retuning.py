@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from workbench.environment.instance import resolve_instance_type
-from workbench.planning.hf_config import HF_PREFIX
 from workbench.planning.instances import DEFAULT_INSTANCE, INSTANCES
 from workbench.planning.layouts import GLOO_LAYERS_IN_FLIGHT, NONE, PRECISIONS, Layout, rank_memory
 from workbench.planning.planner import Plan, make_plan
 from workbench.workload import Workload, WorkloadSpec
+from workbench.workloads import HF_PREFIX
 
 
 class RetuningPlanSettings(Protocol):

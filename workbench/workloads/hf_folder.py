@@ -23,10 +23,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import BadInput
+from workbench.errors import BadInput, describe_error
 from workbench.safe_load import load_json, read_bounded, shown
+from workbench.workloads import HF_PREFIX
 
-HF_PREFIX = "hf:"
 # Real config.json files are kilobytes; the largest hold a label table of about 22,000 classes
 # (ImageNet-22k heads), under 1 MiB. Bigger is not a config, and is refused unread.
 CONFIG_JSON_MAX_BYTES = 16 << 20
@@ -195,3 +195,23 @@ def check_sizes(spec: str, values: Mapping[str, Any], where: str) -> None:
                     f"Workload {spec!r}: {where} {dotted}={_number_text(number)} is over the "
                     f"{limit:,} {what} the workbook builds; set a size a machine can hold."
                 )
+
+
+def folder_config(
+    spec: str, folder: Path, transformers: Any, trusted: bool, flag: str | None
+) -> Any:
+    """The transformers config of a checkpoint folder, after the checks above on its
+    config.json as read: its own code refused unless `trusted` (`flag` is how a user trusts
+    it), and its sizes bounded. `transformers` is the module, imported by the caller."""
+    raw = read_config_json(spec, folder)
+    refuse_remote_code(spec, folder, raw, trusted, flag)
+    check_sizes(spec, raw, "config.json")
+    try:
+        # trust_remote_code is always given: left None, transformers asks on stdin.
+        return transformers.AutoConfig.from_pretrained(
+            folder, local_files_only=True, trust_remote_code=trusted
+        )
+    except Exception as exc:
+        raise BadInput(
+            f"Workload {spec!r}: config.json could not be read: {describe_error(exc)}."
+        ) from None

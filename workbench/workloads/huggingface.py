@@ -27,6 +27,7 @@ import yaml
 from torch import nn
 
 from workbench.errors import BadInput, describe_error, did_you_mean
+from workbench.workloads import HF_PREFIX
 from workbench.workloads.contract import (
     DEFAULT_SEED,
     TASK_CLASSIFICATION,
@@ -44,11 +45,7 @@ from workbench.workloads.hf_fidelity import (
     position_limit,
     unexpected_missing,
 )
-from workbench.workloads.hf_folder import (
-    check_sizes,
-    read_config_json,
-    refuse_remote_code,
-)
+from workbench.workloads.hf_folder import check_sizes, folder_config
 
 CAUSAL_LM = "causal-lm"
 MASKED_LM = "masked-lm"
@@ -125,7 +122,9 @@ class HfOptions:
     trust_remote_code: bool = False  # run the Python a checkpoint folder ships (auto_map)
 
 
-def _transformers() -> Any:
+def import_transformers() -> Any:
+    """transformers, imported on first use (an optional extra), its progress bars and info
+    lines off; one sentence where it is not installed."""
     try:
         transformers = importlib.import_module("transformers")
     except ImportError:
@@ -242,8 +241,51 @@ class _Source:
     trust_remote_code: bool = False  # the user opted in to the folder's own code
 
 
+@dataclass(frozen=True)
+class _Found:
+    """A config as found, before overrides: from a folder or a model type, with the task its
+    architecture or type implies (None where it implies none) and why."""
+
+    config: Any
+    folder: Path | None
+    inferred: str | None
+    reason: str
+    architectures: list[str]
+
+
+def _in_folder(spec: str, folder: Path, options: HfOptions, transformers: Any) -> _Found:
+    if not (folder / "config.json").is_file():
+        raise BadInput(
+            f"Workload {spec!r}: {folder} has no config.json "
+            "(expected a folder written by save_pretrained)."
+        )
+    if not any(any(folder.glob(pattern)) for pattern in WEIGHT_FILES):
+        raise BadInput(
+            f"Workload {spec!r}: {folder} has config.json but no weights "
+            "(model.safetensors or pytorch_model.bin)."
+        )
+    trusted = options.trust_remote_code
+    config = folder_config(spec, folder, transformers, trusted, "-p trust_remote_code=true")
+    architectures = list(getattr(config, "architectures", None) or [])
+    inferred = next(filter(None, map(task_of_architecture, architectures)), None)
+    reason = f"from its architecture {architectures[0]}" if architectures else ""
+    return _Found(config, folder, inferred, reason, architectures)
+
+
+def _of_type(spec: str, name: str, transformers: Any) -> _Found:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    if name not in CONFIG_MAPPING_NAMES:
+        raise BadInput(
+            f"Workload {spec!r}: {name!r} is neither a folder nor a transformers model type"
+            f"{did_you_mean(name, CONFIG_MAPPING_NAMES)}."
+        )
+    reason = f"the first head transformers has for model type {name!r}"
+    return _Found(transformers.AutoConfig.for_model(name), None, _task_for_type(name), reason, [])
+
+
 def _resolve(spec: str, options: HfOptions, transformers: Any) -> _Source:
-    name = spec.removeprefix("hf:").strip()
+    name = spec.removeprefix(HF_PREFIX).strip()
     if not name:
         raise BadInput(f"Workload {spec!r}: name a checkpoint folder or a model type after hf:.")
     try:
@@ -255,63 +297,24 @@ def _resolve(spec: str, options: HfOptions, transformers: Any) -> _Source:
             f"Task {options.task!r}{did_you_mean(options.task, TASKS)} is not one of "
             f"{', '.join(TASKS)}."
         )
-
     if _looks_like_folder(name):
-        folder = Path(name).expanduser()
-        if not (folder / "config.json").is_file():
-            raise BadInput(
-                f"Workload {spec!r}: {folder} has no config.json "
-                "(expected a folder written by save_pretrained)."
-            )
-        if not any(any(folder.glob(pattern)) for pattern in WEIGHT_FILES):
-            raise BadInput(
-                f"Workload {spec!r}: {folder} has config.json but no weights "
-                "(model.safetensors or pytorch_model.bin)."
-            )
-        raw = read_config_json(spec, folder)
-        refuse_remote_code(
-            spec, folder, raw, options.trust_remote_code, "-p trust_remote_code=true"
-        )
-        check_sizes(spec, raw, "config.json")
-        try:
-            # trust_remote_code is always given: left None, transformers asks on stdin.
-            config = transformers.AutoConfig.from_pretrained(
-                folder, local_files_only=True, trust_remote_code=options.trust_remote_code
-            )
-        except Exception as exc:
-            raise BadInput(
-                f"Workload {spec!r}: config.json could not be read: {describe_error(exc)}."
-            ) from None
-        architectures = list(getattr(config, "architectures", None) or [])
-        inferred = next(filter(None, map(task_of_architecture, architectures)), None)
-        reason = f"from its architecture {architectures[0]}" if architectures else ""
+        found = _in_folder(spec, Path(name).expanduser(), options, transformers)
     else:
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-
-        if name not in CONFIG_MAPPING_NAMES:
-            raise BadInput(
-                f"Workload {spec!r}: {name!r} is neither a folder nor a transformers model type"
-                f"{did_you_mean(name, CONFIG_MAPPING_NAMES)}."
-            )
-        folder = None
-        config = transformers.AutoConfig.for_model(name)
-        inferred = _task_for_type(name)
-        reason = f"the first head transformers has for model type {name!r}"
-        architectures = []
-
+        found = _of_type(spec, name, transformers)
+    config, reason = found.config, found.reason
     apply_overrides(spec, config, overrides)
-
     check_sizes(spec, config.to_dict(), "config")
     if options.task:
         task_name, reason = options.task, "set with -p task"
-    elif inferred:
-        task_name = inferred
+    elif found.inferred:
+        task_name = found.inferred
     else:
         _refuse_audio(spec, config, transformers, None)
+        architectures = found.architectures
         what = f"architecture {architectures[0]}" if architectures else "its config"
         raise _unsupported_task(spec, f"the task cannot be inferred from {what}")
     _check_task_head(spec, config, TASKS[task_name], transformers)
-    return _Source(spec, config, folder, TASKS[task_name], reason, options.trust_remote_code)
+    return _Source(spec, config, found.folder, TASKS[task_name], reason, options.trust_remote_code)
 
 
 def _heads_of(model_type: str) -> list[str]:
@@ -621,9 +624,57 @@ def _sequence_length(spec: str, options: HfOptions, limit: PositionLimit | None)
     return options.sequence_length
 
 
+@dataclass(frozen=True)
+class _Inputs:
+    """How batches are drawn for the model's task, and what they hold."""
+
+    batches: Callable[[int, torch.Generator], Batch]
+    sequence_length: int | None  # tokens per sample; None for images
+    limit: PositionLimit | None  # the model's own longest sequence, for text
+    shape: str  # the batch's shape in words, for the description
+
+
+def _inputs(
+    spec: str, options: HfOptions, source: _Source, shape_model: nn.Module, model_class: Any
+) -> _Inputs:
+    task, config = source.task, source.config
+    batch_size = options.batch_size or DEFAULT_BATCH_SIZE
+    if not task.text:
+        image_size = options.image_size or int(getattr(config, "image_size", 224))
+        channels = getattr(config, "num_channels", 3)
+        shape = f"{batch_size}x{channels}x{image_size}x{image_size}"
+        return _Inputs(_image_batches(config, image_size), None, None, shape)
+    limit = position_limit(_max_positions(config), shape_model)
+    sequence_length = _sequence_length(spec, options, limit)
+    batches = _text_batches(
+        task,
+        config,
+        sequence_length,
+        _takes(model_class, "attention_mask"),
+        _closing_token(spec, task, config),
+    )
+    return _Inputs(batches, sequence_length, limit, f"{batch_size}x{sequence_length} tokens")
+
+
+def _weights(
+    source: _Source, auto: Any, from_config: Callable[[Any], nn.Module], attentions: list[str]
+) -> tuple[Callable[[], nn.Module], str]:
+    """What builds the model each time, and how its weights were found; a checkpoint's
+    missing tensors join `attentions`."""
+    if source.folder is None:
+        # from_config draws the weights in build_model, under the workload's seed.
+        config = source.config
+        return lambda: from_config(config), "random-init weights"
+    loaded = _load_checkpoint(source, auto)
+    if loaded.missing:
+        attentions.append(missing_sentence(type(loaded.model).__name__, loaded.missing))
+    # As for a plain module: each build gets its own copy, never optimizer-mutated weights.
+    return lambda: copy.deepcopy(loaded.model), loaded.weights
+
+
 def load_hf_workload(spec: str, options: HfOptions) -> Workload:
     """The Workload of an hf: spec; every problem is a BadInput naming what is wrong."""
-    transformers = _transformers()
+    transformers = import_transformers()
     source = _resolve(spec, options, transformers)
     changed = _prepare_config(source)
     task, config = source.task, source.config
@@ -633,59 +684,31 @@ def load_hf_workload(spec: str, options: HfOptions) -> Workload:
     shape_model = _build_on_meta(spec, from_config, config)
     _check_host_memory(spec, shape_model)
     attentions = _check_whole_model(source, shape_model, transformers, options.allow_partial_model)
-    model_factory: Callable[[], nn.Module]
-    if source.folder is not None:
-        loaded = _load_checkpoint(source, auto)
-        if loaded.missing:
-            attentions.append(missing_sentence(type(loaded.model).__name__, loaded.missing))
-        weights = loaded.weights
-        # As for a plain module: each build gets its own copy, never optimizer-mutated weights.
-        model_factory = lambda: copy.deepcopy(loaded.model)  # noqa: E731
-    else:
-        # from_config draws the weights in build_model, under the workload's seed.
-        model_factory, weights = lambda: from_config(config), "random-init weights"
+    model_factory, weights = _weights(source, auto, from_config, attentions)
     # A trusted folder's own model class is not in transformers' table.
     model_class = auto._model_mapping.get(type(config), type(shape_model))
-    batch_size = options.batch_size or DEFAULT_BATCH_SIZE
-
-    sequence_length: int | None = None
-    limit: PositionLimit | None = None
-    if task.text:
-        limit = position_limit(_max_positions(config), shape_model)
-        sequence_length = _sequence_length(spec, options, limit)
-        batches = _text_batches(
-            task,
-            config,
-            sequence_length,
-            _takes(model_class, "attention_mask"),
-            _closing_token(spec, task, config),
-        )
-        shape = f"{batch_size}x{sequence_length} tokens"
-    else:
-        image_size = options.image_size or int(getattr(config, "image_size", 224))
-        batches = _image_batches(config, image_size)
-        shape = f"{batch_size}x{getattr(config, 'num_channels', 3)}x{image_size}x{image_size}"
-
+    inputs = _inputs(spec, options, source, shape_model, model_class)
     loss_fn, metric, metric_name = {
         CAUSAL_LM: (shifted_cross_entropy, shifted_perplexity, "perplexity"),
         MASKED_LM: (masked_cross_entropy, masked_perplexity, "masked-token perplexity"),
     }.get(task.name, (nn.functional.cross_entropy, accuracy, "accuracy"))
-    notes = [f"{model_class.__name__}, task {task.name} ({source.task_reason})", weights, shape]
+    notes = [f"{model_class.__name__}, task {task.name} ({source.task_reason})", weights]
+    notes.append(inputs.shape)
     if changed:
         notes.append("config: " + ", ".join(changed))
     return Workload(
         name=spec,
         model_factory=model_factory,
-        batch_maker=batches,
+        batch_maker=inputs.batches,
         loss_fn=on_primary_output(loss_fn),
         optimizer_factory=lambda params: torch.optim.AdamW(params, lr=5e-5),
-        batch_size=batch_size,
+        batch_size=options.batch_size or DEFAULT_BATCH_SIZE,
         task=TASK_LANGUAGE_MODEL if task.name in (CAUSAL_LM, MASKED_LM) else TASK_CLASSIFICATION,
-        sequence_length=sequence_length,
+        sequence_length=inputs.sequence_length,
         task_metric=on_primary_output(metric),
         task_metric_name=metric_name,
         description="; ".join(notes),
         loss_from_output=True,
-        max_sequence_length=limit.tokens if limit else None,
+        max_sequence_length=inputs.limit.tokens if inputs.limit else None,
         attentions=attentions,
     )
