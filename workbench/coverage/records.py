@@ -268,10 +268,7 @@ def _flag_data(f: RiskFlag) -> dict[str, Any]:
     return {**asdict(f), "site": _site_data(f.site)}
 
 
-def _measurement_data(report: CoverageReport) -> dict[str, Any] | None:
-    reading = report.measurement
-    if reading is None:
-        return None
+def _measurement_data(reading: TargetReading, target_capture: Capture | None) -> dict[str, Any]:
     return {
         "target": reading.target,
         "flavour": reading.flavour,
@@ -284,7 +281,7 @@ def _measurement_data(report: CoverageReport) -> dict[str, Any] | None:
         "inference": reading.inference,
         "compiles": [asdict(event) for event in reading.compiles],
         "failure": reading.failure,
-        "capture": _capture_data(report.target_capture) if report.target_capture else None,
+        "capture": _capture_data(target_capture) if target_capture else None,
     }
 
 
@@ -316,7 +313,9 @@ def report_data(report: CoverageReport) -> dict[str, Any]:
         },
         "compiled": {**vars(report.compiled), "sentence": report.compiled.sentence()},
         "tables": {f: [t.describe() for t in ts] for f, ts in report.tables.items()},
-        "measurement": _measurement_data(report),
+        "measurement": _measurement_data(report.measurement, report.target_capture)
+        if report.measurement
+        else None,
         "measurement_note": report.measurement_note,
         "profiler_markers": report.bookkeeping,
         "optimizer_note": report.optimizer_note,

@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 import workbench.baseline.measure as baseline
-from tests.fixtures.baseline_records import baseline_result
+from tests.fixtures.baseline_records import baseline_result, timed_config
+from tests.fixtures.user_workloads import LinearHead, classifier_workload
 from workbench.baseline.checklist import collect_checklist
 from workbench.baseline.measure import PreparedStep, measure, run_baseline
 from workbench.baseline.records import (
@@ -28,10 +29,7 @@ from workbench.baseline.records import (
     TRAIN,
     BaselineSettings,
     CompilePayback,
-    ConfigResult,
     CounterDelta,
-    MemoryUse,
-    PhaseResult,
     baseline_verdict,
     cache_state,
     compile_payback,
@@ -71,21 +69,8 @@ def quiet(_: str) -> None:
     pass
 
 
-def linear_batch(size: int, generator: torch.Generator):
-    return (torch.randn(size, 8, generator=generator),), torch.randint(
-        3, (size,), generator=generator
-    )
-
-
 def small_workload(model_factory, name: str = "test-linear") -> Workload:
-    return Workload(
-        name=name,
-        model_factory=model_factory,
-        batch_maker=linear_batch,
-        loss_fn=nn.functional.cross_entropy,
-        optimizer_factory=lambda params: torch.optim.SGD(params, lr=0.1),
-        batch_size=8,
-    )
+    return classifier_workload(model_factory, name, batch_size=8)
 
 
 class CallCounting(nn.Module):
@@ -108,12 +93,8 @@ class CallCounting(nn.Module):
         return out
 
 
-class DataDependent(nn.Module):
+class DataDependent(LinearHead):
     """A branch on a tensor value: Dynamo must break the graph here, so fullgraph fails."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(8, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.lin(x)
@@ -469,11 +450,7 @@ def test_host_peak_memory_is_per_phase_where_the_os_allows():
 # --- checklist ------------------------------------------------------------------------------------
 
 
-class ShapeDependent(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(8, 3)
-
+class ShapeDependent(LinearHead):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.lin(x)
         return torch.relu(out) if x.shape[0] > 4 else out
@@ -488,11 +465,7 @@ scale.register_fake(lambda x: torch.empty_like(x))
 scale.register_autograd(lambda ctx, grad: grad * 2)
 
 
-class UsesCustomOp(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(8, 3)
-
+class UsesCustomOp(LinearHead):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return scale(self.lin(x))
 
@@ -532,22 +505,9 @@ def test_reference_artifact_round_trips(tmp_path):
 # --- headline ---------------------------------------------------------------------------------
 
 
-def synthetic(kind: str, mode: str, first: float, warmup: list[float], steady: list[float]):
-    def phase(name: str, start: int, times: list[float]) -> PhaseResult:
-        return PhaseResult(name, start, Measurement(times), MemoryUse(None, None, None),
-                           CounterDelta(0, 0.0))  # fmt: skip
-
-    phases = [
-        phase(PHASE_FIRST_CALL, 1, [first]),
-        phase(PHASE_WARMUP, 2, warmup),
-        phase(PHASE_STEADY, 2 + len(warmup), steady),
-    ]
-    return ConfigResult(kind, mode, 8, 8, phases)
-
-
 def test_headline_when_compiled_is_faster():
-    eager = synthetic(TRAIN, EAGER, 0.002, [0.001] * 4, [0.001] * 10)
-    compiled = synthetic(TRAIN, COMPILED, 10.0005, [0.0005] * 4, [0.0005] * 10)
+    eager = timed_config(TRAIN, EAGER, 0.002, [0.001] * 4, [0.001] * 10)
+    compiled = timed_config(TRAIN, COMPILED, 10.0005, [0.0005] * 4, [0.0005] * 10)
     payback = compile_payback(eager, compiled)
     assert payback.speedup == pytest.approx(2.0)
     assert payback.compile_cost == pytest.approx(10.0)
@@ -559,8 +519,8 @@ def test_headline_when_compiled_is_faster():
 
 
 def test_headline_when_compiled_is_slower():
-    eager = synthetic(INFER, EAGER, 0.001, [0.001] * 4, [0.001] * 10)
-    compiled = synthetic(INFER, COMPILED, 3.0, [0.002] * 4, [0.002] * 10)
+    eager = timed_config(INFER, EAGER, 0.001, [0.001] * 4, [0.001] * 10)
+    compiled = timed_config(INFER, COMPILED, 3.0, [0.002] * 4, [0.002] * 10)
     payback = compile_payback(eager, compiled)
     assert payback.break_even_steps is None
     assert payback.sentence().startswith(
@@ -572,9 +532,9 @@ def test_headline_when_compiled_is_slower():
 
 def test_headline_reads_both_kinds_and_warns_when_timings_are_noisy():
     configs = [
-        synthetic(TRAIN, EAGER, 0.002, [0.001] * 4, [0.001] * 10),
-        synthetic(TRAIN, COMPILED, 10.0005, [0.0005] * 4, [0.0005] * 10),
-        synthetic(INFER, EAGER, 0.001, [0.001] * 4, [0.001, 0.002] * 5),
+        timed_config(TRAIN, EAGER, 0.002, [0.001] * 4, [0.001] * 10),
+        timed_config(TRAIN, COMPILED, 10.0005, [0.0005] * 4, [0.0005] * 10),
+        timed_config(INFER, EAGER, 0.001, [0.001] * 4, [0.001, 0.002] * 5),
     ]
     result = baseline_result(configs, workload={"name": "w"})
     assert result.headline() == (
@@ -589,9 +549,9 @@ def test_headline_reads_both_kinds_and_warns_when_timings_are_noisy():
 
 def test_compile_cost_is_the_compiled_first_call_above_its_own_steady_pace():
     """A slow, noisy eager warm-up (a 30 s first call) must not move the compile cost."""
-    compiled = synthetic(TRAIN, COMPILED, 32.0, [0.5] * 4, [0.5, 0.51, 0.49] * 4)
-    calm = synthetic(TRAIN, EAGER, 1.0, [1.0] * 4, [1.0, 1.01, 0.99] * 4)
-    noisy = synthetic(TRAIN, EAGER, 30.0, [9.0, 3.0, 1.0, 1.0], [1.0, 1.01, 0.99] * 4)
+    compiled = timed_config(TRAIN, COMPILED, 32.0, [0.5] * 4, [0.5, 0.51, 0.49] * 4)
+    calm = timed_config(TRAIN, EAGER, 1.0, [1.0] * 4, [1.0, 1.01, 0.99] * 4)
+    noisy = timed_config(TRAIN, EAGER, 30.0, [9.0, 3.0, 1.0, 1.0], [1.0, 1.01, 0.99] * 4)
     assert compile_payback(calm, compiled).compile_cost == pytest.approx(31.5)
     assert compile_payback(noisy, compiled).compile_cost == pytest.approx(31.5)
     assert (
@@ -603,15 +563,17 @@ def test_compile_cost_is_the_compiled_first_call_above_its_own_steady_pace():
 
 def test_no_payback_when_the_speed_up_interval_includes_one():
     """Overlapping raw samples: the point estimate says faster, the interval says unknown."""
-    eager = synthetic(TRAIN, EAGER, 0.01, [0.01] * 4, [0.010, 0.013, 0.008, 0.012, 0.009] * 4)
-    compiled = synthetic(TRAIN, COMPILED, 5.0, [0.01] * 4, [0.008, 0.012, 0.0095, 0.011, 0.009] * 4)
+    eager = timed_config(TRAIN, EAGER, 0.01, [0.01] * 4, [0.010, 0.013, 0.008, 0.012, 0.009] * 4)
+    compiled = timed_config(
+        TRAIN, COMPILED, 5.0, [0.01] * 4, [0.008, 0.012, 0.0095, 0.011, 0.009] * 4
+    )
     payback = compile_payback(eager, compiled)
     assert payback.speedup > 1 and payback.speedup_low < 1 < payback.speedup_high
     assert payback.break_even_steps is None and not payback.distinguishable
     assert "cannot be told apart" in payback.sentence() and "repaid" not in payback.sentence()
     # The same medians with tight samples: the interval leaves out 1, so a payback is given.
-    tight = synthetic(TRAIN, COMPILED, 5.0, [0.01] * 4, [0.0095] * 20)
-    steady_eager = synthetic(TRAIN, EAGER, 0.01, [0.01] * 4, [0.0105] * 20)
+    tight = timed_config(TRAIN, COMPILED, 5.0, [0.01] * 4, [0.0095] * 20)
+    steady_eager = timed_config(TRAIN, EAGER, 0.01, [0.01] * 4, [0.0105] * 20)
     assert "repaid after" in compile_payback(steady_eager, tight).sentence()
 
 
@@ -679,12 +641,8 @@ def test_a_failure_around_the_steps_is_recorded_with_its_phase_and_the_rest_runs
     assert result.failures == [train.failure]
 
 
-class ReadsItem(nn.Module):
+class ReadsItem(LinearHead):
     """A host read in the forward: Dynamo breaks the graph there and logs a warning about it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(8, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.lin(x)
@@ -784,11 +742,11 @@ def test_an_ordinary_step_failure_gets_no_host_ram_diagnosis():
     [(0, 3, "cold"), (3, 0, "warm"), (1, 2, "partly warm"), (0, 0, "unknown")],
 )
 def test_compile_cost_says_whether_the_compiler_cache_was_cold_or_warm(hits, misses, state):
-    compiled = synthetic(TRAIN, COMPILED, 2.5, [0.5] * 4, [0.5] * 10)
+    compiled = timed_config(TRAIN, COMPILED, 2.5, [0.5] * 4, [0.5] * 10)
     compiled.phases[0].compile = CounterDelta(
         1, 2.0, {"compiler_cache_hits": hits, "compiler_cache_misses": misses}
     )
-    eager = synthetic(TRAIN, EAGER, 1.0, [1.0] * 4, [1.0] * 10)
+    eager = timed_config(TRAIN, EAGER, 1.0, [1.0] * 4, [1.0] * 10)
     payback = compile_payback(eager, compiled)
     assert payback.compiler_cache == state
     assert f"2.00 s compile cost (compiler cache {state})" in payback.sentence()

@@ -17,7 +17,7 @@ from torch import nn
 
 import workbench.baseline.measure as baseline
 import workbench.baseline.views as views
-from tests.fixtures.baseline_records import baseline_result
+from tests.fixtures.baseline_records import baseline_result, timed_config
 from workbench.baseline.checklist import Checklist
 from workbench.baseline.measure import PreparedStep, _phase_line, measure
 from workbench.baseline.records import (
@@ -58,18 +58,7 @@ def config(
     mode: str, first: float, steady: list[float], host: HostLoad | None = QUIET, kind: str = TRAIN
 ) -> ConfigResult:
     """A training configuration whose warm-up and steady state were timed under `host`."""
-
-    def phase(name: str, start: int, times: list[float], load: HostLoad | None) -> PhaseResult:
-        memory = MemoryUse(None, None, None)
-        return PhaseResult(name, start, Measurement(times, host=load), memory, CounterDelta(0, 0.0))
-
-    warmup = steady[:4]
-    phases = [
-        phase(PHASE_FIRST_CALL, 1, [first], None),
-        phase(PHASE_WARMUP, 2, warmup, host),
-        phase(PHASE_STEADY, 2 + len(warmup), steady, host),
-    ]
-    return ConfigResult(kind, mode, 8, 8, phases)
+    return timed_config(kind, mode, first, steady[:4], steady, host=host)
 
 
 def result_of(*configs: ConfigResult) -> BaselineResult:

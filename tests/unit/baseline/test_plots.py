@@ -6,44 +6,26 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from tests.fixtures.baseline_records import baseline_result  # noqa: E402
+from tests.fixtures.baseline_records import baseline_result, timed_config  # noqa: E402
 from workbench.baseline import plots  # noqa: E402
 from workbench.baseline.records import (
     COMPILED,
     EAGER,
     INFER,
-    PHASE_FIRST_CALL,
-    PHASE_STEADY,
-    PHASE_WARMUP,
     TRAIN,
     BaselineResult,
     BaselineSettings,
     ConfigResult,
-    CounterDelta,
     MemoryUse,
-    PhaseResult,
     StepFailure,
 )
-from workbench.timing import Measurement  # noqa: E402
 
 
 def config(kind: str, mode: str, first: float, steady: float, device: bool = False) -> ConfigResult:
     memory = MemoryUse(300 * 2**20, 2**20 if device else None, 2**21 if device else None)
-
-    def phase(name: str, start: int, times: list[float]) -> PhaseResult:
-        return PhaseResult(name, start, Measurement(times), memory, CounterDelta(0, 0.0))
-
-    return ConfigResult(
-        kind,
-        mode,
-        8,
-        8,
-        [
-            phase(PHASE_FIRST_CALL, 1, [first]),
-            phase(PHASE_WARMUP, 2, [steady * 1.5, steady * 1.1, steady, steady]),
-            phase(PHASE_STEADY, 6, [steady * (1 + 0.01 * i) for i in range(10)] + [steady * 40]),
-        ],
-    )
+    warmup = [steady * 1.5, steady * 1.1, steady, steady]
+    steady_times = [steady * (1 + 0.01 * i) for i in range(10)] + [steady * 40]
+    return timed_config(kind, mode, first, warmup, steady_times, memory=memory)
 
 
 def result(configs: list[ConfigResult]) -> BaselineResult:

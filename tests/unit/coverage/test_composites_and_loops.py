@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from tests.fixtures.user_workloads import classifier_workload
 from workbench.coverage import risks
 from workbench.coverage.capture import (
     PHASE_FORWARD,
@@ -60,17 +61,7 @@ class DenseMlp(nn.Module):
 
 
 def _classifier(factory, batch_size: int = 32) -> Workload:
-    return Workload(
-        name="classifier",
-        model_factory=factory,
-        batch_maker=lambda n, g: (
-            (torch.randn(n, WIDTH, generator=g),),
-            torch.randint(3, (n,), generator=g),
-        ),
-        loss_fn=nn.functional.cross_entropy,
-        optimizer_factory=lambda params: torch.optim.SGD(params, lr=0.1),
-        batch_size=batch_size,
-    )
+    return classifier_workload(factory, features=WIDTH, batch_size=batch_size)
 
 
 def _stability(workload: Workload, reference: Capture) -> ShapeStability:

@@ -19,6 +19,7 @@ import pytest
 import torch
 from torch import nn
 
+from tests.fixtures.user_workloads import classifier_workload
 from workbench.coverage import risks
 from workbench.coverage.analyze import analyze_coverage
 from workbench.coverage.capture import (
@@ -50,17 +51,7 @@ def _line_of(marker: str) -> int:
 
 
 def _workload(model_factory, *, batch_size: int = 8, features: int = 6) -> Workload:
-    return Workload(
-        name="test",
-        model_factory=model_factory,
-        batch_maker=lambda n, g: (
-            (torch.randn(n, features, generator=g),),
-            torch.randint(3, (n,), generator=g),
-        ),
-        loss_fn=nn.functional.cross_entropy,
-        optimizer_factory=lambda params: torch.optim.SGD(params, lr=0.1),
-        batch_size=batch_size,
-    )
+    return classifier_workload(model_factory, "test", features=features, batch_size=batch_size)
 
 
 @torch.library.custom_op("wbtest::double_it", mutates_args=())

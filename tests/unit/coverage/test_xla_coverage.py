@@ -23,6 +23,7 @@ pytest.importorskip("torch_xla")
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from tests.fixtures.user_workloads import classifier_workload  # noqa: E402
 from workbench.coverage.analyze import analyze_coverage  # noqa: E402
 from workbench.coverage.support import FALLS_BACK  # noqa: E402
 from workbench.targets.detect import FLAVOUR_XLA  # noqa: E402
@@ -63,17 +64,7 @@ def _line_of(marker: str) -> int:
 
 
 def _workload(model: type[nn.Module]) -> Workload:
-    return Workload(
-        name=model.__name__,
-        model_factory=model,
-        batch_maker=lambda n, g: (
-            (torch.randn(n, 8, generator=g),),
-            torch.randint(4, (n,), generator=g),
-        ),
-        loss_fn=nn.functional.cross_entropy,
-        optimizer_factory=lambda params: torch.optim.SGD(params, lr=0.1),
-        batch_size=8,
-    )
+    return classifier_workload(model, model.__name__, classes=4, batch_size=8)
 
 
 @pytest.mark.parametrize(

@@ -309,15 +309,15 @@ def test_release_matrix_covers_2_20_to_2_33_consistently() -> None:
     assert [r.torch_neuronx for r in native] == [("2.13.3.0", "2.14.3.0")]
 
 
+def _xla_2_31(changed: dict[str, str] | None = None, xla_key: str = "torch-xla") -> dict[str, str]:
+    """Neuron 2.31's XLA stack as installed versions (torch-xla named `xla_key`: distributions
+    spell it either way), with `changed` replacing some of them."""
+    stack = {"torch-neuronx": "2.9.0.2.15.32035", "torch": "2.9.0", xla_key: "2.9.0"}
+    return stack | {"neuronx-cc": "2.26.6360.0"} | (changed or {})
+
+
 def test_match_release_accepts_the_2_31_xla_combination() -> None:
-    result = match_release(
-        {
-            "torch-neuronx": "2.9.0.2.15.32035",
-            "torch": "2.9.0",
-            "torch_xla": "2.9.0",
-            "neuronx-cc": "2.26.6360.0",
-        }
-    )
+    result = match_release(_xla_2_31(xla_key="torch_xla"))
     assert result.status == "match"
     assert [r.neuron_release for r in result.releases] == ["2.31.0/2.31.1"]
     assert all(check.ok for check in result.checks)
@@ -325,14 +325,7 @@ def test_match_release_accepts_the_2_31_xla_combination() -> None:
 
 
 def test_match_release_tells_2_33_from_2_31_by_compiler() -> None:
-    result = match_release(
-        {
-            "torch-neuronx": "2.9.0.2.15.32035",
-            "torch": "2.9.0",
-            "torch-xla": "2.9.0",
-            "neuronx-cc": "2.28.7631.0",
-        }
-    )
+    result = match_release(_xla_2_31({"neuronx-cc": "2.28.7631.0"}))
     assert result.status == "match"
     assert [(r.neuron_release, r.flavour) for r in result.releases] == [("2.33.0", FLAVOUR_XLA)]
 
@@ -347,14 +340,7 @@ def test_match_release_accepts_a_native_2_14_combination(build: str) -> None:
 
 
 def test_match_release_names_each_mismatched_package() -> None:
-    result = match_release(
-        {
-            "torch-neuronx": "2.9.0.2.15.32035",
-            "torch": "2.8.0",
-            "torch-xla": "2.8.1",
-            "neuronx-cc": "2.26.6360.0",
-        }
-    )
+    result = match_release(_xla_2_31({"torch": "2.8.0", "torch-xla": "2.8.1"}))
     assert result.status == "partial"
     assert [r.neuron_release for r in result.releases] == ["2.31.0/2.31.1"]
     failed = {c.package: (c.expected, c.installed) for c in result.checks if not c.ok}
