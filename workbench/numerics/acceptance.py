@@ -20,6 +20,7 @@ import torch
 
 from workbench.errors import describe_error
 from workbench.numerics import convergence as conv
+from workbench.numerics import token_match
 from workbench.numerics.acceptance_records import (
     ATTENTION_GATES,
     CONVERGENCE,
@@ -54,16 +55,7 @@ from workbench.numerics.ratio import (
 )
 from workbench.numerics.records import ROLE_TARGET, NumericsSettings, RunResult
 from workbench.numerics.references import ReferenceRuns, prepared_model
-from workbench.numerics.token_match import (
-    AcceptanceSet,
-    PositionStats,
-    agreement,
-    build_acceptance_set,
-    generated_by,
-    logits_on,
-    position_stats,
-    set_reference,
-)
+from workbench.numerics.token_match import AcceptanceSet, PositionStats
 from workbench.numerics.validation import HeldOutBatches
 from workbench.targets.base import Target
 from workbench.workload import Workload
@@ -144,7 +136,7 @@ def _reference_logits(
     """The acceptance set with the reference's and fp64's logits on it; None, with a note,
     where they cannot be taken."""
     try:
-        aset, more = build_acceptance_set(
+        aset, more = token_match.build_acceptance_set(
             workload,
             model,
             held_out,
@@ -154,11 +146,13 @@ def _reference_logits(
             refs.spec,
         )
         notes += more
-        reference = logits_on(model, refs.spec, workload, aset)
+        reference = token_match.logits_on(model, refs.spec, workload, aset)
         fp64 = None
         if refs.fp64_error is None:
-            fp64 = logits_on(_eval_model(build, refs.fp64_spec), refs.fp64_spec, workload, aset)
-        set_reference(aset, reference, fp64)
+            fp64 = token_match.logits_on(
+                _eval_model(build, refs.fp64_spec), refs.fp64_spec, workload, aset
+            )
+        token_match.set_reference(aset, reference, fp64)
     except Exception as exc:  # one sentence; every other gate is still judged
         notes.append(
             f"The reference's logits on the held-out data could not be taken "
@@ -209,9 +203,9 @@ def measure_run(
         return side
     if prepared.acceptance_set is not None:
         try:
-            logits = logits_on(forward, spec, workload, prepared.acceptance_set)
-            generated = generated_by(forward, spec, workload, prepared.acceptance_set)
-            side.stats = position_stats(prepared.acceptance_set, logits, generated)
+            logits = token_match.logits_on(forward, spec, workload, prepared.acceptance_set)
+            generated = token_match.generated_by(forward, spec, workload, prepared.acceptance_set)
+            side.stats = token_match.position_stats(prepared.acceptance_set, logits, generated)
         except Exception as exc:
             side.agreement_error = str(describe_error(exc))
     if result.role != ROLE_TARGET:
@@ -369,7 +363,7 @@ def _agreement(
         if run.run["precision"] == FP32.name
         else (baseline.label if baseline else None)
     )
-    return agreement(
+    return token_match.agreement(
         aset,
         stats,
         tolerance,

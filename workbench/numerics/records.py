@@ -410,6 +410,9 @@ class BatchSource:
 
 @dataclass
 class NumericsResult:
+    """Notebook 03's whole comparison: the reference, every run against it, and what shaped
+    them (settings, batch, held-out data); result_data saves it with its sentences."""
+
     workload: dict[str, Any]
     target: dict[str, Any]
     settings: NumericsSettings

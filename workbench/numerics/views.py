@@ -25,6 +25,10 @@ from workbench.numerics.wording import (
 from workbench.scorecard import BLOCKER, PASS
 
 
+def _show_table(rows: list[dict[str, Any]], caption: str) -> None:
+    display(show.table(rows, caption=caption))
+
+
 def _verdict_cell(run: RunResult) -> str:
     if run.verdict is None:
         return ""
@@ -112,14 +116,10 @@ def verdict(result: NumericsResult) -> None:
 
 def verdicts(result: NumericsResult) -> None:
     """One short row per run, why each run got its verdict (once), then the rules in words."""
-    display(
-        show.table(
-            verdict_rows(result),
-            caption=(
-                f"Each run against {result.reference_label} (yardstick {result.yardstick_label}); "
-                f"batch: {result.batch.description}; why each verdict, below"
-            ),
-        )
+    _show_table(
+        verdict_rows(result),
+        f"Each run against {result.reference_label} (yardstick {result.yardstick_label}); "
+        f"batch: {result.batch.description}; why each verdict, below",
     )
     for run in result.runs:
         kind = "ok" if run.verdict is not None and run.verdict.status == PASS else "warn"
@@ -174,17 +174,13 @@ def first_divergences(result: NumericsResult) -> None:
         display(show.banner("No run has a layer whose own error is far above its band.", "ok"))
     if not rows:
         return
-    display(
-        show.table(
-            rows,
-            caption=(
-                "Every flagged layer (the dynamo rule fails it and its full-run error exceeds "
-                f"{result.settings.cost.band_factor:g}x one rounding of its output), re-run "
-                "alone on the reference's inputs at the run's precision: own when its own "
-                f"error exceeds {result.settings.cost.band_factor:g}x its band, inherited "
-                "otherwise"
-            ),
-        )
+    _show_table(
+        rows,
+        "Every flagged layer (the dynamo rule fails it and its full-run error exceeds "
+        f"{result.settings.cost.band_factor:g}x one rounding of its output), re-run "
+        "alone on the reference's inputs at the run's precision: own when its own "
+        f"error exceeds {result.settings.cost.band_factor:g}x its band, inherited "
+        "otherwise",
     )
 
 
@@ -242,14 +238,10 @@ def _pair(reference: Any, run: Any, field: str) -> str:
 
 def validation_table(result: NumericsResult) -> None:
     """The held-out loss and task metric, before and after the trajectory, reference vs run."""
-    display(
-        show.table(
-            validation_rows(result),
-            caption=(
-                f"Held-out data: {result.held_out_source} ({result.held_out_samples} samples), "
-                f"in eval mode, after {result.settings.steps} optimizer steps"
-            ),
-        )
+    _show_table(
+        validation_rows(result),
+        f"Held-out data: {result.held_out_source} ({result.held_out_samples} samples), "
+        f"in eval mode, after {result.settings.steps} optimizer steps",
     )
 
 
@@ -288,15 +280,11 @@ def precision_sweep_table(result: NumericsResult) -> None:
     if not rows:
         display(show.banner("No eager run on the target completed: no precision sweep.", "warn"))
         return
-    display(
-        show.table(
-            rows,
-            caption=(
-                "Relative error ||run - reference|| / ||reference|| of each layer output, eager on "
-                f"{result.target['name']}; the first column is the fp32 reference's own error "
-                "against fp64"
-            ),
-        )
+    _show_table(
+        rows,
+        "Relative error ||run - reference|| / ||reference|| of each layer output, eager on "
+        f"{result.target['name']}; the first column is the fp32 reference's own error "
+        "against fp64",
     )
 
 
@@ -323,7 +311,7 @@ def gradient_rows(result: NumericsResult) -> list[dict[str, Any]]:
 
 
 def gradient_table(result: NumericsResult) -> None:
-    display(show.table(gradient_rows(result), caption="Gradients after one backward, by run"))
+    _show_table(gradient_rows(result), "Gradients after one backward, by run")
 
 
 def training_rows(result: NumericsResult) -> list[dict[str, Any]]:
@@ -369,14 +357,10 @@ def _task_final(task: Any) -> str:
 
 
 def training_table(result: NumericsResult) -> None:
-    display(
-        show.table(
-            training_rows(result),
-            caption=(
-                f"Loss trajectory over {result.settings.steps} optimizer steps on the fixed "
-                "batch, and the task metric on the first and the last step's outputs"
-            ),
-        )
+    _show_table(
+        training_rows(result),
+        f"Loss trajectory over {result.settings.steps} optimizer steps on the fixed "
+        "batch, and the task metric on the first and the last step's outputs",
     )
     script_loop_table(result)
 
@@ -404,13 +388,11 @@ def script_loop_rows(result: NumericsResult) -> list[dict[str, Any]]:
 def script_loop_table(result: NumericsResult) -> None:
     rows = script_loop_rows(result)
     if rows:
-        display(
-            show.table(
-                rows,
-                caption="The script's own loop, run unmodified on the reference (cpu fp32 eager) "
-                "and on the target from the same seed: its losses at each backward, judged by "
-                "the trajectory rule",
-            )
+        _show_table(
+            rows,
+            "The script's own loop, run unmodified on the reference (cpu fp32 eager) "
+            "and on the target from the same seed: its losses at each backward, judged by "
+            "the trajectory rule",
         )
 
 
@@ -496,23 +478,17 @@ def acceptance(result: NumericsResult) -> None:
     display(
         show.banner(acceptance_headline(result), "fail" if first_gate_failure(result) else "ok")
     )
-    display(
-        show.table(
-            [
-                {"gate": name, "threshold": threshold, "source": source}
-                for name, threshold, source in result.settings.acceptance.statements()
-            ],
-            caption="The acceptance gates, in the order they are judged",
-        )
+    _show_table(
+        [
+            {"gate": name, "threshold": threshold, "source": source}
+            for name, threshold, source in result.settings.acceptance.statements()
+        ],
+        "The acceptance gates, in the order they are judged",
     )
-    display(
-        show.table(
-            gate_rows(result),
-            caption=(
-                f"Each target run against the gates; agreement measured on "
-                f"{result.acceptance_set or 'nothing (see the notes)'}"
-            ),
-        )
+    _show_table(
+        gate_rows(result),
+        f"Each target run against the gates; agreement measured on "
+        f"{result.acceptance_set or 'nothing (see the notes)'}",
     )
 
 
@@ -568,18 +544,14 @@ def ratio_table(result: NumericsResult) -> None:
     if not rows:
         display(show.banner("No run has an R-ratio (see the notes).", "warn"))
         return
-    display(
-        show.table(
-            rows,
-            caption=(
-                f"R-ratio per layer (execution order) and output: the run's RMSE against fp64 "
-                f"over the CPU run at its precision's (the fp32 reference's for fp32), never "
-                f"below 1.3e-6 x the output's RMS; a layer above {threshold:g} also re-run alone "
-                f"on the reference's inputs (own or inherited); '(value)': fewer than "
-                f"{min_ratio_elements(threshold)} elements, so its floor is the precision's "
-                f"tolerance for its size; AWS: R near 1 healthy, above {threshold:g} a bug"
-            ),
-        )
+    _show_table(
+        rows,
+        f"R-ratio per layer (execution order) and output: the run's RMSE against fp64 "
+        f"over the CPU run at its precision's (the fp32 reference's for fp32), never "
+        f"below 1.3e-6 x the output's RMS; a layer above {threshold:g} also re-run alone "
+        f"on the reference's inputs (own or inherited); '(value)': fewer than "
+        f"{min_ratio_elements(threshold)} elements, so its floor is the precision's "
+        f"tolerance for its size; AWS: R near 1 healthy, above {threshold:g} a bug",
     )
 
 
@@ -628,16 +600,12 @@ def convergence_table(result: NumericsResult) -> None:
         display(show.banner("No convergence study ran.", "warn"))
         return
     settings = result.settings
-    display(
-        show.table(
-            rows,
-            caption=(
-                f"Steps to reach the target held-out loss (MLPerf RCP checker): "
-                f"{2 * settings.convergence_seeds} reference runs of "
-                f"{settings.convergence_steps} steps, {settings.convergence_seeds} candidate runs "
-                f"of up to {2 * settings.convergence_steps}, each its own seed, dropout on; "
-                "olympic means (best and worst dropped) and the band an equal-variance t-test "
-                "allows; reference: the fp32 reference, or the original batch for notebook 04's"
-            ),
-        )
+    _show_table(
+        rows,
+        f"Steps to reach the target held-out loss (MLPerf RCP checker): "
+        f"{2 * settings.convergence_seeds} reference runs of "
+        f"{settings.convergence_steps} steps, {settings.convergence_seeds} candidate runs "
+        f"of up to {2 * settings.convergence_steps}, each its own seed, dropout on; "
+        "olympic means (best and worst dropped) and the band an equal-variance t-test "
+        "allows; reference: the fp32 reference, or the original batch for notebook 04's",
     )

@@ -10,8 +10,8 @@ import math
 import pytest
 import torch
 from torch import nn
-from torch.nn import functional as F
 
+from tests.fixtures.numerics_cases import classifier
 from workbench.errors import BadInput
 from workbench.numerics import acceptance, convergence, wording
 from workbench.numerics import records as numerics_records
@@ -38,7 +38,7 @@ from workbench.numerics.ratio import ratio_of
 from workbench.numerics.records import BLOCKER, OWN, PASS, NumericsSettings
 from workbench.numerics.token_match import AcceptanceSet, agreement, position_stats, set_reference
 from workbench.targets.cpu import CpuTarget
-from workbench.workload import Workload, load_workload
+from workbench.workload import load_workload
 
 CPU = CpuTarget()
 RULE = AcceptanceRule()
@@ -211,21 +211,8 @@ class _Planted(nn.Linear):
         return out
 
 
-def _classifier_batch(size, generator):
-    return (torch.randn(size, 16, generator=generator),), torch.randint(
-        4, (size,), generator=generator
-    )
-
-
 def test_a_planted_miscompile_fails_the_r_ratio_at_the_planted_layer_as_its_own():
-    workload = Workload(
-        name="miscompiled",
-        model_factory=_Miscompiled,
-        batch_maker=_classifier_batch,
-        loss_fn=F.cross_entropy,
-        optimizer_factory=lambda params: torch.optim.AdamW(params, lr=1e-3),
-        batch_size=16,
-    )
+    workload = classifier("miscompiled", _Miscompiled, 16)
     settings = NumericsSettings(
         precisions=(),
         compiled_precisions=("fp32",),

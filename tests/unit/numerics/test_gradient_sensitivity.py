@@ -12,8 +12,8 @@ import math
 import pytest
 import torch
 from torch import nn
-from torch.nn import functional as F
 
+from tests.fixtures.numerics_cases import classifier, sgd
 from workbench.numerics import verdicts
 from workbench.numerics.capture import FP32, RunSpec
 from workbench.numerics.metrics import RULE_FP64, VerdictRule, trajectory_sensitivity
@@ -23,7 +23,6 @@ from workbench.numerics.run import compare_run
 from workbench.numerics.tensors import compare_tensor
 from workbench.numerics.training import GRADIENT_SENSITIVITY_SOURCE, widen_by_sensitivity
 from workbench.targets.cpu import CpuTarget
-from workbench.workload import Workload
 
 RULE = VerdictRule()
 CPU = CpuTarget()
@@ -137,19 +136,8 @@ class _ResNetStyle(nn.Module):
         return self.head(self.pool(features).flatten(1))
 
 
-def _images(size, generator):
-    return (torch.randn(size, 3, 12, 12, generator=generator),), torch.randint(
-        10, (size,), generator=generator
-    )
-
-
-RESNET = Workload(
-    name="resnet-style",
-    model_factory=_ResNetStyle,
-    batch_maker=_images,
-    loss_fn=F.cross_entropy,
-    optimizer_factory=lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9),
-    batch_size=16,
+RESNET = classifier(
+    "resnet-style", _ResNetStyle, 16, features=(3, 12, 12), classes=10, optimizer=sgd(0.05, 0.9)
 )
 SETTINGS = NumericsSettings(
     precisions=("fp32",), informative_precisions=(), compiled_precisions=("fp32",), steps=2

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from tests.fixtures.numerics_cases import classifier, sgd
 from workbench.baseline.reference import make_reference, save_reference
 from workbench.errors import BadInput
 from workbench.numerics import records as numerics_records
@@ -51,7 +52,7 @@ from workbench.numerics.references import run_references
 from workbench.numerics.run import compare_run
 from workbench.results import save_result
 from workbench.targets.cpu import CpuTarget
-from workbench.workload import Workload, load_workload
+from workbench.workload import load_workload
 
 CPU = CpuTarget()
 STEPS = 4
@@ -63,20 +64,7 @@ def _deep_mlp() -> nn.Module:
     )
 
 
-def _batch(size, generator):
-    return (torch.randn(size, 16, generator=generator),), torch.randint(
-        4, (size,), generator=generator
-    )
-
-
-DEEP = Workload(
-    name="deep-mlp",
-    model_factory=_deep_mlp,
-    batch_maker=_batch,
-    loss_fn=F.cross_entropy,
-    optimizer_factory=lambda params: torch.optim.AdamW(params, lr=1e-3),
-    batch_size=8,
-)
+DEEP = classifier("deep-mlp", _deep_mlp, 8)
 SETTINGS = NumericsSettings(
     precisions=("fp32",), informative_precisions=(), compiled_precisions=(), steps=STEPS
 )
@@ -745,14 +733,7 @@ class _Twice(nn.Module):
 
 
 def test_repeated_calls_are_keyed_by_call_and_dropout_is_off():
-    workload = Workload(
-        name="twice",
-        model_factory=_Twice,
-        batch_maker=_batch,
-        loss_fn=F.cross_entropy,
-        optimizer_factory=lambda params: torch.optim.SGD(params, lr=0.1),
-        batch_size=8,
-    )
+    workload = classifier("twice", _Twice, 8, optimizer=sgd(0.1))
     result = numerics.run_numerics(workload, CPU, SETTINGS, log=lambda _: None)
     (run,) = result.runs
     assert [c.name for c in run.layers] == ["shared", "drop", "shared#2", "head"]
@@ -779,14 +760,7 @@ def _cancelling_model() -> nn.Module:
     return model
 
 
-CANCELLING = Workload(
-    name="cancelling",
-    model_factory=_cancelling_model,
-    batch_maker=_batch,
-    loss_fn=F.cross_entropy,
-    optimizer_factory=lambda params: torch.optim.AdamW(params, lr=1e-3),
-    batch_size=16,
-)
+CANCELLING = classifier("cancelling", _cancelling_model, 16)
 
 
 def test_the_first_divergence_is_the_cancelling_layer_in_fp16_and_none_in_fp32():
@@ -831,14 +805,7 @@ class _DropoutNet(nn.Module):
 
 
 def test_a_dropout_models_fp32_eager_run_matches_its_reference():
-    workload = Workload(
-        name="dropout",
-        model_factory=_DropoutNet,
-        batch_maker=_batch,
-        loss_fn=F.cross_entropy,
-        optimizer_factory=lambda params: torch.optim.AdamW(params, lr=1e-3),
-        batch_size=16,
-    )
+    workload = classifier("dropout", _DropoutNet, 16)
     result = numerics.run_numerics(workload, CPU, SETTINGS, log=lambda _: None)
     (run,) = result.runs
     assert result.reproducibility.deterministic
@@ -859,14 +826,7 @@ class _Unseeded(nn.Module):
 
 
 def test_a_reference_that_is_not_deterministic_is_said_and_judged_against_its_spread():
-    workload = Workload(
-        name="unseeded",
-        model_factory=_Unseeded,
-        batch_maker=_batch,
-        loss_fn=F.cross_entropy,
-        optimizer_factory=lambda params: torch.optim.SGD(params, lr=0.1),
-        batch_size=64,
-    )
+    workload = classifier("unseeded", _Unseeded, 64, optimizer=sgd(0.1))
     result = numerics.run_numerics(workload, CPU, SETTINGS, log=lambda _: None)
     reproducibility = result.reproducibility
     assert not reproducibility.deterministic and reproducibility.largest_difference > 0
@@ -930,13 +890,11 @@ class _OpaqueOutput(nn.Module):
 
 def test_no_float_outputs_and_no_task_metric_are_one_sentence_each_and_the_rest_compared():
     held_out = [DEEP.batch_maker(5, torch.Generator().manual_seed(7)) for _ in range(2)]
-    workload = Workload(
-        name="opaque",
-        model_factory=_OpaqueOutput,
-        batch_maker=_batch,
+    workload = classifier(
+        "opaque",
+        _OpaqueOutput,
+        8,
         loss_fn=lambda outputs, targets: F.cross_entropy(outputs.logits, targets),
-        optimizer_factory=lambda params: torch.optim.AdamW(params, lr=1e-3),
-        batch_size=8,
         task_metric=None,
         evaluation_batches=lambda: held_out,
     )

@@ -12,12 +12,12 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torch import nn
 
+from tests.fixtures.numerics_cases import classifier, sgd
 from workbench.numerics import plots as numerics_plots
 from workbench.numerics import run as numerics
 from workbench.numerics.metrics import own_error
 from workbench.numerics.records import OWN, Attribution, FirstDivergence
 from workbench.targets.cpu import CpuTarget
-from workbench.workload import Workload
 
 matplotlib.use("Agg")
 
@@ -26,20 +26,7 @@ def _model() -> nn.Module:
     return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 3))
 
 
-def _batch(size, generator):
-    return (torch.randn(size, 8, generator=generator),), torch.randint(
-        3, (size,), generator=generator
-    )
-
-
-SMALL = Workload(
-    name="small-mlp",
-    model_factory=_model,
-    batch_maker=_batch,
-    loss_fn=nn.functional.cross_entropy,
-    optimizer_factory=lambda params: torch.optim.SGD(params, lr=0.1),
-    batch_size=6,
-)
+SMALL = classifier("small-mlp", _model, 6, features=(8,), classes=3, optimizer=sgd(0.1))
 
 
 @pytest.fixture(scope="module")

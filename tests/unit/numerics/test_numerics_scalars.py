@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 from torch import nn
-from torch.nn import functional as F
 
+from tests.fixtures.numerics_cases import classifier, compare_values
 from workbench.numerics import records, verdicts, views, wording
 from workbench.numerics.capture import PRECISIONS
 from workbench.numerics.matched import matched_check
@@ -28,11 +28,10 @@ from workbench.numerics.metrics import (
 from workbench.numerics.records import NumericsSettings, RunResult
 from workbench.numerics.run import run_numerics
 from workbench.numerics.statuses import JUDGED_FAIL, JUDGED_PASS
-from workbench.numerics.tensors import compare_tensor, scalar_tolerance_of
+from workbench.numerics.tensors import scalar_tolerance_of
 from workbench.numerics.training import _validation
 from workbench.numerics.validation import HeldOutScore
 from workbench.targets.cpu import CpuTarget
-from workbench.workload import Workload
 
 RULE = VerdictRule()
 FP32_LOSS = 2.302585
@@ -43,12 +42,11 @@ DECAYED = [2.23 * (0.0003 / 2.23) ** (step / 19) for step in range(20)]
 def _loss(value: float, reference: float, precision: str = "bf16-autocast") -> RunResult:
     """A run whose only final tensor is its loss, compared as compare_training compares it."""
     dtype = PRECISIONS[precision].dtype
-    comparison = compare_tensor(
+    comparison = compare_values(
         "loss",
-        "loss",
-        torch.tensor(value),
-        torch.tensor(reference),
-        torch.tensor(reference, dtype=torch.float64),
+        value,
+        reference,
+        reference,
         RULE,
         scalar=scalar_tolerance_of("loss", "loss", dtype, [reference]),
     )
@@ -190,20 +188,7 @@ def _mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
 
 
-def _batch(size, generator):
-    return (torch.randn(size, 16, generator=generator),), torch.randint(
-        4, (size,), generator=generator
-    )
-
-
-MLP = Workload(
-    name="mlp",
-    model_factory=_mlp,
-    batch_maker=_batch,
-    loss_fn=F.cross_entropy,
-    optimizer_factory=lambda params: torch.optim.AdamW(params, lr=1e-3),
-    batch_size=8,
-)
+MLP = classifier("mlp", _mlp, 8)
 
 
 @pytest.fixture(scope="module")

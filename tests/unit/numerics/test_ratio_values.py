@@ -13,6 +13,7 @@ import pytest
 import torch
 from torch import nn
 
+from tests.fixtures.numerics_cases import compare_values
 from workbench.errors import BadInput
 from workbench.numerics.acceptance_records import (
     GATE_FAIL,
@@ -193,14 +194,7 @@ NUDGED = [v + (4e-5 if step > 10 else 0.0) for step, v in enumerate(REFERENCE)]
 
 
 def _trajectory(run_losses, nudged):
-    comparison = compare_tensor(
-        "trajectory",
-        "trajectory",
-        torch.tensor(run_losses),
-        torch.tensor(REFERENCE),
-        torch.tensor(FP64, dtype=torch.float64),
-        RULE,
-    )
+    comparison = compare_values("trajectory", run_losses, REFERENCE, FP64, RULE)
     sensitivity = trajectory_sensitivity(REFERENCE, nudged)
     widen_by_sensitivity(comparison, sensitivity.rmse, SENSITIVITY_SOURCE, RULE)
     return comparison
@@ -210,14 +204,7 @@ def test_a_chaotic_sound_trajectory_passes_within_the_references_own_sensitivity
     """Compiled drifts late as far as the one-ulp reference run does: the fixed fp64 yardstick
     failed it, the measured sensitivity passes it and says so."""
     compiled = [v - (5e-5 if step > 10 else 0.0) for step, v in enumerate(REFERENCE)]
-    without = compare_tensor(
-        "trajectory",
-        "trajectory",
-        torch.tensor(compiled),
-        torch.tensor(REFERENCE),
-        torch.tensor(FP64, dtype=torch.float64),
-        RULE,
-    )
+    without = compare_values("trajectory", compiled, REFERENCE, FP64, RULE)
     assert not without.verdict.passed
     judged = _trajectory(compiled, NUDGED)
     assert judged.verdict.passed and SENSITIVITY_SOURCE in judged.verdict.reason
