@@ -25,7 +25,7 @@ layer at a time.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
@@ -352,16 +352,12 @@ def fit_model(
         source, terms, probe_layers, layer_input, 0.0, [], probe_dims, fixed_seq, optimizer
     )
     kappa, points = _fit_points(runs, probe_view, probe_layers)
-    return ActivationModel(
-        source=source,
-        terms=terms,
-        probe_layers=probe_layers,
-        layer_input=layer_input,
+    # The fitted model is the probe's view at full size.
+    return replace(
+        probe_view,
         kappa=kappa,
         points=points,
         full_dims=dict(full_dims),
-        fixed_seq=fixed_seq,
-        optimizer=optimizer,
         expert_share=expert_share,
     )
 
