@@ -60,7 +60,7 @@ class Registered:
     light_settings: str = ""
 
     def load(self) -> Question[Any, ..., Any, ..., ..., Any]:
-        found = importlib.import_module(self.module).QUESTION
+        found = getattr(importlib.import_module(self.module), "QUESTION", None)
         if not isinstance(found, Question):
             raise TypeError(f"{self.module}.QUESTION is not a Question")
         return found

@@ -11,7 +11,9 @@ Without this, the rename turned throughput into "not comparable" in every nightl
 
 from __future__ import annotations
 
+import json
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,7 @@ from workbench.compare.serving import GAP_NAME, THROUGHPUT, points_of
 from workbench.compare.timing import METRICS, STEADY_MAX, STEADY_P99, configs_of
 from workbench.questions import QUESTIONS
 from workbench.results import SCHEMA_VERSION
+from workbench.summary import read_summary
 
 SAMPLES = Path(__file__).parent / f"schema_{SCHEMA_VERSION}"
 # The CPU target measures no device memory: the one metric a CPU run cannot make comparable.
@@ -119,3 +122,45 @@ def test_the_committed_files_are_of_this_schema() -> None:
     `python -m tests.contract.write_samples`."""
     assert SAMPLES.is_dir(), f"no committed run for schema {SCHEMA_VERSION}: {SAMPLES}"
     assert (SAMPLES / "summary.json").is_file()
+
+
+def _kept(written: object, read: object, where: str) -> list[str]:
+    """Where `read` (a record read back, as plain JSON) lacks or changes a value `written` (the
+    file as written) holds: a renamed or dropped field of the record shows up here, since
+    decode ignores a key no field names and fills a field the file lacks with its default."""
+    if isinstance(written, dict) and isinstance(read, dict):
+        return [
+            lost
+            for key, value in written.items()
+            for lost in (
+                _kept(value, read[key], f"{where}.{key}") if key in read else [f"{where}.{key}"]
+            )
+        ]
+    if isinstance(written, list) and isinstance(read, list) and len(written) == len(read):
+        return [
+            lost
+            for i, pair in enumerate(zip(written, read, strict=True))
+            for lost in _kept(*pair, f"{where}[{i}]")
+        ]
+    return [] if written == read else [f"{where}: {written!r} read as {read!r}"]
+
+
+@pytest.mark.parametrize("folder", ["fresh", "history"])
+def test_summary_json_reads_back_whole_through_the_record_that_writes_it(request, folder) -> None:
+    """summary.json is written from summary.RunSummary and read back through it: every field of
+    the file, the committed one of this schema included, comes back unchanged. A RunSummary,
+    NotebookOutcome or RunVerdict field renamed or removed fails here, naming the field."""
+    path = request.getfixturevalue(folder) / "summary.json"
+    written = json.loads(path.read_text())
+    summary = read_summary(written, str(path))
+    assert _kept(written, json.loads(json.dumps(asdict(summary))), "summary") == []
+    assert summary.verdict is not None and summary.notebooks
+    assert all(entry.verdict is not None for entry in summary.notebooks), summary.notebooks
+
+
+def test_a_renamed_summary_field_is_caught(fresh: Path) -> None:
+    """The check above on a file whose field the record no longer names (exit_code renamed)."""
+    written = json.loads((fresh / "summary.json").read_text())
+    renamed = {("exit_status" if k == "exit_code" else k): v for k, v in written.items()}
+    read = json.loads(json.dumps(asdict(read_summary(renamed, "renamed"))))
+    assert _kept(renamed, read, "summary") == ["summary.exit_status"]

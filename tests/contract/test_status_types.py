@@ -1,5 +1,6 @@
 """Statuses are Literal types checked by mypy with strict_equality (pyproject.toml): a misspelt
-status in a comparison is a type error, not a branch that silently never runs."""
+status in a comparison is a type error, not a branch that silently never runs. That holds on
+summary.json's path too: a notebook's outcome, its verdict there and the run's verdict."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from mypy import api
 
 from tests.fixtures import REPO_ROOT
 
-# Two modules light enough to type-check in seconds; every status type works the same way.
+# Modules light enough to type-check in seconds; every status type works the same way.
 USES = """\
 from workbench.compare.records import Change
 from workbench.scorecard import Verdict
+from workbench.summary import NotebookOutcome, RunSummary
 
 def blocks(verdict: Verdict) -> bool:
     return verdict.status == "blocker"
@@ -23,6 +25,15 @@ def blocks_misspelt(verdict: Verdict) -> bool:
 
 def regressed_misspelt(change: Change) -> bool:
     return change.status == "regresion"
+
+def died(outcome: NotebookOutcome) -> bool:
+    return outcome.status == "kernel-died" or outcome.status == "kernel_died"
+
+def left_out(summary: RunSummary) -> bool:
+    return summary.verdict is not None and summary.verdict.status == "not-run"
+
+def notebook_blocks(summary: RunSummary) -> bool:
+    return any(e.verdict is not None and e.verdict.status == "blocked" for e in summary.notebooks)
 """
 
 
@@ -34,6 +45,7 @@ def test_mypy_rejects_a_misspelt_status_and_accepts_the_right_one(tmp_path) -> N
     out, _, code = api.run(args)
     errors = [line for line in out.splitlines() if ": error:" in line]
     assert code == 1, out
-    assert [line.split(":")[1] for line in errors] == ["11", "14"], out
+    assert [line.split(":")[1] for line in errors] == ["12", "15", "18", "21", "24"], out
     assert all("Non-overlapping equality check" in line for line in errors), out
-    assert "blocked" in errors[0] and "regresion" in errors[1]
+    misspelt = ["blocked", "regresion", "kernel_died", "not-run", "blocked"]
+    assert all(f"'{word}'" in line for word, line in zip(misspelt, errors, strict=True)), out
