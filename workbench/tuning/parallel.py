@@ -288,18 +288,19 @@ def sweep_world_sizes(
                 log(_line(run))
                 return run
 
-            first = attempt()
-            run = (
-                sweep.policy.settle(first, attempt, f"world size {world_size}")
-                if first.step
-                else first
-            )
+            first, name = attempt(), f"world size {world_size}"
+            run = sweep.policy.settle(first, attempt, name) if first.step else first
         study.runs.append(run)
+    _weigh_efficiencies(study)
+    return study
+
+
+def _weigh_efficiencies(study: ScalingStudy) -> None:
+    """Each measured launch's weak-scaling efficiency: thr(N) / (N x thr(1))."""
     base = next((r for r in study.measured() if r.world_size == 1), None)
     if base is not None and base.throughput:
         for run in study.measured():
             run.efficiency = (run.throughput or 0.0) / (run.world_size * base.throughput)
-    return study
 
 
 def _line(run: ScalingRun) -> str:
