@@ -14,7 +14,8 @@ import pytest
 from tests.fixtures import REPO_ROOT
 
 WORKBENCH = str(Path(sys.executable).with_name("workbench"))
-SMOKE = REPO_ROOT / "tests" / "fixtures" / "scripts" / "smoke_train.py"
+SCRIPTS = REPO_ROOT / "tests" / "fixtures" / "scripts"
+SMOKE = SCRIPTS / "smoke_train.py"
 
 
 def _workbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -29,13 +30,13 @@ def _workbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def script_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """01, 02 and 03 of the smoke script, small steps; the script path given relative."""
+def script_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """01, 02 and 03 of the smoke script (its path given relative), and 04 and 05 of the messy
+    script (its --batch-size given through --script-args), each with small settings."""
     cwd = tmp_path_factory.mktemp("script")
-    out = cwd / "run"
     relative = os.path.relpath(SMOKE, cwd)
     result = _workbench(
-        "run", "--workload", f"script:{relative}", "--only", "01,02,03", "--out", str(out),
+        "run", "--workload", f"script:{relative}", "--only", "01,02,03", "--out", "smoke",
         "-p", "precisions=[fp32]", "-p", "compiled_precisions=[]",
         "-p", "steps=2", "-p", "convergence_steps=4",
         "-p", "modes=[eager]", "-p", "kinds=[train]", "-p", "steady_steps=3",
@@ -43,7 +44,54 @@ def script_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         cwd=cwd,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    return out
+    result = _workbench(
+        "run", "--workload", f"script:{SCRIPTS / 'messy_train.py'}",
+        "--script-args", "--batch-size 16", "--target", "cpu", "--only", "04,05", "--out", "messy",
+        # 04: two swept sizes, one worker count, one world size, no re-measuring.
+        "-p", "batch_sizes=[8,32]", "-p", "max_batch=32", "-p", "steady_steps=3",
+        "-p", "dataloader_workers=[0]", "-p", "loader_steps=3", "-p", "world_sizes=[1]",
+        "-p", "scaling_steps=3", "-p", "per_sample_cost_ms=0", "-p", "max_remeasures=0",
+        # 05: two eager batch sizes, short windows, one stream.
+        "-p", "serving_batch_sizes=[1,4]", "-p", "modes=[eager]", "-p", "window_requests=40",
+        "-p", "window_seconds=0.05", "-p", "window_budget_s=2", "-p", "concurrency=[1]",
+        "-p", "arrival_requests=40", "-p", "load_budget_s=1", "-p", "gap_requests=20",
+        cwd=cwd,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {"smoke": cwd / "smoke", "messy": cwd / "messy"}
+
+
+@pytest.fixture(scope="module")
+def script_run(script_runs: dict[str, Path]) -> Path:
+    return script_runs["smoke"]
+
+
+def test_the_messy_scripts_retuning_drives_its_batch_size_option(script_runs) -> None:
+    record = json.loads((script_runs["messy"] / "04_retuning.json").read_text())
+    assert record["workload"]["script"]["args"] == ["--batch-size", "16"]
+    assert (
+        "another batch size runs the script with --batch-size"
+        in (record["workload"]["description"])
+    )
+    # Each swept size is a batch the script made when run with --batch-size at that size.
+    trials = record["data"]["sweep"]["trials"]
+    assert [(t["batch_size"], t["status"], t["items_per_step"]) for t in trials] == [
+        (8, "ok", 8),
+        (32, "ok", 32),
+    ]
+
+
+def test_the_messy_scripts_serving_times_the_captured_model(script_runs) -> None:
+    record = json.loads((script_runs["messy"] / "05_serving.json").read_text())
+    workload = record["workload"]
+    # The script's Sequential(20 -> 64 -> 3) at the batch its --batch-size 16 gave.
+    assert workload["parameters"] == 20 * 64 + 64 + 64 * 3 + 3
+    assert workload["inputs"][0]["shape"] == [16, 20]
+    points = record["data"]["points"]
+    assert [(p["batch_size"], p["mode"], p["status"]) for p in points] == [
+        (1, "eager", "ok"),
+        (4, "eager", "ok"),
+    ]
 
 
 def test_the_smoke_scripts_op_list_equals_seed_mlps(script_run: Path) -> None:
@@ -82,6 +130,10 @@ def test_the_smoke_scripts_baseline_times_its_own_loop(script_run: Path) -> None
     assert len(steps["step_seconds"]) == 1 + steps["warmup_steps"] + 3 <= 1 + 6 + 3
     assert steps["compile_called_at"] == ["smoke_train.py:16"]
     assert steps["first_step_excess"] == steps["first"] - steps["steady_robust_median"]
+    # The script's torch.compile ran Inductor for real: its compiles fall in the timed steps.
+    assert not steps["compile_not_timed"] and steps["compiles"] >= 1
+    assert 0 < steps["compile_seconds"] <= sum(steps["step_seconds"])
+    assert any("so its first step holds the compile" in s for s in steps["sentences"])
     # Beside the captured model's own measured phases, not instead of them.
     assert [c["kind"] + "/" + c["mode"] for c in data["configs"]] == ["train/eager"]
 
