@@ -33,6 +33,7 @@ import papermill
 
 from workbench.execution.kernel import private_kernelspec
 from workbench.params import NOTEBOOKS_DIR
+from workbench.summary import read_summary
 
 REPO = Path(__file__).resolve().parent.parent
 WORKBENCH = str(Path(sys.executable).parent / "workbench")
@@ -51,14 +52,14 @@ def workbook_seconds(out: Path, cache: Path, workload: str) -> tuple[float, dict
     elapsed = time.perf_counter() - start
     if done.returncode not in (0, 1):  # 1: a notebook's verdict may fail; timings still hold
         sys.exit(f"workbench run failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    summary = json.loads((out / "summary.json").read_text())
+    summary = read_summary(json.loads((out / "summary.json").read_text()), str(out))
     baseline = json.loads((out / "01_baseline.json").read_text())
     return elapsed, {"summary": summary, "baseline": baseline}
 
 
 def describe(label: str, seconds: float, facts: dict) -> None:
     per_notebook = ", ".join(
-        f"{n['notebook'][:2]} {n['seconds']:.1f} s" for n in facts["summary"]["notebooks"]
+        f"{n.notebook[:2]} {n.seconds or 0:.1f} s" for n in facts["summary"].notebooks
     )
     ledger = facts["baseline"]["data"]["compile_ledger"]
     compile_s = sum(e["seconds"] or 0 for e in ledger)

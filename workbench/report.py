@@ -27,7 +27,14 @@ from workbench.markup import cut_at_word
 from workbench.redact import scrub_text
 from workbench.results import LEAD, ResultLead, load_result, write_text_atomic
 from workbench.scorecard import ATTENTION, Verdict
-from workbench.summary import NOT_RUN, NotebookOutcome, RunStatus, RunSummary, RunVerdict
+from workbench.summary import (
+    NOT_RUN,
+    NotebookOutcome,
+    OutcomeStatus,
+    RunStatus,
+    RunSummary,
+    RunVerdict,
+)
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 # Output types a report renders. Everything else (widget views, JavaScript, SVG, mermaid...) is
@@ -307,7 +314,7 @@ def export_html(notebook_path: Path, html_path: Path, *, show_code: bool = False
     return html_path
 
 
-_STATUS_CLASS = {"ok": "wb-ok", "not-run": "wb-not-run"}
+_STATUS_CLASS: dict[OutcomeStatus, str] = {"ok": "wb-ok", "not-run": "wb-not-run"}
 
 
 _VERDICT_SENTENCE: dict[RunStatus, str] = {
@@ -317,7 +324,7 @@ _VERDICT_SENTENCE: dict[RunStatus, str] = {
     "not run": "not every notebook ran, so the run has no migration verdict:",
 }
 # Notebook statuses as the index words them.
-_STATUS_WORDS = {"not-run": "not run"}
+_STATUS_WORDS: dict[OutcomeStatus, str] = {"not-run": "not run"}
 
 
 def _verdict_cell(entry: NotebookOutcome) -> str:
@@ -451,7 +458,7 @@ def _verdict(verdict: Verdict | None) -> str:
     return (
         f'<div class="wb-banner wb-verdict {_BANNER[verdict.status]}">'
         f'<span class="wb-word">{_esc(verdict.status.upper())}</span> {_esc(verdict.reason)}'
-        f'<div class="wb-rule">Rule: {_esc(verdict.rule)}</div></div>'
+        f'<details class="wb-rule"><summary>the rule</summary>{_esc(verdict.rule)}</details></div>'
     )
 
 
@@ -459,10 +466,16 @@ def _what_ran(result: Mapping[str, Any]) -> str:
     target = result.get("target") or {}
     workload = result.get("workload") or {}
     rows = [("target", f"{target.get('name', 'unknown')} ({target.get('chosen_because', '')})")]
+    if target.get("device"):
+        rows.append(("device", target["device"]))
     if target.get("compiled_means"):
         rows.append(("compiled means", target["compiled_means"]))
     if workload:
         rows.append(("workload", f"{workload.get('name', '')}: {workload.get('description', '')}"))
+    cache = result.get("compile_cache") or {}
+    if cache.get("sentence"):
+        wiring = f"; {cache['wiring']}" if cache.get("wiring") else ""
+        rows.append(("compile cache", f"{cache['sentence']}{wiring}"))
     body = "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in rows)
     validation = result.get("validation") or target.get("validation") or ""
     kind = "wb-ok" if target.get("is_trainium") else "wb-warn"
@@ -479,9 +492,10 @@ def _provenance(result: Mapping[str, Any]) -> str:
     param_rows = "".join(
         f"<tr><th>{_esc(k)}</th><td>{_esc(_shown(v))}</td></tr>" for k, v in params.items()
     )
+    # Folded: provenance answers "which run was this", not the notebook's question.
     return (
-        f'<h2>Provenance</h2><table class="wb-table"><tbody>{body}</tbody></table>'
-        f"<details><summary>parameter values ({len(params)})</summary>"
+        f"<details><summary>Provenance: {_esc(rows[0][1])}, versions, parameter values "
+        f'({len(params)})</summary><table class="wb-table"><tbody>{body}</tbody></table>'
         f'<table class="wb-table"><tbody>{param_rows}</tbody></table></details>'
     )
 

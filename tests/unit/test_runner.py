@@ -255,13 +255,20 @@ def test_a_readable_result_gives_the_index_its_verdict(tmp_path):
     assert 'class="v-attention"' in index and "unreadable" not in index
 
 
-def test_an_unreadable_result_is_named_with_why_never_shown_as_not_judged(tmp_path):
-    (tmp_path / "00_tiny.json").write_text('{"schema_version": 1, "data": {"headline": ')
+@pytest.mark.parametrize("cause", ["cut short", "over the reader's bound"])
+def test_an_unreadable_result_is_named_with_why_never_shown_as_not_judged(
+    tmp_path, monkeypatch, cause
+):
+    if cause == "cut short":
+        (tmp_path / "00_tiny.json").write_text('{"schema_version": 1, "data": {"headline": ')
+    else:  # the bound that made 05's default file unreadable, made small here
+        save_result(tmp_path, "00_tiny", {"headline": "h", "series": list(range(50))})
+        monkeypatch.setattr("workbench.results.RESULT_MAX_VALUES", 40)
     outcome, summary, index = _judged_and_indexed(tmp_path)
     assert outcome.verdict is None and outcome.headline is None
     why = outcome.unreadable_result or ""
     assert why.startswith("result file unreadable: ") and "00_tiny.json" in why, why
-    assert "JSON" in why and "\n" not in why, "one sentence on one line"
+    assert ("JSON" if cause == "cut short" else "40") in why and "\n" not in why, why
     assert summary.notebooks[0].unreadable_result == why
     assert summary.verdict is not None and summary.verdict.status == "blocker"
     assert summary.verdict.reasons == [f"00_tiny: {why}"]
