@@ -64,11 +64,18 @@ def test_the_report_answers_the_slo_with_its_samples(serving_run: Path) -> None:
     report = data["benchmark_report"]["batch_1_compiled"]
     assert {"latency_ms_p50", "latency_ms_p99", "latency_ms_p100", "throughput"} <= set(report)
     assert report["n_samples"] == len(one["latency"]["times"])
+    # Under the bound on stored samples, every sample is kept, and the file and the page say so.
+    stored = one["latency"]
+    assert stored["samples_stored"] == stored["samples_measured"] == len(stored["times"])
+    assert (
+        f"{len(stored['times']):,} of {len(stored['times']):,}" in data["sources"]["stored_samples"]
+    )
     assert data["closed_loop"] and data["open_loop"] and len(data["gaps"]["gaps"]) == 20
     assert data["verdict"]["status"] in ("pass", "attention") and data["verdict"]["rule"]
     page = (serving_run / "05_serving.html").read_text()
     assert data["headline"].split(";")[0].replace("'", "&#x27;") in page
     assert "largest batch that meets it" in page and "max of" in page
+    assert "samples stored" in page
     assert re.search(r"<img[^>]+data:image/png", page)  # the curves are embedded
 
 
