@@ -473,6 +473,19 @@ def _rehearse_arguments(parser: argparse.ArgumentParser) -> None:
     Deferred("workbench.rehearse.command", "configure_parser")(parser)
 
 
+def check_run_options(options: list[str]) -> None:
+    """Refuse, before any folder or log is made, the options `workbench run` would refuse: as
+    this workbench checks them (each environment of a rehearsal checks them again)."""
+    from workbench.runner import check_request
+
+    check_request(_request(build_parser("run").parse_args(["run", *options])))
+
+
+def cmd_rehearse(args: argparse.Namespace) -> int:
+    """`rehearse`, given the check of the `run` options it forwards to both environments."""
+    return int(Deferred("workbench.rehearse.command", "cmd_rehearse")(args, check_run_options))
+
+
 def _no_arguments(parser: argparse.ArgumentParser) -> None:
     """A subcommand that takes no arguments of its own."""
 
@@ -586,7 +599,7 @@ COMMANDS: tuple[Command, ...] = (
         "rehearse",
         "run the workbook in a pinned and a candidate environment and say whether to move the pin",
         _rehearse_arguments,
-        Deferred("workbench.rehearse.command", "cmd_rehearse"),
+        cmd_rehearse,
         epilog=exit_codes_line(
             (EXIT_OK, EXIT_BAD_INPUT, EXIT_REGRESSION),
             {EXIT_OK: "move the pin, or not judged", EXIT_REGRESSION: "hold the pin"},

@@ -22,13 +22,12 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "workbench"
 
 # The rooms that may import the runner or the command line: those above them. The command line
-# loads the commands' own modules by name; of those, only rehearse/ imports it back: it checks
-# the options it forwards to both environments with `run`'s own parser and request
-# (cli.build_parser, cli._request) before either runs. The runner is used by the commands that
-# run the workbook: `open`/`export`, fleets and rehearsals.
+# is the top: it loads the commands' own modules by name and hands them what they need of it
+# (rehearse gets `run`'s option check), so nothing imports it. The runner is used by the
+# commands that run the workbook: `open`/`export` and fleets.
 ABOVE = {
-    "cli": frozenset({"rehearse/"}),
-    "runner": frozenset({"cli", "workcopy", "fleet/", "rehearse/"}),
+    "cli": frozenset(),
+    "runner": frozenset({"cli", "workcopy", "fleet/"}),
 }
 
 # An import that still closes a circle, and the one file it stands in: workloads/script.py

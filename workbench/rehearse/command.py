@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -69,15 +70,6 @@ def run_options(args: argparse.Namespace) -> list[str]:
     return forwarded
 
 
-def check_run_options(options: list[str]) -> None:
-    """Refuse, before any folder or log is made, the options `workbench run` would refuse: as
-    this workbench checks them (each environment's run checks them again)."""
-    from workbench.cli import _request, build_parser
-    from workbench.runner import check_request
-
-    check_request(_request(build_parser("run").parse_args(["run", *options])))
-
-
 def _out_folder(given: str | None) -> Path:
     out = (
         Path(given)
@@ -110,7 +102,9 @@ def run_in(environment: Environment, options: list[str], out: Path) -> tuple[Pat
     return folder, done.returncode, tail
 
 
-def cmd_rehearse(args: argparse.Namespace) -> int:
+def cmd_rehearse(args: argparse.Namespace, check_run_options: Callable[[list[str]], None]) -> int:
+    """Both runs and the verdict; `check_run_options` refuses the forwarded `run` options
+    first, as the command line that hands it over checks them."""
     from workbench.compare import compare_runs
     from workbench.compare.report import write_comparison
     from workbench.rehearse.report import write_rehearsal
