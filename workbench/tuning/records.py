@@ -27,7 +27,6 @@ from workbench.tuning.trials import CRASHED as TRIAL_CRASHED
 from workbench.tuning.trials import ERROR as TRIAL_ERROR
 from workbench.tuning.trials import TIMEOUT as TRIAL_TIMEOUT
 from workbench.tuning.trials import BatchChoice, MemoryBudget, SearchResult, Trial
-from workbench.tuning.wording import RETUNING_RULE, steady_recompiles, unsettled_clauses
 
 
 @dataclass(frozen=True)
@@ -227,6 +226,7 @@ class RetuneResult(RetuneMeasurements):
     def of(
         cls, measured: RetuneMeasurements, recommendation: Recommendation, wall_seconds: float
     ) -> RetuneResult:
+        """The result of `measured`, with what is recommended from it and the run's wall time."""
         found = {f.name: getattr(measured, f.name) for f in fields(RetuneMeasurements)}
         return cls(**found, recommendation=recommendation, wall_seconds=wall_seconds)
 
@@ -236,10 +236,10 @@ class RetuneResult(RetuneMeasurements):
 
 
 def retuning_verdict(result: RetuneResult) -> Verdict:
-    """Notebook 04's verdict, by RETUNING_RULE."""
+    """Notebook 04's verdict, by wording.RETUNING_RULE."""
     return judge(
         [*_fit_findings(result), *_broken_findings(result), *_unsettled_findings(result)],
-        RETUNING_RULE,
+        wording.RETUNING_RULE,
         "a batch fits, every trial and launch ran, and every measurement a choice is read from "
         "was quiet",
     )
@@ -279,7 +279,7 @@ def _broken_findings(result: RetuneResult) -> list[Finding]:
             f"{len(broken)} trial(s) broke, first at batch {broken[0].batch_size}: "
             f"{broken[0].status}"
         )
-    recompiled = steady_recompiles(result.trials)
+    recompiled = wording.steady_recompiles(result.trials)
     if recompiled:
         found.append(recompiled)
     launches = result.scaling.runs if result.scaling else []
@@ -296,7 +296,7 @@ def _broken_findings(result: RetuneResult) -> list[Finding]:
 
 def _unsettled_findings(result: RetuneResult) -> list[Finding]:
     """The measurements a choice is read from that stayed noisy, or ran on a loaded machine."""
-    reasons = unsettled_clauses(
+    reasons = wording.unsettled_clauses(
         result,
         "{count} stayed noisy after re-measuring, so the choices read from them are "
         "provisional: {names}",

@@ -16,6 +16,7 @@ from workbench.targets.cpu import CpuTarget
 from workbench.timing import HostLoad, Measurement
 from workbench.tuning import views
 from workbench.tuning.dataloader import LoaderResult, LoaderSetting, choose_setting
+from workbench.tuning.dataloader import _line as loader_line
 from workbench.tuning.noise import (
     RUN_TO_RUN_FLOOR,
     Rated,
@@ -25,9 +26,10 @@ from workbench.tuning.noise import (
 )
 from workbench.tuning.parallel import OK as RUN_OK
 from workbench.tuning.parallel import ScalingRun, ScalingStudy, choose_world_size, launch_load
+from workbench.tuning.parallel import _line as launch_line
 from workbench.tuning.records import RetuneResult, RetuneSettings, retuning_verdict
-from workbench.tuning.retune import _plans
-from workbench.tuning.trials import OK, MemoryBudget, Trial, choose_batch, classify
+from workbench.tuning.retune import _plans, _skipped
+from workbench.tuning.trials import OK, MemoryBudget, SearchResult, Trial, choose_batch, classify
 from workbench.workload import load_workload
 
 
@@ -332,3 +334,34 @@ def test_a_trial_carries_the_load_its_child_measured_into_its_steady_measurement
     quiet = classify("sweep", 8, outcome(host(0.05, False)), CpuTarget(), budget)
     assert quiet.steady is not None and not quiet.steady.loaded
     assert "LOADED" not in quiet.line()
+
+
+def test_each_measured_setting_says_its_steps_why_it_failed_and_its_time_in_one_line():
+    """Trials, launches and DataLoader settings word their log lines alike (steps.log_line):
+    the steps only where they were timed, the failure's first words only where it failed."""
+    steps = Measurement([0.010, 0.011, 0.012])
+    fits = Trial("sweep", 8, OK, 0.5, steps, 8, peak_memory_bytes=3 * 2**20)
+    assert fits.line().startswith("sweep batch 8: ok, median step ")
+    assert ", peak 3 MiB" in fits.line() and "(" not in fits.line()
+    assert fits.line().endswith("]")
+    failed = Trial("sweep", 16, OK, 0.5, None, 16, error="MemoryError: test\nmore")
+    assert "median step" not in failed.line() and "(MemoryError: test)" in failed.line()
+    hung = ScalingRun(2, RUN_OK, "rank 1 never arrived", None, 0, 0.0)
+    assert launch_line(hung) == "world size 2: ok (rank 1 never arrived)"  # no time: none taken
+    waits = Measurement([0.001, 0.001, 0.001])
+    loader = LoaderResult(LoaderSetting(1, False, 2), "ok", waits, steps, 8)
+    assert loader_line(loader).startswith("dataloader 1 worker(s), prefetch 2: ok, waiting 9%")
+    assert "median step" not in loader_line(dataclasses.replace(loader, waits=None))
+
+
+def test_a_stage_that_did_not_run_says_why_in_the_order_the_stages_run():
+    search = SearchResult(1, 8, 5, stopped="even batch 1 ran out of memory")
+    nothing = _skipped(search, [], None, None)
+    assert list(nothing) == [
+        "sweep", "scaling", "plan", "accumulation", "dataloader", "buckets", "cost"
+    ]  # fmt: skip
+    assert nothing["dataloader"] == "no batch size fits (even batch 1 ran out of memory)"
+    result = make_result(scaling_skipped=True)
+    assert result.scaling is not None and result.buckets is not None
+    ran = _skipped(result.search, result.sweep, result.scaling, result.buckets)
+    assert ran == {"scaling": "collectives unavailable"}
