@@ -578,3 +578,14 @@ def test_a_config_files_script_arguments_of_the_wrong_type_are_one_sentence(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].endswith(message)
     assert not (tmp_path / "run").exists()
+
+
+def test_the_docs_quote_the_one_gpu_scripts_calls_as_they_are_listed(realistic):
+    docs = (REPO_ROOT / "docs" / "own-models.md").read_text().split("## A training script")[1]
+    quoted = docs.split("```text")[3].split("```")[0].strip().splitlines()
+    listed = {
+        f"{'redirected' if row['mapped'] else 'not mapped'}: {row['call']} at {row['where']} "
+        f"({row['times']}x): {row['outcome']}"
+        for row in realistic["cuda_heavy"].script_run["device_calls"]
+    }
+    assert quoted and set(quoted) <= listed
