@@ -16,7 +16,8 @@ from nbformat.v4 import new_code_cell, new_notebook, new_output
 from workbench import runner
 from workbench.errors import BadInput
 from workbench.results import save_result
-from workbench.runner import NotebookOutcome, RunRequest, prepare_out_dir
+from workbench.runner import RunRequest, prepare_out_dir
+from workbench.summary import NotebookOutcome
 
 
 def _executed(out: Path, stem: str, started_cells: int = 2) -> Path:
