@@ -1,12 +1,13 @@
 """Notebook 01's split of a `script:` workload's own steps into first step, warm-up and steady
-state (the smoke fixture script run for real on the CPU target; synthetic step times for the
-rule itself)."""
+state (small scripts run for real on the CPU target; synthetic step times for the rule
+itself)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from tests.fixtures.user_scripts import trains, write_script
 from workbench.baseline.records import BaselineSettings
 from workbench.baseline.script_steps import (
     ScriptSteps,
@@ -17,7 +18,7 @@ from workbench.baseline.script_steps import (
 from workbench.targets import get_target
 from workbench.timing import HostLoad, WarmupRule
 from workbench.workload import load_workload
-from workbench.workloads.script import load_script_workload, script_spec
+from workbench.workloads.script import load_script_workload
 
 CPU = get_target("cpu")
 SMALL = BaselineSettings(steady_steps=3, warmup=WarmupRule(window=4, max_steps=6))
@@ -69,23 +70,11 @@ def test_a_compile_is_said_timed_only_where_it_ran_on_the_target():
 
 
 def _workload(folder, body):
-    path = folder / "train.py"
-    path.write_text(body)
-    return load_script_workload(script_spec(str(path)), CPU)
+    return load_script_workload(write_script(folder, body), CPU)
 
 
-SHORT_LOOP = """
-import torch
-model = torch.nn.Linear(4, 2)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for _ in range(6):
-    loss = torch.nn.functional.cross_entropy(model(torch.randn(8, 4)), torch.randint(2, (8,)))
-    loss.backward()
-    opt.step()
-"""
-COMPILED_LOOP = SHORT_LOOP.replace("range(6)", "range(20)").replace(
-    "opt = torch", "model = torch.compile(model)\nopt = torch"
-)
+SHORT_LOOP = trains(6)
+COMPILED_LOOP = trains(20).replace("opt = torch", "model = torch.compile(model)\nopt = torch")
 
 
 class _DynamoOnly(type(CPU)):  # type: ignore[misc]

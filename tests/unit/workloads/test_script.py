@@ -3,13 +3,11 @@ redirected to the CPU target (real torch throughout; the fixtures are plain scri
 
 from __future__ import annotations
 
-import textwrap
-from pathlib import Path
-
 import pytest
 import torch
 
 from tests.fixtures import REPO_ROOT
+from tests.fixtures.user_scripts import SCRIPTS, trains, write_script
 from workbench.coverage.capture import capture_training_step
 from workbench.errors import BadInput
 from workbench.targets import get_target
@@ -23,7 +21,6 @@ from workbench.workloads.script import (
     script_spec,
 )
 
-SCRIPTS = REPO_ROOT / "tests" / "fixtures" / "scripts"
 CPU = get_target("cpu")
 
 
@@ -66,10 +63,7 @@ def test_the_workload_recomputes_the_scripts_first_loss(smoke):
     first backward saw: the capture is the script's step, not a look-alike."""
     capture, redirection = smoke
     workload = load_script_workload(script_spec(str(SCRIPTS / "smoke_train.py")), CPU)
-    model = workload.build_model()
-    inputs, targets = workload.batch()
-    loss = workload.compute_loss(workload.forward(model, inputs), targets)
-    assert loss.item() == pytest.approx(capture.losses[0], rel=1e-6)
+    assert _recomputed_first_loss(workload) == pytest.approx(capture.losses[0], rel=1e-6)
     assert workload.describe()["script"]["stopped_by_workbook"] is True
     assert "stopped after 5 optimizer steps, its first step" in workload.description
     assert "then a median" in workload.description
@@ -123,21 +117,14 @@ def test_redirection_maps_cuda_inside_and_nothing_outside():
     assert "to" not in torch.Tensor.__dict__  # the C method is inherited again
 
 
-def _script(tmp_path: Path, body: str) -> str:
-    path = tmp_path / "train.py"
-    path.write_text(textwrap.dedent(body))
-    return script_spec(str(path))
+def _recomputed_first_loss(workload) -> float:
+    """The loss of the workload's first step on its batch, from its model's first weights."""
+    inputs, targets = workload.batch()
+    return workload.compute_loss(workload.forward(workload.build_model(), inputs), targets).item()
 
 
-TRAINS = """
-import torch
-model = torch.nn.Linear(4, 2)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for _ in range(3):
-    loss = torch.nn.functional.cross_entropy(model(torch.randn(8, 4)), torch.randint(2, (8,)))
-    loss.backward()
-    opt.step()
-"""
+_script = write_script
+TRAINS = trains(3)
 
 
 @pytest.mark.parametrize(
@@ -247,20 +234,25 @@ def test_a_script_with_neither_repeats_its_samples_and_says_so(tmp_path):
     assert torch.equal(inputs[8:], inputs[:4])
 
 
-LANGUAGE_MODEL = """
+# A token embedding and a vocabulary head: the body of the language-model scripts below, each
+# of which adds its own forward.
+EMBED_AND_HEAD = """
 import torch
 from torch import nn
 
 class Tiny(nn.Module):
-    def __init__(self):
+    def __init__(self, vocab, width):
         super().__init__()
-        self.embed = nn.Embedding(50, 16)
-        self.head = nn.Linear(16, 50)
-
+        self.embed = nn.Embedding(vocab, width)
+        self.head = nn.Linear(width, vocab)
+"""
+LANGUAGE_MODEL = (
+    EMBED_AND_HEAD
+    + """
     def forward(self, ids):
         return {"logits": self.head(self.embed(ids))}
 
-model = Tiny()
+model = Tiny(50, 16)
 opt = torch.optim.Adam(model.parameters())
 ids = torch.randint(50, (4, 12))
 labels = torch.randint(50, (4, 12))
@@ -270,6 +262,7 @@ for _ in range(2):
     loss.backward()
     opt.step()
 """
+)
 
 
 def test_a_language_models_flattened_logits_loss_is_recomputed(tmp_path):
@@ -277,10 +270,7 @@ def test_a_language_models_flattened_logits_loss_is_recomputed(tmp_path):
     capture, _ = run_script(spec, CPU)
     assert capture.targets.shape == (4, 12)  # the batch's targets, not their .view(-1)
     workload = load_script_workload(spec, CPU)
-    model = workload.build_model()
-    inputs, targets = workload.batch()
-    loss = workload.compute_loss(workload.forward(model, inputs), targets)
-    assert loss.item() == pytest.approx(capture.losses[0], rel=1e-6)
+    assert _recomputed_first_loss(workload) == pytest.approx(capture.losses[0], rel=1e-6)
 
 
 OWN_LOSS = """
@@ -310,9 +300,7 @@ def test_a_model_that_computes_its_own_loss_from_keyword_inputs(tmp_path):
     capture, _ = run_script(spec, CPU)
     assert capture.loss_from_output and set(capture.inputs) == {"features", "labels"}
     workload = load_script_workload(spec, CPU)
-    inputs, targets = workload.batch()
-    loss = workload.compute_loss(workload.forward(workload.build_model(), inputs), targets)
-    assert loss.item() == pytest.approx(capture.losses[0], rel=1e-6)
+    assert _recomputed_first_loss(workload) == pytest.approx(capture.losses[0], rel=1e-6)
 
 
 def test_positional_and_keyword_inputs_at_once_are_refused(tmp_path):
@@ -329,22 +317,15 @@ def test_process_wide_settings_the_script_changes_are_restored(tmp_path):
     assert torch.get_default_dtype() == torch.float32
 
 
-RETURNS_LOGITS_AND_LOSS = """
-import torch
-from torch import nn
-
-class Gpt(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.embed = nn.Embedding(30, 8)
-        self.head = nn.Linear(8, 30)
-
+RETURNS_LOGITS_AND_LOSS = (
+    EMBED_AND_HEAD
+    + """
     def forward(self, idx, targets=None):
         logits = self.head(self.embed(idx))
         loss = nn.functional.cross_entropy(logits.view(-1, 30), targets.view(-1))
         return logits, loss
 
-model = Gpt()
+model = Tiny(30, 8)
 opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
 for _ in range(2):
     x, y = torch.randint(30, (3, 7)), torch.randint(30, (3, 7))
@@ -353,6 +334,7 @@ for _ in range(2):
     loss.backward()
     opt.step()
 """
+)
 
 
 def test_a_model_returning_logits_and_loss_is_recomputed(tmp_path):
@@ -360,9 +342,7 @@ def test_a_model_returning_logits_and_loss_is_recomputed(tmp_path):
     capture, _ = run_script(spec, CPU)
     assert capture.loss_name == "the model's own (output[1])"
     workload = load_script_workload(spec, CPU)
-    inputs, targets = workload.batch()
-    loss = workload.compute_loss(workload.forward(workload.build_model(), inputs), targets)
-    assert loss.item() == pytest.approx(capture.losses[0], rel=1e-6)
+    assert _recomputed_first_loss(workload) == pytest.approx(capture.losses[0], rel=1e-6)
     assert workload.batch(batch_size=6)[0][1].shape == (6, 7)
 
 
@@ -385,10 +365,8 @@ def test_a_loss_on_the_widened_output_of_an_autocast_forward_is_recognised(tmp_p
     assert capture.loss_name == "F.cross_entropy"
     assert ("autocast('cuda')", 6) in _calls(redirection.log)
     workload = load_script_workload(spec, CPU)
-    inputs, targets = workload.batch()
-    loss = workload.compute_loss(workload.forward(workload.build_model(), inputs), targets)
     # The workload's step runs in fp32 (the notebooks set precision), the script's in bf16.
-    assert loss.item() == pytest.approx(capture.losses[0], rel=2e-2)
+    assert _recomputed_first_loss(workload) == pytest.approx(capture.losses[0], rel=2e-2)
 
 
 def test_an_evaluation_pass_before_training_is_not_taken_for_the_batch(tmp_path):
@@ -447,10 +425,8 @@ def test_a_realistic_script_gives_a_workload_that_recomputes_its_first_loss(real
     workload = realistic[name]
     run = workload.script_run
     assert run["steps_run"] == CAPTURE_STEPS and run["stopped_by_workbook"]
-    inputs, targets = workload.batch()
-    loss = workload.compute_loss(workload.forward(workload.build_model(), inputs), targets)
     # cuda_heavy's step runs under bf16 autocast; the workload's in fp32.
-    assert loss.item() == pytest.approx(
+    assert _recomputed_first_loss(workload) == pytest.approx(
         run["losses"][0], rel=2e-2 if name == "cuda_heavy" else 1e-6
     )
 
