@@ -450,20 +450,20 @@ def test_a_script_written_for_one_gpu_has_each_cuda_call_mapped_or_named(realist
         ("torch.device('cuda:0')", 11),
         ("torch.cuda.get_device_name()", 13),
         ("torch.cuda.get_device_properties()", 14),
-        ("GradScaler('cuda')", 28),
-        ("torch.cuda.is_available()", 32),
-        ("torch.cuda.Event()", 35),
-        ("torch.cuda.Event()", 36),
-        ("tensor.to('cuda')", 38),
-        ("autocast('cuda')", 41),
-        ("torch.cuda.synchronize()", 48),
-        ("torch.cuda.empty_cache()", 53),
+        ("GradScaler('cuda')", 32),
+        ("torch.cuda.is_available()", 36),
+        ("torch.cuda.Event()", 39),
+        ("torch.cuda.Event()", 40),
+        ("tensor.to('cuda')", 42),
+        ("autocast('cuda')", 45),
+        ("torch.cuda.synchronize()", 52),
+        ("torch.cuda.empty_cache()", 57),
     }
     assert _rows(workload, mapped=False) == {
         ("torch.backends.cudnn.benchmark = True", 10),
         ("torch.cuda.get_device_capability()", 15),
-        ("tensor.pin_memory()", 33),
-        ("torch.cuda.memory_allocated()", 51),
+        ("tensor.pin_memory()", 37),
+        ("torch.cuda.memory_allocated()", 55),
     }
     printed = workload.script_run["printed"]
     assert "GPU cpu" in printed and "compute capability 8.0" in printed
