@@ -159,6 +159,15 @@ class ResultLead:
     verdict: Verdict | None = None  # None: a result that judged nothing
 
 
+@dataclass
+class MeasuredOn:
+    """What a notebook's result was measured on, as the workload and the target describe
+    themselves; each notebook's result record starts with it."""
+
+    workload: dict[str, Any]
+    target: dict[str, Any]
+
+
 D = TypeVar("D", bound=ResultLead)
 
 

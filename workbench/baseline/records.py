@@ -12,6 +12,7 @@ from workbench.baseline.checklist import Checklist
 from workbench.baseline.reference import ReferenceSummary
 from workbench.errors import BadInput
 from workbench.markup import cut_at_word
+from workbench.results import MeasuredOn
 from workbench.scorecard import ATTENTION, BLOCKER, Finding, Verdict, judge
 from workbench.targets.compiling import CompileCounters, CompileEvent
 from workbench.timing import (
@@ -477,9 +478,7 @@ def cache_state(compile_delta: CounterDelta) -> str:
 
 
 @dataclass
-class BaselineResult:
-    workload: dict[str, Any]
-    target: dict[str, Any]
+class BaselineResult(MeasuredOn):
     eager_means: str
     compiled_means: str
     settings: BaselineSettings

@@ -56,6 +56,7 @@ from workbench.numerics.wording import (
 
 # run.py logs a run's line from here, beside the headline.
 from workbench.numerics.wording import run_line as run_line
+from workbench.results import MeasuredOn
 from workbench.scorecard import ATTENTION, BLOCKER, PASS, Finding, judge
 
 if TYPE_CHECKING:  # script_loop reads TensorComparison from here
@@ -409,12 +410,10 @@ class BatchSource:
 
 
 @dataclass
-class NumericsResult:
+class NumericsResult(MeasuredOn):
     """Notebook 03's whole comparison: the reference, every run against it, and what shaped
     them (settings, batch, held-out data); result_data saves it with its sentences."""
 
-    workload: dict[str, Any]
-    target: dict[str, Any]
     settings: NumericsSettings
     rule_statement: str
     reference_label: str

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from workbench.errors import BadInput
+from workbench.results import MeasuredOn
 from workbench.safe_load import shown
 from workbench.scorecard import ATTENTION, BLOCKER, Finding, Verdict, judge
 from workbench.timing import (
@@ -514,9 +515,7 @@ class Problem:
 
 
 @dataclass
-class ServingResult:
-    workload: dict[str, Any]
-    target: dict[str, Any]
+class ServingResult(MeasuredOn):
     settings: ServingSettings
     compiled_means: str
     throughput_unit: str  # requests/s
