@@ -228,12 +228,15 @@ def validation_rows(result: NumericsResult) -> list[dict[str, Any]]:
 
 
 def _pair(reference: Any, run: Any, field: str) -> str:
-    values = [
-        getattr(score, field, None) if score is not None else None for score in (reference, run)
-    ]
-    if any(v is None for v in values):
+    return _reference_and_run(getattr(reference, field, None), getattr(run, field, None))
+
+
+def _reference_and_run(reference: float | None, run: float | None) -> str:
+    """The reference's value, then the run's, to 4 significant digits; empty where either
+    is missing."""
+    if reference is None or run is None:
         return ""
-    return f"{values[0]:.4g} / {values[1]:.4g}"
+    return f"{reference:.4g} / {run:.4g}"
 
 
 def validation_table(result: NumericsResult) -> None:
@@ -329,8 +332,8 @@ def training_rows(result: NumericsResult) -> list[dict[str, Any]]:
                 "final loss (run)": _final_loss(run),
                 "task metric": task.name if task else "",
                 "initial (ref / run)": (
-                    f"{task.reference_initial:.4g} / {task.target_initial:.4g}"
-                    if task and task.name and task.reference_initial is not None
+                    _reference_and_run(task.reference_initial, task.target_initial)
+                    if task and task.name
                     else ""
                 ),
                 "final (ref / run)": _task_final(task),
@@ -351,9 +354,7 @@ def _task_final(task: Any) -> str:
         return ""
     if task.not_evidence:
         return "not evidence (after NaN/Inf)"
-    if task.reference_final is None or task.target_final is None:
-        return ""
-    return f"{task.reference_final:.4g} / {task.target_final:.4g}"
+    return _reference_and_run(task.reference_final, task.target_final)
 
 
 def training_table(result: NumericsResult) -> None:
