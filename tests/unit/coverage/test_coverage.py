@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch import nn
 
-from tests.fixtures.user_workloads import classifier_workload
+from tests.fixtures.user_workloads import LinearHead, classifier_workload
 from workbench.coverage import risks
 from workbench.coverage.analyze import analyze_coverage
 from workbench.coverage.capture import (
@@ -52,6 +52,12 @@ def _line_of(marker: str) -> int:
 
 def _workload(model_factory, *, batch_size: int = 8, features: int = 6) -> Workload:
     return classifier_workload(model_factory, "test", features=features, batch_size=batch_size)
+
+
+class Head(LinearHead):
+    """Linear(6, 3): the features _workload's batches have."""
+
+    features = 6
 
 
 @torch.library.custom_op("wbtest::double_it", mutates_args=())
@@ -219,12 +225,8 @@ def test_failure_mid_capture_keeps_ops_and_says_where() -> None:
     assert f"test_coverage.py:{_line_of('MARK-fails')}" in failure.summary()
 
 
-class GrowsByOne(nn.Module):
+class GrowsByOne(Head):
     """A shape that follows the batch size but not by its ratio: B + 1."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(6, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         pad = torch.zeros(x.shape[0] + 1, 3)  # MARK-grows
@@ -252,11 +254,7 @@ def test_shape_stability_tells_batch_scaling_from_other_changes() -> None:
     assert "beyond the batch dimension" in stability.sentence()
 
 
-class BreaksGraph(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(6, 3)
-
+class BreaksGraph(Head):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.lin(x)
         print("logging from forward")  # MARK-print
@@ -277,11 +275,7 @@ def test_graph_breaks_with_reason_and_location(capsys: pytest.CaptureFixture) ->
     assert (clean.graph_count, clean.graph_break_count, clean.breaks) == (1, 0, [])
 
 
-class ReadsItem(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(6, 3)
-
+class ReadsItem(Head):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.lin(x)
         if y.sum().item() > 0:
@@ -452,11 +446,7 @@ def test_the_optimizers_own_host_reads_are_one_note_not_a_model_risk() -> None:
     assert [f.site.line for f in host] == [_line_of("MARK-item")]
 
 
-class Float64Head(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(6, 3)
-
+class Float64Head(Head):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.lin(x).double().float()
 
@@ -492,23 +482,15 @@ def test_a_causal_lm_with_shifted_labels_has_stable_shapes_and_no_noise_flags() 
     assert risks.DYNAMIC_SHAPE not in kinds
 
 
-class IntegerRepeats(nn.Module):
+class IntegerRepeats(Head):
     """repeat_interleave with a Python int: every output size follows the input's."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(6, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.lin(x.repeat_interleave(2, dim=1)[:, :6])
 
 
-class TensorRepeats(nn.Module):
+class TensorRepeats(Head):
     """repeat_interleave with repeats read from the data: the output size is the data's."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(6, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         counts = (x[:, 0] > 0).long() + 1

@@ -23,7 +23,7 @@ pytest.importorskip("torch_xla")
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from tests.fixtures.user_workloads import classifier_workload  # noqa: E402
+from tests.fixtures.user_workloads import LinearHead, classifier_workload  # noqa: E402
 from workbench.coverage.analyze import analyze_coverage  # noqa: E402
 from workbench.coverage.support import FALLS_BACK  # noqa: E402
 from workbench.targets.detect import FLAVOUR_XLA  # noqa: E402
@@ -36,22 +36,20 @@ REPO = REPO_ROOT
 THIS_FILE = str(Path(__file__).resolve())
 
 
-class Histogram(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(8, 4)
+class Head(LinearHead):
+    """Linear(8, 4): the classes _workload's labels have."""
 
+    classes = 4
+
+
+class Histogram(Head):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.lin(x)
         counts = torch.histc(y.detach(), bins=4)  # MARK-histc
         return y + counts.sum() * 0
 
 
-class Positive(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(8, 4)
-
+class Positive(Head):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.lin(x)
         kept = torch.nonzero(y > 0)  # MARK-nonzero
