@@ -80,11 +80,11 @@ def _load_config(path: Path) -> dict[str, Any]:
             raise BadInput(f"Config {path}: {key!r} must be {words}, not {value!r:.80}.")
     if any(not isinstance(name, str) for name in config.get("parameters", {})):
         raise BadInput(f"Config {path}: 'parameters' must map names to values.")
-    words = config.get("script_args")
-    if isinstance(words, list):
-        if not all(isinstance(word, str) for word in words):
+    script_args = config.get("script_args")
+    if isinstance(script_args, list):
+        if not all(isinstance(word, str) for word in script_args):
             raise BadInput(f"Config {path}: 'script_args' must be a string or a list of strings.")
-        config["script_args"] = shlex.join(words)
+        config["script_args"] = shlex.join(script_args)
     return config
 
 
@@ -524,6 +524,20 @@ class Command:
         return f"{self.name}_command"
 
 
+def _in_package(name: str, help: str, package: str, handler: str, **more: Any) -> Command:
+    """A command whose arguments (configure_parser) and handler live in
+    workbench.<package>.command, imported only when the command is parsed or run."""
+    module = f"workbench.{package}.command"
+    return Command(
+        name, help, Deferred(module, "configure_parser"), Deferred(module, handler), **more
+    )
+
+
+def _judging(judged: int, passed: str, failed: str) -> str:
+    """The exit codes of a command that judges: 0 (`passed`), bad input, `judged` (`failed`)."""
+    return exit_codes_line((EXIT_OK, EXIT_BAD_INPUT, judged), {EXIT_OK: passed, judged: failed})
+
+
 COMMANDS: tuple[Command, ...] = (
     Command(
         "run",
@@ -564,52 +578,40 @@ COMMANDS: tuple[Command, ...] = (
         "one dashboard over a matrix ROOT: each item's latest verdict and its change",
         _collect_arguments,
         Deferred("workbench.fleet.command", "cmd_collect"),
-        epilog=exit_codes_line(
-            (EXIT_OK, EXIT_BAD_INPUT, EXIT_REGRESSION),
-            {EXIT_OK: "no item regressed", EXIT_REGRESSION: "an item regressed"},
-        ),
+        epilog=_judging(EXIT_REGRESSION, "no item regressed", "an item regressed"),
     ),
-    Command(
+    _in_package(
         "scan",
         "find CUDA-specific code in your sources, with the Neuron replacement",
-        Deferred("workbench.scan.command", "configure_parser"),
-        Deferred("workbench.scan.command", "cmd_scan"),
-        epilog=exit_codes_line(
-            (EXIT_OK, EXIT_BAD_INPUT, EXIT_BLOCKING_FINDINGS),
-            {EXIT_OK: "no blocking finding", EXIT_BLOCKING_FINDINGS: "blocking findings"},
-        ),
+        "scan",
+        "cmd_scan",
+        epilog=_judging(EXIT_BLOCKING_FINDINGS, "no blocking finding", "blocking findings"),
     ),
-    Command(
+    _in_package(
         "compare",
         "judge the newest run against a baseline run or the history of runs",
-        Deferred("workbench.compare.command", "configure_parser"),
-        Deferred("workbench.compare.command", "cmd_compare"),
-        epilog=exit_codes_line(
-            (EXIT_OK, EXIT_BAD_INPUT, EXIT_REGRESSION),
-            {EXIT_OK: "no regression", EXIT_REGRESSION: "a regression (listed on stderr)"},
-        ),
+        "compare",
+        "cmd_compare",
+        epilog=_judging(EXIT_REGRESSION, "no regression", "a regression (listed on stderr)"),
     ),
-    Command(
+    _in_package(
         "export-metrics",
         "export runs to MLflow, TensorBoard, W&B (offline) or a JUnit report for CI",
-        Deferred("workbench.export.command", "configure_parser"),
-        Deferred("workbench.export.command", "cmd_export_metrics"),
+        "export",
+        "cmd_export_metrics",
     ),
     Command(
         "rehearse",
         "run the workbook in a pinned and a candidate environment and say whether to move the pin",
         _rehearse_arguments,
         cmd_rehearse,
-        epilog=exit_codes_line(
-            (EXIT_OK, EXIT_BAD_INPUT, EXIT_REGRESSION),
-            {EXIT_OK: "move the pin, or not judged", EXIT_REGRESSION: "hold the pin"},
-        ),
+        epilog=_judging(EXIT_REGRESSION, "move the pin, or not judged", "hold the pin"),
     ),
-    Command(
+    _in_package(
         "plan",
         "will the model fit on a Trainium instance, and which TP/PP/DP layout to use",
-        Deferred("workbench.planning.command", "configure_parser"),
-        Deferred("workbench.planning.command", "cmd_plan"),
+        "planning",
+        "cmd_plan",
     ),
     Command(
         "env",
