@@ -346,8 +346,9 @@ def judge_study(
         outcome = _StudyOutcome(
             target_loss=target, baseline_steps=baseline_steps, candidate_steps=candidate_steps
         )
-        outcome |= _rcp_test(
-            baseline_steps, candidate_steps, len(seeds), len(reference_seeds), steps, target, alpha
+        untestable = _untestable(baseline_steps, candidate_steps, len(seeds), steps, target)
+        outcome |= untestable or _rcp_test(
+            baseline_steps, candidate_steps, len(seeds), len(reference_seeds), target, alpha
         )
     return ConvergenceStudy(
         label, seeds, steps, baseline, candidate, reference_seeds=reference_seeds, **outcome
@@ -358,37 +359,24 @@ def _reading(ours: float, fastest: float, slowest: float) -> tuple[bool, str, st
     """Whether the candidate's olympic mean steps lie within what the reference allows: the
     test's outcome, its verdict and the sentence that reads it."""
     if ours < fastest:
-        return (
-            False,
-            "too fast",
-            (
-                f"converges faster than the reference allows (below {fastest:.3g} steps): a recipe "
-                "that differs, as the RCP checker fails it"
-            ),
+        reading = (
+            f"converges faster than the reference allows (below {fastest:.3g} steps): a recipe "
+            "that differs, as the RCP checker fails it"
         )
+        return False, "too fast", reading
     if ours > slowest:
-        return (
-            False,
-            "too slow",
-            (f"converges slower than the reference allows (above {slowest:.3g} steps)"),
-        )
+        reading = f"converges slower than the reference allows (above {slowest:.3g} steps)"
+        return False, "too slow", reading
     return True, "within", f"within the {fastest:.3g} to {slowest:.3g} steps the reference allows"
 
 
-def _rcp_test(
-    baseline_steps: list[float],
-    candidate_steps: list[float],
-    runs: int,
-    reference_runs: int,
-    steps: int,
-    target: float,
-    alpha: float,
-) -> _StudyOutcome:
-    """The RCP checker's test of the candidate's olympic mean steps against the reference's."""
-    # The reference first: when its own runs do not reach the target reliably, a candidate that
-    # misses it as often says nothing about the candidate (an identical run would fail).
-    reference = olympic(baseline_steps)
-    if not all(math.isfinite(v) for v in reference):
+def _untestable(
+    baseline_steps: list[float], candidate_steps: list[float], runs: int, steps: int, target: float
+) -> _StudyOutcome | None:
+    """Why no test is made, where none can be: the reference's own runs do not reach the
+    target reliably (then a candidate that misses it as often says nothing about the
+    candidate: an identical run would fail), or more than one candidate run never does."""
+    if not all(math.isfinite(v) for v in olympic(baseline_steps)):
         return _StudyOutcome(
             verdict="not tested",
             note=(
@@ -407,6 +395,20 @@ def _rcp_test(
                 "convergence, as the RCP checker)"
             ),
         )
+    return None
+
+
+def _rcp_test(
+    baseline_steps: list[float],
+    candidate_steps: list[float],
+    runs: int,
+    reference_runs: int,
+    target: float,
+    alpha: float,
+) -> _StudyOutcome:
+    """The RCP checker's test of the candidate's olympic mean steps against the reference's
+    (every reference run that olympic scoring keeps reached the target)."""
+    reference = olympic(baseline_steps)
     mean, stdev = statistics.fmean(reference), statistics.pstdev(reference)
     n_reference, n_candidate = len(reference), runs - 2 * OLYMPIC_REJECTED
     ours = statistics.fmean(olympic(candidate_steps))

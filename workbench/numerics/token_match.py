@@ -172,19 +172,9 @@ def build_acceptance_set(
             f"top-1 agreement on the held-out data ({held_out.samples} samples)",
         ), []
     sequences = torch.cat([_token_ids(inputs) for inputs, _ in held_out.batches])[:prompts]  # type: ignore[misc]
-    length = sequences.shape[1]
-    if not callable(getattr(reference_model, "generate", None)):
-        return _teacher_forced(first_inputs, sequences, prompts), [
-            f"The model of workload {workload.name!r} has no generate(), so greedy token match "
-            f"is not judged; top-1 agreement, KL and cosine are, teacher-forced on "
-            f"{len(sequences)} held-out sequences."
-        ]
-    if prompt_tokens >= length:
-        return _teacher_forced(first_inputs, sequences, prompts), [
-            f"prompt_tokens {prompt_tokens} leaves no room in the workload's {length}-token "
-            "held-out sequences, so greedy token match is not judged; top-1 agreement, KL and "
-            "cosine are, teacher-forced on the held-out sequences."
-        ]
+    no_greedy = _why_no_greedy(workload, reference_model, sequences, prompt_tokens)
+    if no_greedy is not None:
+        return _teacher_forced(first_inputs, sequences, prompts), [no_greedy]
     prompt = sequences[:, :prompt_tokens].to(torch.long)
     try:
         reference_model.eval()
@@ -209,6 +199,29 @@ def build_acceptance_set(
         prompts=prompt,
         reference_generated=generated,
     ), []
+
+
+def _why_no_greedy(
+    workload: Workload,
+    reference_model: torch.nn.Module,
+    sequences: torch.Tensor,
+    prompt_tokens: int,
+) -> str | None:
+    """Why greedy token match cannot be judged before generating anything, or None."""
+    if not callable(getattr(reference_model, "generate", None)):
+        return (
+            f"The model of workload {workload.name!r} has no generate(), so greedy token match "
+            f"is not judged; top-1 agreement, KL and cosine are, teacher-forced on "
+            f"{len(sequences)} held-out sequences."
+        )
+    length = sequences.shape[1]
+    if prompt_tokens >= length:
+        return (
+            f"prompt_tokens {prompt_tokens} leaves no room in the workload's {length}-token "
+            "held-out sequences, so greedy token match is not judged; top-1 agreement, KL and "
+            "cosine are, teacher-forced on the held-out sequences."
+        )
+    return None
 
 
 def _teacher_forced(first_inputs: Inputs, sequences: torch.Tensor, prompts: int) -> AcceptanceSet:
