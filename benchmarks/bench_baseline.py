@@ -11,10 +11,10 @@
    0.2 s), each A block paired with the B block beside it, so both sides of a pair see the same
    load; the ratio is the median of the pair ratios, printed with their spread (10th-90th
    percentile). Aim: within 0.95-1.05 on a quiet machine, with the pair spread printed.
-   Whether the machine was quiet is measured over the interleaved window itself: all CPUs'
-   busy time (psutil.cpu_times(), system-wide) less this process's own CPU time and its
-   children's (psutil.Process().cpu_times(), plus the running children read directly), as a
-   share of wall time x cores. The load average would count this benchmark's own work and the
+   Whether the machine was quiet is measured over the interleaved window itself, by the probe
+   the baseline's own measurements use (workbench.timing.HostLoadProbe): all CPUs' busy time
+   (/proc/stat) less this process's own CPU time and its children's, as a share of the CPUs'
+   time. The load average would count this benchmark's own work and the
    compile-heavy baseline just before it. Other processes above 10% mark the ratio LOADED, not
    a quiet-machine measurement; a pair spread wider than 0.10 on a quiet machine marks it
    UNSTEADY. Either replaces the confident line.
@@ -33,8 +33,6 @@ import statistics
 import sys
 import tempfile
 import time
-
-import psutil
 
 PROCESS_START = time.perf_counter()
 # Before torch is imported: Inductor reads its cache location once.
@@ -57,7 +55,7 @@ from workbench.baseline.records import (  # noqa: E402
 )
 from workbench.targets import get_target  # noqa: E402
 from workbench.targets.base import Target  # noqa: E402
-from workbench.timing import WarmupRule, quantile  # noqa: E402
+from workbench.timing import HostLoadProbe, WarmupRule, quantile  # noqa: E402
 from workbench.workload import Workload, load_workload  # noqa: E402
 
 LOOP_STEPS = 20
@@ -106,46 +104,6 @@ SPREAD_LIMIT = 0.10  # 10th-90th percentile of the pair ratios
 OTHERS_LIMIT = 0.10  # other processes' CPU time, as a share of wall time x cores
 
 
-def _busy_cpu_seconds() -> float:
-    """All CPUs' busy time since boot, counted as psutil.cpu_percent counts it: everything
-    but idle and iowait (guest time is already inside user and nice on Linux)."""
-    fields = psutil.cpu_times()._asdict()
-    total = sum(fields.values()) - fields.get("guest", 0.0) - fields.get("guest_nice", 0.0)
-    return total - fields["idle"] - fields.get("iowait", 0.0)
-
-
-def _own_cpu_seconds() -> float:
-    """CPU time of this process and its children: finished children through children_user and
-    children_system, running ones (Inductor's compile workers) read one by one."""
-    me = psutil.Process()
-    own = me.cpu_times()
-    total = own.user + own.system + own.children_user + own.children_system
-    for child in me.children(recursive=True):
-        try:
-            times = child.cpu_times()
-        except psutil.Error:  # exited since it was listed
-            continue
-        total += times.user + times.system
-    return total
-
-
-class OtherProcessesCpu:
-    """Other processes' CPU time over a `with` window, as a share of wall time x cores: the
-    machine's busy time less this process's own (children included)."""
-
-    def __enter__(self) -> OtherProcessesCpu:
-        self._wall = time.perf_counter()
-        self._busy, self._own = _busy_cpu_seconds(), _own_cpu_seconds()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        busy, own = _busy_cpu_seconds() - self._busy, _own_cpu_seconds() - self._own
-        self.wall = time.perf_counter() - self._wall
-        self.cores = psutil.cpu_count() or 1
-        self.seconds = max(0.0, busy - own)
-        self.share = self.seconds / (self.wall * self.cores)
-
-
 def workbench_block(prepared: PreparedStep, target: Target, steps: int) -> float:
     """One short A block: the baseline's own phases on a warm step (a 4-step warm-up that always
     ends, then `steps` steady samples); its robust steady median."""
@@ -163,7 +121,7 @@ def interleaved_ratio(workload: Workload, target: Target, threads: int) -> None:
     rough = timer_median(prepared, threads, min_run_time=0.2)
     steps = max(10, int(BLOCK_SECONDS / rough))
     pairs = []
-    with OtherProcessesCpu() as others:
+    with HostLoadProbe() as probe:
         for block in range(BLOCKS):
             # A B, then B A: neither side always runs first within its pair.
             if block % 2 == 0:
@@ -173,10 +131,13 @@ def interleaved_ratio(workload: Workload, target: Target, threads: int) -> None:
                 theirs = timer_median(prepared, threads, BLOCK_SECONDS)
                 ours = workbench_block(prepared, target, steps)
             pairs.append(ours / theirs)
+    host = probe.result
+    assert host is not None and host.other_share is not None, "/proc/stat is not readable"
+    share = host.other_share
     ordered = sorted(pairs)
     ratio = statistics.median(pairs)
     low, high = quantile(ordered, 0.1), quantile(ordered, 0.9)
-    loaded = others.share > OTHERS_LIMIT
+    loaded = share > OTHERS_LIMIT
     unsteady = high - low > SPREAD_LIMIT
     mark = (
         " [LOADED: not a quiet-machine measurement]"
@@ -189,20 +150,21 @@ def interleaved_ratio(workload: Workload, target: Target, threads: int) -> None:
         f"ratio vs torch.utils.benchmark{mark}: {ratio:.2f} (eager training step, {BLOCKS} "
         f"interleaved block pairs of ~{BLOCK_SECONDS:g} s, {steps} steps per workbench block; "
         f"pair spread {low:.2f}-{high:.2f} (10th-90th percentile), min {ordered[0]:.2f}, max "
-        f"{ordered[-1]:.2f}; other processes {others.share:.1%} of {others.cores} cpus over "
-        f"the {others.wall:.1f} s window)"
+        f"{ordered[-1]:.2f}; other processes {share:.1%} of {host.cores} cpus over "
+        f"the {host.wall_seconds:.1f} s window)"
     )
     if loaded:
         print(
-            f"  LOADED: other processes used {others.seconds:.1f} cpu-s, {others.share:.1%} of "
-            f"{others.cores} cpus x {others.wall:.1f} s (limit {OTHERS_LIMIT:.0%}; this process "
-            f"and its children left out), pair spread {high - low:.2f}: not a quiet-machine "
-            "measurement of the workbench; rerun on a quiet machine"
+            f"  LOADED: other processes used {share * host.cores * host.wall_seconds:.1f} cpu-s, "
+            f"{share:.1%} of {host.cores} cpus x {host.wall_seconds:.1f} s (limit "
+            f"{OTHERS_LIMIT:.0%}; this process and its children left out), pair spread "
+            f"{high - low:.2f}: not a quiet-machine measurement of the workbench; rerun on a "
+            "quiet machine"
         )
     elif unsteady:
         print(
             f"  UNSTEADY: pair spread {high - low:.2f} (limit {SPREAD_LIMIT}) although other "
-            f"processes used only {others.share:.1%} of the cpus: the ratio above is not a "
+            f"processes used only {share:.1%} of the cpus: the ratio above is not a "
             "steady measurement; rerun it"
         )
 

@@ -124,12 +124,13 @@ def start(notebook: str, namespace: dict[str, Any], *, with_workload: bool = Tru
         facts["compile cache"] = f"{cache.sentence}; {cache.wiring}"
     # Banners and tables keep their look in JupyterLab too (reports inline the same rules).
     display(show.Rich(f"<style>{show.stylesheet()}</style>", ""), metadata=show.LIVE_ONLY)
-    display(show.key_values(facts, caption="This run"))
+    # The report's lead says what ran from the result file; the table is for the live view.
+    display(show.key_values(facts, caption="This run"), metadata=show.LIVE_ONLY)
     if cache is not None and cache.status not in (STATUS_IN_USE, STATUS_OFF):
         print(f"warning: {cache.sentence}")  # the console line a headless run shows
         display(show.banner(cache.sentence, "warn"))
     kind = "ok" if target.is_trainium else "warn"
-    display(show.banner(target.validation_statement(), kind))
+    display(show.banner(target.validation_statement(), kind), metadata=show.LIVE_ONLY)
     return ctx
 
 

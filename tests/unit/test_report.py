@@ -319,8 +319,14 @@ def _led_notebook(tmp_path, *, with_result: bool = True):
             "schema_version": 1,
             "notebook": "09_sample",
             "created_at": "2026-12-02T10:00:00+00:00",
-            "target": {"name": "cpu", "chosen_because": "auto: <no device>", "is_trainium": False},
+            "target": {
+                "name": "cpu",
+                "chosen_because": "auto: <no device>",
+                "is_trainium": False,
+                "device": "cpu",
+            },
             "workload": {"name": "<b>mlp</b>", "description": "tiny"},
+            "compile_cache": {"sentence": "compile cache: /c/<v>", "wiring": "Inductor in /c"},
             "validation": "validated on cpu: this is not a Trainium validation.",
             "parameters": {"steady_steps": 7, "note": "<script>x</script>"},
             "versions": {"workbench": "0.1.0", "torch": "2.13.0", "torch-xla": "2.9.0"},
@@ -344,6 +350,7 @@ def test_report_leads_with_verdict_headline_what_ran_and_provenance(tmp_path):
         "HEADLINE &lt;i&gt;sentence&lt;/i&gt;",
         "What ran",
         "auto: &lt;no device&gt;",
+        "compile cache: /c/&lt;v&gt;; Inductor in /c",
         "Provenance",
         "2026-12-02T10:00:00+00:00",
         "torch-xla",
@@ -357,6 +364,8 @@ def test_report_leads_with_verdict_headline_what_ran_and_provenance(tmp_path):
     assert body.count("# 09") == 0 and body.count("Does the &lt;sample&gt; run?") == 1
     assert "set values in the panel" not in page
     assert "LIVE-VERDICT" not in page, "the live banner gives way to the lead's verdict"
+    assert body.count("noisy &lt;b&gt;") == 1, "the verdict is said once"
+    assert "<summary>the rule</summary>RULE-TEXT</details>" in body, "its rule folded under it"
     assert body.count('<details class="wb-log') == 1, "adjacent prints are one folded log"
     assert body.index("phase 2 done") > body.index("<summary>console output</summary>")
     assert network_references(page) == [] and script_references(page) == []

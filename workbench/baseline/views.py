@@ -116,7 +116,9 @@ def _cost_row(config: ConfigResult, payback: CompilePayback | None) -> dict[str,
 def headline(result: BaselineResult) -> None:
     """The sentence that reads the result, then the numbers it rests on, in two tables narrow
     enough for the report's page: time per configuration, then compile and memory."""
-    display(show.banner(result.headline(), show.VERDICT_BANNER[baseline_verdict(result).status]))
+    # The report opens with this headline, read from the result file: here for the live view.
+    banner = show.banner(result.headline(), show.VERDICT_BANNER[baseline_verdict(result).status])
+    display(banner, metadata=show.LIVE_ONLY)
     paybacks = {p.kind: p for p in result.paybacks()}
     steps = result.settings.steady_steps
     display(

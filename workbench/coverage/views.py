@@ -80,7 +80,9 @@ def _verdict_columns(rows: list[OpRow], flavours: list[str]) -> tuple[list[dict[
 
 def headline(report: CoverageReport, scan: ScanReport | None = None) -> None:
     """The one-sentence answer, coloured by the worst thing in it, then the step at a glance."""
-    display(show.banner(headline_text(report, scan), headline_kind(report, scan)))
+    # The report opens with this headline, read from the result file: here for the live view.
+    banner = show.banner(headline_text(report, scan), headline_kind(report, scan))
+    display(banner, metadata=show.LIVE_ONLY)
     totals = report.reference.phase_totals()
     facts = {
         phase: f"{totals[phase]['ops']} distinct ops, {totals[phase]['calls']} calls"

@@ -7,7 +7,6 @@ from IPython.display import display
 from workbench import markup as show
 from workbench.planning.lines import SHOWN, candidate_row, ranked
 from workbench.planning.planner import Plan
-from workbench.planning.plots import memory_by_layout
 
 
 def headline(plan: Plan) -> None:
@@ -50,6 +49,10 @@ def details(plan: Plan) -> None:
             "Trainium)",
         )
     )
+    # matplotlib (half a second) is loaded here, by the one view that draws, not by every import
+    # of these views (notebook 04's first cell imports them through tuning.views).
+    from workbench.planning.plots import memory_by_layout
+
     display(memory_by_layout(plan))
     display(
         show.table(

@@ -87,7 +87,9 @@ def _cost_row(point: BatchPoint) -> dict[str, Any]:
 
 def headline(result: ServingResult) -> None:
     """The sentence that reads the result, then the batch sweep it rests on."""
-    display(show.banner(result.headline(), show.VERDICT_BANNER[serving_verdict(result).status]))
+    # The report opens with this headline, read from the result file: here for the live view.
+    banner = show.banner(result.headline(), show.VERDICT_BANNER[serving_verdict(result).status])
+    display(banner, metadata=show.LIVE_ONLY)
     display(
         show.table(
             [

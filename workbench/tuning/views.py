@@ -125,7 +125,8 @@ def _headline_banner(result: RetuneResult) -> show.Rich:
 
 def headline(result: RetuneResult) -> None:
     failed = [t for t in result.trials if not t.fits]
-    display(_headline_banner(result))
+    # The report opens with this headline, read from the result file: here for the live view.
+    display(_headline_banner(result), metadata=show.LIVE_ONLY)
     if failed and result.search.largest_fit is not None:
         display(
             show.banner(
@@ -476,7 +477,7 @@ def cost(result: RetuneResult) -> None:
 
 def recommendation(result: RetuneResult) -> None:
     rec = result.recommendation
-    display(_headline_banner(result))
+    display(_headline_banner(result), metadata=show.LIVE_ONLY)  # as above
     rows = [{"knob": i.knob, "use": i.value, "evidence": i.evidence} for i in rec.items]
     display(show.table(rows, caption="Recommendation, with the evidence beside each setting"))
 

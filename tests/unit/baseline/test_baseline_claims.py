@@ -72,7 +72,7 @@ def result_of(*configs: ConfigResult) -> BaselineResult:
 def displayed(monkeypatch: pytest.MonkeyPatch, show, result: BaselineResult) -> str:
     """The HTML a view displays."""
     shown: list[str] = []
-    monkeypatch.setattr(views, "display", lambda item: shown.append(item.html_text))
+    monkeypatch.setattr(views, "display", lambda item, **_: shown.append(item.html_text))
     show(result)
     return "\n".join(shown)
 
