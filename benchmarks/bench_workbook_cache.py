@@ -163,6 +163,10 @@ def main() -> int:
     parser.add_argument("--startup-only", action="store_true")
     args = parser.parse_args()
     print(f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f}")
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        # Kernels inherit it: every start compiles each module's source again, which a user's
+        # second start does not (their bytecode is cached).
+        print("PYTHONDONTWRITEBYTECODE is set: each kernel compiles every module it imports")
     with tempfile.TemporaryDirectory() as name:
         root = Path(name)
         cache = root / "cache"
