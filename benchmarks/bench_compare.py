@@ -46,6 +46,10 @@ from workbench.targets import get_target
 from workbench.timing import WarmupRule
 from workbench.workload import Workload
 
+# The tests' workload builders serve the benchmarks too: the repository root goes on the path.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.fixtures.user_workloads import classifier_workload  # noqa: E402
+
 PAIRS = 5
 LEVELS = (0.0, 0.05, 0.10, 0.25, 1.0)
 BASE_SLEEP_S = 0.02
@@ -76,17 +80,10 @@ class Sleeper(nn.Module):
 
 
 def workload(extra_s: float) -> Workload:
-    return Workload(
-        name="sleeper",
-        model_factory=lambda: Sleeper(BASE_SLEEP_S + extra_s),
-        batch_maker=lambda n, gen: (
-            (torch.randn(n, 32, generator=gen),),
-            torch.randint(4, (n,), generator=gen),
-        ),
-        loss_fn=nn.functional.cross_entropy,
-        optimizer_factory=lambda params: torch.optim.SGD(params, lr=0.01),
-        batch_size=16,
-    )
+    def sleeper() -> nn.Module:
+        return Sleeper(BASE_SLEEP_S + extra_s)
+
+    return classifier_workload(sleeper, "sleeper", features=32, classes=4, batch_size=16)
 
 
 def measured_run(folder: Path, extra_s: float, index: int) -> Path:
