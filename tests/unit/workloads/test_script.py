@@ -117,6 +117,13 @@ def test_redirection_maps_cuda_inside_and_nothing_outside():
     assert "to" not in torch.Tensor.__dict__  # the C method is inherited again
 
 
+def _run_and_load(tmp_path, body: str):
+    """The script run once, watched (capture and redirection), and the workload it gives."""
+    spec = _script(tmp_path, body)
+    capture, redirection = run_script(spec, CPU)
+    return capture, redirection, load_script_workload(spec, CPU)
+
+
 def _recomputed_first_loss(workload) -> float:
     """The loss of the workload's first step on its batch, from its model's first weights."""
     inputs, targets = workload.batch()
@@ -266,10 +273,8 @@ for _ in range(2):
 
 
 def test_a_language_models_flattened_logits_loss_is_recomputed(tmp_path):
-    spec = _script(tmp_path, LANGUAGE_MODEL)
-    capture, _ = run_script(spec, CPU)
+    capture, _, workload = _run_and_load(tmp_path, LANGUAGE_MODEL)
     assert capture.targets.shape == (4, 12)  # the batch's targets, not their .view(-1)
-    workload = load_script_workload(spec, CPU)
     assert _recomputed_first_loss(workload) == pytest.approx(capture.losses[0], rel=1e-6)
 
 
@@ -296,10 +301,8 @@ for _ in range(2):
 
 
 def test_a_model_that_computes_its_own_loss_from_keyword_inputs(tmp_path):
-    spec = _script(tmp_path, OWN_LOSS)
-    capture, _ = run_script(spec, CPU)
+    capture, _, workload = _run_and_load(tmp_path, OWN_LOSS)
     assert capture.loss_from_output and set(capture.inputs) == {"features", "labels"}
-    workload = load_script_workload(spec, CPU)
     assert _recomputed_first_loss(workload) == pytest.approx(capture.losses[0], rel=1e-6)
 
 
@@ -338,10 +341,8 @@ for _ in range(2):
 
 
 def test_a_model_returning_logits_and_loss_is_recomputed(tmp_path):
-    spec = _script(tmp_path, RETURNS_LOGITS_AND_LOSS)
-    capture, _ = run_script(spec, CPU)
+    capture, _, workload = _run_and_load(tmp_path, RETURNS_LOGITS_AND_LOSS)
     assert capture.loss_name == "the model's own (output[1])"
-    workload = load_script_workload(spec, CPU)
     assert _recomputed_first_loss(workload) == pytest.approx(capture.losses[0], rel=1e-6)
     assert workload.batch(batch_size=6)[0][1].shape == (6, 7)
 
@@ -360,11 +361,9 @@ for _ in range(2):
 
 
 def test_a_loss_on_the_widened_output_of_an_autocast_forward_is_recognised(tmp_path):
-    spec = _script(tmp_path, MIXED_PRECISION)
-    capture, redirection = run_script(spec, CPU)
+    capture, redirection, workload = _run_and_load(tmp_path, MIXED_PRECISION)
     assert capture.loss_name == "F.cross_entropy"
     assert ("autocast('cuda')", 6) in _calls(redirection.log)
-    workload = load_script_workload(spec, CPU)
     # The workload's step runs in fp32 (the notebooks set precision), the script's in bf16.
     assert _recomputed_first_loss(workload) == pytest.approx(capture.losses[0], rel=2e-2)
 
