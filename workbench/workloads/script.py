@@ -654,6 +654,13 @@ def run_script(
         except Exception as exc:  # the script's own error, shown as it would be
             failure = f"it raised {describe_error(exc)}"
     capture.printed = scrub_text(printed.getvalue())
+    _check_capture(spec, capture, failure)
+    return capture, redirection
+
+
+def _check_capture(spec: str, capture: ScriptCapture, failure: str | None) -> None:
+    """The one sentence for a run that failed, or that gave no model, batch or loss to re-run;
+    nothing for a capture the notebooks can use."""
     reached = (
         f"after {capture.steps} optimizer step(s)"
         if capture.optimizer
@@ -680,7 +687,6 @@ def run_script(
             "own output.loss with `labels` among its inputs, so it cannot be re-run on the "
             "captured batch."
         )
-    return capture, redirection
 
 
 def load_script_workload(spec: str, target: Target, batch_size: int | None = None) -> Workload:
