@@ -25,7 +25,11 @@ from workbench.numerics.wording import (
 from workbench.scorecard import BLOCKER, PASS
 
 
-def _show_table(rows: list[dict[str, Any]], caption: str) -> None:
+def _show_table(rows: list[dict[str, Any]], caption: str, when_empty: str | None = None) -> None:
+    """The rows as a table; with no rows and a `when_empty` sentence, that sentence instead."""
+    if not rows and when_empty is not None:
+        display(show.banner(when_empty, "warn"))
+        return
     display(show.table(rows, caption=caption))
 
 
@@ -279,15 +283,12 @@ def sweep_rows(result: NumericsResult) -> list[dict[str, Any]]:
 
 
 def precision_sweep_table(result: NumericsResult) -> None:
-    rows = sweep_rows(result)
-    if not rows:
-        display(show.banner("No eager run on the target completed: no precision sweep.", "warn"))
-        return
     _show_table(
-        rows,
+        sweep_rows(result),
         "Relative error ||run - reference|| / ||reference|| of each layer output, eager on "
         f"{result.target['name']}; the first column is the fp32 reference's own error "
         "against fp64",
+        when_empty="No eager run on the target completed: no precision sweep.",
     )
 
 
@@ -541,18 +542,15 @@ def ratio_table(result: NumericsResult) -> None:
                     "fail" if alone or failure.cause != INHERITED else "warn",
                 )
             )
-    rows = ratio_rows(result)
-    if not rows:
-        display(show.banner("No run has an R-ratio (see the notes).", "warn"))
-        return
     _show_table(
-        rows,
+        ratio_rows(result),
         f"R-ratio per layer (execution order) and output: the run's RMSE against fp64 "
         f"over the CPU run at its precision's (the fp32 reference's for fp32), never "
         f"below 1.3e-6 x the output's RMS; a layer above {threshold:g} also re-run alone "
         f"on the reference's inputs (own or inherited); '(value)': fewer than "
         f"{min_ratio_elements(threshold)} elements, so its floor is the precision's "
         f"tolerance for its size; AWS: R near 1 healthy, above {threshold:g} a bug",
+        when_empty="No run has an R-ratio (see the notes).",
     )
 
 
@@ -596,17 +594,14 @@ def convergence_rows(result: NumericsResult) -> list[dict[str, Any]]:
 
 
 def convergence_table(result: NumericsResult) -> None:
-    rows = convergence_rows(result)
-    if not rows:
-        display(show.banner("No convergence study ran.", "warn"))
-        return
     settings = result.settings
     _show_table(
-        rows,
+        convergence_rows(result),
         f"Steps to reach the target held-out loss (MLPerf RCP checker): "
         f"{2 * settings.convergence_seeds} reference runs of "
         f"{settings.convergence_steps} steps, {settings.convergence_seeds} candidate runs "
         f"of up to {2 * settings.convergence_steps}, each its own seed, dropout on; "
         "olympic means (best and worst dropped) and the band an equal-variance t-test "
         "allows; reference: the fp32 reference, or the original batch for notebook 04's",
+        when_empty="No convergence study ran.",
     )
