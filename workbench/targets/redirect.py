@@ -15,7 +15,7 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -175,6 +175,40 @@ _CUDA_READINGS = (
 )
 
 
+# Calls with no counterpart on another device, answered without effect and named: (module,
+# its name as scripts write it, functions, why, the answer).
+_CUDA_ONLY_CALLS: tuple[tuple[Any, str, tuple[str, ...], str, Any], ...] = (
+    (
+        torch.cuda.nvtx,
+        "torch.cuda.nvtx",
+        ("range_push", "range_pop", "mark"),
+        "an NVTX marker for NVIDIA's profilers: ignored",
+        None,
+    ),
+    (
+        torch.cuda.nvtx,
+        "torch.cuda.nvtx",
+        ("range",),
+        "an NVTX range for NVIDIA's profilers: ignored",
+        nullcontext(),
+    ),
+    (
+        torch.cuda,
+        "torch.cuda",
+        ("set_per_process_memory_fraction", "ipc_collect"),
+        "a CUDA allocator setting: ignored",
+        None,
+    ),
+    (
+        torch.cuda,
+        "torch.cuda",
+        ("memory_summary",),
+        "a CUDA allocator report: answered with this sentence",
+        "no CUDA allocator: the script runs on another device",
+    ),
+)
+
+
 class DeviceRedirection:
     """While entered, CUDA calls run on `device`; `log` lists each one by its site."""
 
@@ -251,6 +285,8 @@ class DeviceRedirection:
             (torch.cuda, "current_stream", self._stream("current_stream")),
             (torch.cuda, "default_stream", self._stream("default_stream")),
             (torch.cuda, "stream", self._on_stream),
+            (torch.cuda, "device", self._answer("torch.cuda.device()", nullcontext())),
+            (torch.cuda, "mem_get_info", self._mem_get_info()),
             (torch, "set_default_device", self._set_default_device()),
             (torch.amp.autocast_mode.autocast, "__init__", self._autocast()),
             (torch.amp.grad_scaler.GradScaler, "__init__", self._grad_scaler()),
@@ -263,6 +299,11 @@ class DeviceRedirection:
         ]
         patches += [(torch, name, self._factory(getattr(torch, name), name)) for name in _FACTORIES]
         patches += [(torch.cuda, name, self._reading(name)) for name in _CUDA_READINGS]
+        patches += [
+            (owner, name, self._ignored(f"{prefix}.{name}()", why, answer))
+            for owner, prefix, names, why, answer in _CUDA_ONLY_CALLS
+            for name in names
+        ]
         patches += [
             (torch.cuda, name, self._reading(name, answer=None)) for name in _CUDA_COUNTER_RESETS
         ]
@@ -340,6 +381,29 @@ class DeviceRedirection:
             return value
 
         return answer
+
+    def _ignored(self, call: str, why: str, value: Any) -> Callable[..., Any]:
+        def ignored(*_: Any, **__: Any) -> Any:
+            self._unmapped(call, why)
+            return value
+
+        return ignored
+
+    def _mem_get_info(self) -> Callable[..., tuple[int, int]]:
+        total, source = self.total_memory
+        host = source.startswith("the host's")
+        why = "a CUDA allocator reading: answered (free, total) of " + (
+            "the host's memory (available, physical)"
+            if host
+            else f"{source}, free answered as the whole (the target reports no free figure)"
+        )
+
+        def mem_get_info(*_: Any, **__: Any) -> tuple[int, int]:
+            self._unmapped("torch.cuda.mem_get_info()", why)
+            free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES") if host else total
+            return free, total
+
+        return mem_get_info
 
     def _properties(self) -> Callable[..., TargetProperties]:
         total, source = self.total_memory

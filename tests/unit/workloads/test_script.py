@@ -564,3 +564,29 @@ def test_the_docs_quote_the_one_gpu_scripts_calls_as_they_are_listed(realistic):
         for row in realistic["cuda_heavy"].script_run["device_calls"]
     }
     assert quoted and set(quoted) <= listed
+
+
+CUDA_ONLY = """
+import torch
+with torch.cuda.device(0):
+    torch.cuda.nvtx.range_push("step")
+    torch.cuda.nvtx.range_pop()
+    with torch.cuda.nvtx.range("forward"):
+        free, total = torch.cuda.mem_get_info()
+    torch.cuda.set_per_process_memory_fraction(0.9)
+    print(f"free {free <= total} {torch.cuda.memory_summary()}")
+""" + trains(2)
+
+
+def test_cuda_only_calls_are_named_and_answered_without_effect(tmp_path):
+    capture, redirection = run_script(_script(tmp_path, CUDA_ONLY), CPU)
+    assert _calls(redirection.log) == {("torch.cuda.device()", 3)}
+    assert _calls(redirection.log, mapped=False) == {
+        ("torch.cuda.nvtx.range_push()", 4),
+        ("torch.cuda.nvtx.range_pop()", 5),
+        ("torch.cuda.nvtx.range()", 6),
+        ("torch.cuda.mem_get_info()", 7),
+        ("torch.cuda.set_per_process_memory_fraction()", 8),
+        ("torch.cuda.memory_summary()", 9),
+    }
+    assert "free True no CUDA allocator" in capture.printed
