@@ -1,0 +1,41 @@
+"""Packages export their names on first use: importing one (a notebook's first cell, compare's
+result-file readers) must not load torch or matplotlib before anything needs them."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from workbench.lazy_exports import lazy_exports
+
+PACKAGES = ("baseline", "coverage", "numerics", "serving", "tuning", "planning", "environment")
+
+
+def test_importing_the_packages_loads_neither_torch_nor_matplotlib() -> None:
+    probe = (
+        "import json, sys\n"
+        + "".join(f"import workbench.{name}\n" for name in PACKAGES)
+        + "before = {m: m in sys.modules for m in ('torch', 'matplotlib')}\n"
+        + "import workbench.compare.report\n"  # the comparison page draws its own SVG
+        + "after = 'matplotlib' in sys.modules\n"
+        + "from workbench.baseline import run_baseline\n"  # a name still resolves, on use
+        + "print(json.dumps([before, after, callable(run_baseline), 'torch' in sys.modules]))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    before, matplotlib_after_compare, resolved, torch_after_use = json.loads(done.stdout)
+    assert before == {"torch": False, "matplotlib": False}
+    assert not matplotlib_after_compare
+    assert resolved and torch_after_use
+
+
+def test_a_name_the_package_does_not_export_is_an_attribute_error() -> None:
+    import workbench.baseline as baseline
+
+    getattr_hook = lazy_exports(
+        "workbench.baseline", {"run_baseline": "workbench.baseline.measure"}
+    )
+    with pytest.raises(AttributeError, match="has no attribute 'run_basline'"):
+        getattr_hook("run_basline")
+    assert getattr_hook("run_baseline") is baseline.run_baseline
+    assert "run_baseline" in vars(baseline), "kept in the package after the first read"
