@@ -27,8 +27,9 @@ STYLESHEET = Path(__file__).resolve().parent / "templates" / "offline" / "workbe
 LIVE_ONLY = {"workbench": {"live_only": True}}
 # The report's page is 1100 px wide: the workbook's figures are 7.5-14 inches wide, so at 100 dpi
 # most were drawn wider than the page and shrunk by the browser. At 80 dpi a 13-inch figure is
-# shown at its own size, ticks at 8-10 px, for two thirds of the pixels and about a fifth fewer
-# bytes. SVG would balloon the page for dense plots.
+# shown at its own size, ticks at 8-10 px, for two thirds of the pixels (with zlib's best, the
+# figures of a seed-mlp run's reports went from 356 KB to 263 KB). SVG would balloon the page for
+# dense plots.
 FIGURE_DPI = 80
 PALETTE_COLOURS = 256
 
