@@ -541,17 +541,28 @@ def _refuse(original: Callable[..., Any], call: str, why: tuple[str, str]) -> Ca
 _STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
 
 
+# torch's compiler, whose own processes (Inductor's C++ builds, its compile workers) go ahead.
+_COMPILER = tuple(f"{os.sep}torch{os.sep}{part}{os.sep}" for part in ("_inductor", "_dynamo"))
+
+
 def _the_script_asks() -> bool:
-    """Whether the call being watched comes from the script (or a library it uses) rather than
-    from torch or the workbench: the first caller outside the standard library decides."""
+    """Whether the call being watched comes from the script, directly or through a library
+    (torch.multiprocessing.spawn included), rather than from torch's compiler or the workbench:
+    a call whose first caller outside the standard library is the compiler is its own; any
+    other is the script's where the script's code is among its callers."""
     frame = sys._getframe(2)
+    first = True
     while frame is not None:
         source = frame.f_code.co_filename
         library = source.startswith("<frozen") or (
             os.path.realpath(source).startswith(_STDLIB) and "-packages" not in source
         )
         if source != __file__ and not library:
-            return is_user_code(source)
+            if first and any(part in source for part in _COMPILER):
+                return False
+            first = False
+            if is_user_code(source):
+                return True
         frame = frame.f_back  # type: ignore[assignment]
     return False
 

@@ -151,6 +151,11 @@ TRAINS = trains(3)
         ),
         ("print('hello')\n", "ended without an optimizer step"),
         ("import subprocess\nsubprocess.run(['true'])\n", "it starts a process (Popen.__init__ at"),
+        (
+            "import torch.multiprocessing as mp\ndef work(rank):\n    pass\n"
+            "if __name__ == '__main__':\n    mp.spawn(work, nprocs=2)\n",
+            "it starts a process (BaseProcess.start at train.py:5)",
+        ),
         ("raise ValueError('bad data')\n", "ValueError: bad data"),
         ("name = input('data folder? ')\n", "it raised EOFError"),
         (
