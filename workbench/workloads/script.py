@@ -280,6 +280,9 @@ class _Watch:
         self.model_hooks: list[Any] = []
         self.pending: Inputs | None = None
         self.pending_mixed = False
+        # A GradScaler's scaled loss, by id, with the loss it scaled: `backward` on the scaled
+        # one records the script's own loss value.
+        self.scaled: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
@@ -287,6 +290,9 @@ class _Watch:
         with contextlib.ExitStack() as stack:
             stack.enter_context(patched(torch.optim.Optimizer, "__init__", self._optimizer_init()))
             stack.enter_context(patched(torch.Tensor, "backward", self._backward()))
+            stack.enter_context(
+                patched(torch.amp.grad_scaler.GradScaler, "scale", self._scaler_scale())
+            )
             stack.enter_context(patched(torch, "compile", self._compile()))
             stack.enter_context(
                 patched(argparse._ActionsContainer, "add_argument", self._add_argument())
@@ -424,14 +430,29 @@ class _Watch:
         capture = self.capture
 
         def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            if capture.optimizer is not None and tensor.numel() == 1:
-                capture.losses.append(float(tensor.detach().float().cpu()))
-                capture.loss_dtype = tensor.dtype
+            scaled, loss = self.scaled.pop(id(tensor), (None, tensor))
+            if scaled is not tensor:
+                loss = tensor
+            self.scaled.clear()
+            if capture.optimizer is not None and loss.numel() == 1:
+                capture.losses.append(float(loss.detach().float().cpu()))
+                capture.loss_dtype = loss.dtype
             if capture.loss_fn is None and capture.output is not None:
-                self._own_loss_seen(tensor)
+                self._own_loss_seen(loss)
             return original(tensor, *args, **kwargs)
 
         return backward
+
+    def _scaler_scale(self) -> Callable[..., Any]:
+        original = torch.amp.grad_scaler.GradScaler.scale
+
+        def scale(scaler: Any, outputs: Any) -> Any:
+            scaled = original(scaler, outputs)
+            if isinstance(outputs, torch.Tensor) and isinstance(scaled, torch.Tensor):
+                self.scaled[id(scaled)] = (scaled, outputs)
+            return scaled
+
+        return scale
 
     def _own_loss_seen(self, tensor: torch.Tensor) -> None:
         """`backward` on a loss the model computed itself: its `loss` (a Hugging Face model

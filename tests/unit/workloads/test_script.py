@@ -595,3 +595,15 @@ def test_cuda_only_calls_are_named_and_answered_without_effect(tmp_path):
         ("torch.cuda.memory_summary()", 9),
     }
     assert "free True no CUDA allocator" in capture.printed
+
+
+def test_a_grad_scalers_scaled_loss_is_recorded_as_the_loss_it_scaled(tmp_path):
+    body = (
+        trains(2)
+        .replace("opt = torch", "scaler = torch.amp.GradScaler('cuda')\nopt = torch")
+        .replace("loss.backward()", "scaler.scale(loss).backward()")
+        .replace("opt.step()", "scaler.step(opt)\n    scaler.update()")
+    )
+    capture, _, workload = _run_and_load(tmp_path, body)
+    # The scaler multiplies by 65536 on the target as on a GPU; the script's loss is unscaled.
+    assert _recomputed_first_loss(workload) == pytest.approx(capture.losses[0], rel=1e-6)
