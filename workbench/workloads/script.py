@@ -191,8 +191,8 @@ def _on_cpu(tree: Any) -> Any:
 def _how_loss_reads(argument: Any, output: Any) -> str | None:
     """How a loss's first argument comes from the model's output: "as returned", "logits"
     (a container's primary tensor), "cast" (that tensor in another dtype, as `.float()` makes
-    it), "flattened" (that tensor over its leading dimensions), or None when it is computed
-    some other way."""
+    it), "reshaped" (that tensor's values regrouped: `logits.view(-1, vocab)`, `.squeeze(-1)`),
+    or None when it is computed some other way."""
     if argument is output:
         return "as returned"
     try:
@@ -209,17 +209,25 @@ def _how_loss_reads(argument: Any, output: Any) -> str | None:
         and argument.shape == logits.shape
     ):
         return "cast"  # logits.float(): the output of a mixed-precision forward, widened
-    if (
-        isinstance(argument, torch.Tensor)
-        and argument._base is not None
-        and argument._base is (logits._base if logits._base is not None else logits)
-        and argument.dim() == 2
-        and logits.dim() > 2
-        and argument.shape[-1] == logits.shape[-1]
-        and argument.numel() == logits.numel()
-    ):
-        return "flattened"
+    if _regroups(argument, logits):
+        return "reshaped"
     return None
+
+
+def _regroups(view: Any, tensor: Any) -> bool:
+    """Whether `view` holds `tensor`'s values in the same order under another shape: a view of
+    the same contiguous memory with as many elements (not a slice, not a transpose)."""
+    return (
+        isinstance(view, torch.Tensor)
+        and isinstance(tensor, torch.Tensor)
+        and view._base is not None
+        and view._base is (tensor._base if tensor._base is not None else tensor)
+        and view.dim() >= 1
+        and view.numel() == tensor.numel()
+        and view.is_contiguous()
+        and tensor.is_contiguous()
+        and view.data_ptr() == tensor.data_ptr()
+    )
 
 
 def _own_loss(output: Any) -> Any:
@@ -391,16 +399,19 @@ class _Watch:
         if capture.loss_fn is not None or capture.output is None or len(args) < 2:
             return
         # The loss is recognised only where it reads the model's output as returned, its
-        # logits, or those flattened over their leading dimensions (a language model's
-        # `logits.view(-1, vocab)` with `targets.view(-1)`): re-running it on the captured
-        # batch then computes what the script computed.
+        # logits, or those regrouped under another shape (a language model's
+        # `logits.view(-1, vocab)` with `targets.view(-1)`, a regression's `.squeeze(-1)`):
+        # re-running it on the captured batch then computes what the script computed. A
+        # regrouping is kept by its shape after the batch dimension, so it holds at any batch.
         read = _how_loss_reads(args[0], capture.output)
         if read is None:
             return
-        loss, flat = make_loss(), read == "flattened"
-        target = args[1]
-        if flat and isinstance(target, torch.Tensor) and target._base is not None:
-            target = target._base  # the targets as the batch holds them, before .view(-1)
+        loss, target = make_loss(), args[1]
+        output_tail = tuple(args[0].shape[1:]) if read == "reshaped" else None
+        target_tail = None
+        if read == "reshaped" and _regroups(target, getattr(target, "_base", None)):
+            # The targets as the batch holds them, before `.view(-1)`.
+            target_tail, target = tuple(target.shape[1:]), target._base
 
         dtype = args[0].dtype if read == "cast" else None
 
@@ -408,8 +419,10 @@ class _Watch:
             logits = primary_output(outputs) if read != "as returned" else outputs
             if dtype is not None:
                 logits = logits.to(dtype)
-            if flat:
-                return loss(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+            if output_tail is not None:
+                logits = logits.reshape(-1, *output_tail)
+            if target_tail is not None:
+                targets = targets.reshape(-1, *target_tail)
             return loss(logits, targets)
 
         capture.loss_fn = loss_fn

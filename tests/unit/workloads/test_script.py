@@ -607,3 +607,32 @@ def test_a_grad_scalers_scaled_loss_is_recorded_as_the_loss_it_scaled(tmp_path):
     capture, _, workload = _run_and_load(tmp_path, body)
     # The scaler multiplies by 65536 on the target as on a GPU; the script's loss is unscaled.
     assert _recomputed_first_loss(workload) == pytest.approx(capture.losses[0], rel=1e-6)
+
+
+REGRESSION = """
+import torch
+model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+opt = torch.optim.Adam(model.parameters())
+for _ in range(2):
+    x, y = torch.randn(6, 5), torch.randn(6)
+    loss = torch.nn.functional.mse_loss(model(x).squeeze(-1), y)
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_loss_on_the_output_regrouped_is_recomputed_at_any_batch(tmp_path):
+    capture, _, workload = _run_and_load(tmp_path, REGRESSION)
+    assert capture.loss_name == "F.mse_loss" and capture.targets.shape == (6,)
+    assert _recomputed_first_loss(workload) == pytest.approx(capture.losses[0], rel=1e-6)
+    model = workload.build_model()
+    inputs, targets = workload.batch(batch_size=9)
+    assert workload.compute_loss(workload.forward(model, inputs), targets).dim() == 0
+
+
+def test_a_loss_on_a_slice_of_the_output_is_refused(tmp_path):
+    body = REGRESSION.replace("model(x).squeeze(-1)", "model(x)[:3, 0]").replace(
+        "torch.randn(6)", "torch.randn(3)"
+    )
+    with pytest.raises(BadInput, match="neither a torch loss module or function applied"):
+        run_script(_script(tmp_path, body), CPU)
