@@ -24,6 +24,7 @@ import copy
 import functools
 import inspect
 import io
+import itertools
 import logging
 import multiprocessing.process
 import os
@@ -192,7 +193,9 @@ def _how_loss_reads(argument: Any, output: Any) -> str | None:
     """How a loss's first argument comes from the model's output: "as returned", "logits"
     (a container's primary tensor), "cast" (that tensor in another dtype, as `.float()` makes
     it), "reshaped" (that tensor's values regrouped: `logits.view(-1, vocab)`, `.squeeze(-1)`),
-    or None when it is computed some other way."""
+    "permuted" (that tensor with its dimensions after the batch reordered: an LM's
+    `logits.transpose(1, 2)` for cross-entropy over classes), or None when it is computed some
+    other way."""
     if argument is output:
         return "as returned"
     try:
@@ -211,6 +214,27 @@ def _how_loss_reads(argument: Any, output: Any) -> str | None:
         return "cast"  # logits.float(): the output of a mixed-precision forward, widened
     if _regroups(argument, logits):
         return "reshaped"
+    if _permutation(argument, logits) is not None:
+        return "permuted"
+    return None
+
+
+def _permutation(view: Any, tensor: torch.Tensor) -> tuple[int, ...] | None:
+    """The order of `tensor`'s dimensions that `view` is, with the batch dimension kept first;
+    None where `view` is not such a view of it."""
+    if not (
+        isinstance(view, torch.Tensor)
+        and view._base is not None
+        and view._base is (tensor._base if tensor._base is not None else tensor)
+        and view.data_ptr() == tensor.data_ptr()
+        and view.dim() == tensor.dim()
+        and 2 < view.dim() <= 5
+    ):
+        return None
+    for order in itertools.permutations(range(1, tensor.dim())):
+        moved = tensor.permute(0, *order)
+        if moved.shape == view.shape and moved.stride() == view.stride():
+            return (0, *order)
     return None
 
 
@@ -408,6 +432,9 @@ class _Watch:
             return
         loss, target = make_loss(), args[1]
         output_tail = tuple(args[0].shape[1:]) if read == "reshaped" else None
+        order = (
+            _permutation(args[0], primary_output(capture.output)) if read == "permuted" else None
+        )
         target_tail = None
         if read == "reshaped" and _regroups(target, getattr(target, "_base", None)):
             # The targets as the batch holds them, before `.view(-1)`.
@@ -421,6 +448,8 @@ class _Watch:
                 logits = logits.to(dtype)
             if output_tail is not None:
                 logits = logits.reshape(-1, *output_tail)
+            if order is not None:
+                logits = logits.permute(order)
             if target_tail is not None:
                 targets = targets.reshape(-1, *target_tail)
             return loss(logits, targets)

@@ -636,3 +636,14 @@ def test_a_loss_on_a_slice_of_the_output_is_refused(tmp_path):
     )
     with pytest.raises(BadInput, match="neither a torch loss module or function applied"):
         run_script(_script(tmp_path, body), CPU)
+
+
+def test_a_loss_over_the_classes_of_transposed_logits_is_recomputed(tmp_path):
+    body = LANGUAGE_MODEL.replace(
+        "nn.functional.cross_entropy(logits.view(-1, 50), labels.view(-1))",
+        "nn.functional.cross_entropy(logits.transpose(1, 2), labels)",
+    )
+    assert "transpose" in body
+    capture, _, workload = _run_and_load(tmp_path, body)
+    assert capture.loss_name == "F.cross_entropy" and capture.targets.shape == (4, 12)
+    assert _recomputed_first_loss(workload) == pytest.approx(capture.losses[0], rel=1e-6)
