@@ -12,8 +12,8 @@ from nbclient import NotebookClient
 
 from workbench.errors import EXIT_OK
 from workbench.execution.kernel import private_kernelspec
-from workbench.workcopy import export_run, open_run
 from workbench.runner import RunRequest
+from workbench.workcopy import export_run, open_run
 
 
 def _execute_as_jupyterlab_would(copy: Path, kernel: str) -> None:

@@ -13,11 +13,11 @@ import pytest
 
 from workbench.cli import main
 from workbench.errors import EXIT_BAD_INPUT, EXIT_NOTEBOOK_FAILED, EXIT_OK, BadInput
-from workbench.workcopy import NOT_RUN, OPENED_FILE, export_run, open_run
 from workbench.params import NOTEBOOKS_DIR
 from workbench.results import save_result
 from workbench.runner import RunRequest
 from workbench.scorecard import Verdict
+from workbench.workcopy import NOT_RUN, OPENED_FILE, export_run, open_run
 
 
 def _templates_digest() -> dict[str, str]:
