@@ -164,9 +164,9 @@ def main() -> int:
     args = parser.parse_args()
     print(f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f}")
     if os.environ.get("PYTHONDONTWRITEBYTECODE"):
-        # Kernels inherit it: every start compiles each module's source again, which a user's
-        # second start does not (their bytecode is cached).
-        print("PYTHONDONTWRITEBYTECODE is set: each kernel compiles every module it imports")
+        # Kernels inherit it: a module whose bytecode was never cached compiles its source at
+        # every start, which a user's second start does not.
+        print("PYTHONDONTWRITEBYTECODE is set: modules without cached bytecode compile each start")
     with tempfile.TemporaryDirectory() as name:
         root = Path(name)
         cache = root / "cache"
