@@ -30,11 +30,6 @@ ABOVE = {
     "runner": frozenset({"cli", "workcopy", "fleet/"}),
 }
 
-# An import that still closes a circle, and the one file it stands in: workloads/script.py
-# takes the workload contract from workbench.workload (which loads script: specs) rather than
-# from workloads/contract.py, where those names now live. The entry goes when that import moves.
-PENDING = {("workloads/", "workload"): "workbench/workloads/script.py"}
-
 Edges = dict[tuple[str, str], list[str]]
 
 # The first line of an import statement, at any indentation (deferred imports sit in functions).
@@ -180,35 +175,20 @@ def test_an_import_of_the_runner_from_below_is_upward_and_from_above_is_not(
     assert upward(edges) == ["planning/ -> runner: pkg/planning/command.py:1"]
 
 
-def _without_pending(edges: Edges) -> Edges:
-    """The edges, less each PENDING one that stands in its named file alone."""
-    kept = dict(edges)
-    for edge, path in PENDING.items():
-        if all(place.rsplit(":", 1)[0] == path for place in kept.get(edge, [])):
-            kept.pop(edge, None)
-    return kept
-
-
 @pytest.fixture(scope="module")
 def edges() -> Edges:
     return room_edges(PACKAGE)
 
 
-def test_each_pending_import_still_stands(edges: Edges) -> None:
-    gone = [f"{a} -> {b} ({path})" for (a, b), path in PENDING.items() if (a, b) not in edges]
-    assert not gone, f"no longer imported, so take it out of PENDING: {gone}"
-
-
 def test_workbench_has_no_circle_between_rooms(edges: Edges) -> None:
     assert ("cli", "runner") in edges  # the reader sees the package's real imports
-    kept = _without_pending(edges)
-    found = circles(kept)
+    found = circles(edges)
     shown = [
-        f"{a} -> {b}: {', '.join(kept[a, b])}"
+        f"{a} -> {b}: {', '.join(edges[a, b])}"
         for members in found
         for a in members
         for b in members
-        if (a, b) in kept
+        if (a, b) in edges
     ]
     assert not found, "rooms that import each other:\n" + "\n".join(shown)
 

@@ -104,7 +104,9 @@ def _leave_out_unused(source: SourceFile) -> None:
 
 def workload_source_files(workload: Workload) -> list[SourceFile]:
     """The workload's own files, in discovery order, each with what in it the workload uses."""
-    loader = Path(inspect.getfile(Workload)).resolve()
+    # The workload contract and its loaders wrap a plain module's losses and batches: workbench's
+    # machinery, never the workload's own code.
+    machinery = {Path(inspect.getfile(m)).resolve() for m in (Workload, import_factory)}
     files: dict[Path, SourceFile] = {}
     for obj in _workload_objects(workload):
         try:
@@ -116,7 +118,7 @@ def workload_source_files(workload: Workload) -> list[SourceFile]:
         if not source or not is_user_code(source):
             continue
         path = Path(source).resolve()
-        if path == loader or _is_installed(path):
+        if path in machinery or _is_installed(path):
             continue
         entry = files.setdefault(path, SourceFile(path))
         name = _top_level_name(obj)

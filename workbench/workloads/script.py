@@ -49,9 +49,9 @@ from workbench.errors import BadInput, describe_error, is_user_code, one_line, s
 from workbench.redact import scrub_text
 from workbench.targets.base import Target
 from workbench.targets.redirect import DeviceRedirection, patched
-from workbench.workload import (
+from workbench.workloads import SCRIPT_PREFIX
+from workbench.workloads.contract import (
     DEFAULT_SEED,
-    SCRIPT_PREFIX,
     Batch,
     Inputs,
     Workload,
