@@ -309,8 +309,14 @@ class DeviceRedirection:
         ]
         if self.device.type != "cuda":
             patches.append((torch.Tensor, "pin_memory", self._pin_memory()))
+        return patches + self._backend_flag_patches()
+
+    def _backend_flag_patches(self) -> list[tuple[Any, str, Any]]:
+        """cuBLAS and cuDNN settings: named as meaning nothing off CUDA, never applied there."""
         matmul_type: Any = type(torch.backends.cuda.matmul)
-        patches.append((matmul_type, "__setattr__", self._cublas_setting(matmul_type)))
+        patches: list[tuple[Any, str, Any]] = [
+            (matmul_type, "__setattr__", self._cublas_setting(matmul_type))
+        ]
         # torch.backends.cudnn is a module object whose class holds the flags as descriptors.
         cudnn_type: Any = type(torch.backends.cudnn)
         flags = vars(cudnn_type)
