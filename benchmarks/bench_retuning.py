@@ -27,21 +27,17 @@ from workbench.tuning.records import RetuneSettings
 from workbench.tuning.trials import MemoryBudget, TrialRunner, search_largest_batch
 from workbench.workload import WorkloadSpec
 
+REPO = Path(__file__).resolve().parent.parent
 LIMITS = (48, 100, 646)
+# The tests' classifier (Linear(8, 3) on seeded features, SGD on cross-entropy) with a memory
+# limit: the trial subprocesses import it from tests.fixtures, the repository root on their path.
 OOM_WORKLOAD = """
-import torch
-from torch import nn
-
-from workbench.workload import Workload
+from tests.fixtures.user_workloads import LinearHead, classifier_workload
 
 LIMIT = {limit}
 
 
-class OomAbove(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(8, 3)
-
+class OomAbove(LinearHead):
     def forward(self, x):
         if x.shape[0] > LIMIT:
             raise MemoryError(f"cannot allocate activations for batch {{x.shape[0]}}")
@@ -49,17 +45,7 @@ class OomAbove(nn.Module):
 
 
 def make():
-    return Workload(
-        name="oom-above-{limit}",
-        model_factory=OomAbove,
-        batch_maker=lambda n, g: (
-            (torch.randn(n, 8, generator=g),),
-            torch.randint(3, (n,), generator=g),
-        ),
-        loss_fn=nn.functional.cross_entropy,
-        optimizer_factory=lambda params: torch.optim.SGD(params, lr=0.1),
-        batch_size=8,
-    )
+    return classifier_workload(OomAbove, "oom-above-{limit}", batch_size=8)
 """
 
 
@@ -103,9 +89,9 @@ def main() -> None:
     low, high = defaults.min_batch, defaults.max_batch
     print(f"largest-batch search over the default range [{low}, {high}], real trials on cpu")
     with tempfile.TemporaryDirectory() as folder:
-        sys.path.insert(0, folder)
+        sys.path[:0] = [folder, str(REPO)]  # trials run in child processes: both paths
         os.environ["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [folder, os.environ.get("PYTHONPATH")])
+            filter(None, [folder, str(REPO), os.environ.get("PYTHONPATH")])
         )
         for limit in LIMITS:
             module = f"wb_bench_oom_{limit}"
