@@ -13,28 +13,10 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures import REPO_ROOT
-from tests.fixtures.fleet_matrices import TWO_TARGETS
+from tests.fixtures.fleet_matrices import DEPLOY, TWO_TARGETS, workbench, write
 from workbench.fleet.collect import COMPLETE, INCOMPLETE, MISSING, collect
 from workbench.report import network_references
 from workbench.targets import target_class
-
-REPO = REPO_ROOT
-DEPLOY = REPO / "deploy"
-
-
-def workbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "workbench.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
-def write(path: Path, text: str) -> Path:
-    path.write_text(text)
-    return path
 
 
 def test_matrix_items_run_into_root_and_collect_shows_every_item(tmp_path: Path) -> None:
@@ -102,7 +84,7 @@ def test_a_two_target_fleet_is_one_array_per_target_into_one_root(tmp_path: Path
     for script in (sbatch, workbook):
         script.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "WORKBENCH": str(workbook)}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")])
     submit = DEPLOY / "slurm" / "submit.sh"
     submitted = subprocess.run(
         [str(submit), str(path), str(root), "2", "neuron:trn2", "cpu"],

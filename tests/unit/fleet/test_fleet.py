@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures import REPO_ROOT
-from tests.fixtures.fleet_matrices import TWO_TARGETS
+from tests.fixtures.fleet_matrices import DEPLOY, TWO_TARGETS, workbench, write
 from tests.fixtures.run_folders import write_run
 from workbench.cli import main
 from workbench.errors import BadInput
@@ -25,24 +25,6 @@ from workbench.fleet.command import resolve_index
 from workbench.fleet.dashboard import dashboard_data
 from workbench.fleet.matrix import check_matrix, load_matrix
 from workbench.fleet.root import claim
-
-REPO = REPO_ROOT
-DEPLOY = REPO / "deploy"
-
-
-def workbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "workbench.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
-def write(path: Path, text: str) -> Path:
-    path.write_text(text)
-    return path
 
 
 def test_items_take_the_defaults_and_get_distinct_names(tmp_path: Path) -> None:
@@ -278,7 +260,7 @@ def test_airflow_dag_maps_one_task_per_item_then_collects(tmp_path: Path) -> Non
         "from pathlib import Path\nimport yaml\n" + ast.unparse(function), namespace
     )
     indexes = namespace["matrix_indexes"]
-    assert indexes(str(REPO / "tests" / "slurm" / "fleet.yaml"), "cpu") == ["0", "1"]
+    assert indexes(str(REPO_ROOT / "tests" / "slurm" / "fleet.yaml"), "cpu") == ["0", "1"]
     assert indexes("/no/such/matrix.yaml", "cpu") == []
     two = tmp_path / "two.yaml"
     two.write_text(TWO_TARGETS + "  - {workload: tiny-cnn}\n")
