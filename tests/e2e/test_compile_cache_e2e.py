@@ -28,26 +28,16 @@ REPO = REPO_ROOT
 ONE_RUN = """
 import json, sys, torch
 from dataclasses import asdict
+from tests.fixtures.user_workloads import classifier_workload
 from workbench.baseline.measure import run_config
 from workbench.baseline.records import COMPILED, TRAIN, BaselineSettings
 from workbench.compile_cache.cache import open_compile_cache
 from workbench.targets import get_target
 from workbench.timing import WarmupRule
-from workbench.workload import Workload
 
 target = get_target(sys.argv[1])
 cache = open_compile_cache(sys.argv[2], target)
-workload = Workload(
-    name="cache-probe",
-    model_factory=lambda: torch.nn.Linear(8, 3),
-    batch_maker=lambda n, gen: (
-        (torch.randn(n, 8, generator=gen),),
-        torch.randint(3, (n,), generator=gen),
-    ),
-    loss_fn=torch.nn.functional.cross_entropy,
-    optimizer_factory=lambda params: torch.optim.SGD(params, lr=0.1),
-    batch_size=8,
-)
+workload = classifier_workload(lambda: torch.nn.Linear(8, 3), "cache-probe", batch_size=8)
 settings = BaselineSettings(steady_steps=3, warmup=WarmupRule(4, 0.9, 4))
 result = run_config(workload, target, TRAIN, COMPILED, settings, log=lambda _: None)
 assert result.failure is None, result.failure

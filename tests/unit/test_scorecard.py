@@ -6,8 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from torch import nn
 
+from tests.fixtures.custom_ops import double_it
+from tests.fixtures.user_workloads import LinearHead
 from workbench.baseline.records import (
     COMPILED,
     EAGER,
@@ -176,23 +177,13 @@ def test_environment_passes_without_drift_and_blocks_on_critical_drift() -> None
 # --- 02 -------------------------------------------------------------------------------------
 
 
-@torch.library.custom_op("wbtest::triple", mutates_args=())
-def _triple(x: torch.Tensor) -> torch.Tensor:
-    return x * 3
+class _CustomOpModel(LinearHead):
+    """seed-mlp's features and classes, through a custom op first."""
 
-
-@_triple.register_fake
-def _(x: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(x)
-
-
-class _CustomOpModel(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = nn.Linear(128, 10)
+    features, classes = 128, 10
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear(torch.ops.wbtest.triple(x))
+        return self.lin(double_it(x))
 
 
 def test_coverage_passes_a_supported_model_and_blocks_a_custom_op() -> None:
@@ -204,7 +195,7 @@ def test_coverage_passes_a_supported_model_and_blocks_a_custom_op() -> None:
     custom.model_factory = _CustomOpModel
     report = analyze_coverage(custom, CpuTarget(), flavours=["xla"], measure=False)
     verdict = coverage_verdict(report, None)
-    assert verdict.status == BLOCKER and "wbtest::triple" in verdict.reason
+    assert verdict.status == BLOCKER and "wbtest::double_it" in verdict.reason
 
 
 def test_coverage_without_a_table_for_a_flavour_needs_attention() -> None:

@@ -19,6 +19,7 @@ import pytest
 import torch
 from torch import nn
 
+from tests.fixtures.custom_ops import double_it
 from tests.fixtures.user_workloads import LinearHead, classifier_workload
 from workbench.coverage import risks
 from workbench.coverage.analyze import analyze_coverage
@@ -58,16 +59,6 @@ class Head(LinearHead):
     """Linear(6, 3): the features _workload's batches have."""
 
     features = 6
-
-
-@torch.library.custom_op("wbtest::double_it", mutates_args=())
-def double_it(x: torch.Tensor) -> torch.Tensor:
-    return x * 2
-
-
-@double_it.register_fake
-def _(x: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(x)
 
 
 class Risky(nn.Module):

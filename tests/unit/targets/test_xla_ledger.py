@@ -28,12 +28,12 @@ REPO = REPO_ROOT
 PROBE = """
 import json, sys, torch
 from dataclasses import asdict
+from tests.fixtures.user_workloads import classifier_workload
 from workbench.baseline.measure import run_config
 from workbench.baseline.records import EAGER, TRAIN, BaselineSettings
 from workbench.coverage.analyze import measure_on_target
 from workbench.targets import get_target
 from workbench.timing import WarmupRule
-from workbench.workload import Workload
 
 
 class Branchy(torch.nn.Module):
@@ -47,17 +47,7 @@ class Branchy(torch.nn.Module):
         return self.lin(x)
 
 
-workload = Workload(
-    name="branchy",
-    model_factory=Branchy,
-    batch_maker=lambda n, gen: (
-        (torch.randn(n, 8, generator=gen),),
-        torch.randint(3, (n,), generator=gen),
-    ),
-    loss_fn=torch.nn.functional.cross_entropy,
-    optimizer_factory=lambda params: torch.optim.SGD(params, lr=0.1),
-    batch_size=8,
-)
+workload = classifier_workload(Branchy, "branchy", batch_size=8)
 settings = BaselineSettings(steady_steps=3, warmup=WarmupRule(4, 0.9, 4))
 target = get_target("xla")
 if sys.argv[1] == "baseline":
