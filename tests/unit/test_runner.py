@@ -7,8 +7,6 @@ kernel), so they take seconds; test_run_e2e.py runs the real notebooks through t
 import json
 import os
 import re
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import nbformat
 import pytest
 
 import workbench.runner as runner
+from tests.fixtures.fresh_python import fresh_python
 from workbench.errors import EXIT_INTERRUPTED, EXIT_NOTEBOOK_FAILED, EXIT_OK, BadInput
 from workbench.results import save_result
 from workbench.runner import (
@@ -89,7 +88,7 @@ def _summary(out: Path) -> RunSummary:
 
 
 def test_checking_a_run_of_a_builtin_workload_does_not_import_torch():
-    # A fresh interpreter: `workbench run` checks everything before a kernel starts, and two
+    # `workbench run` checks everything before a kernel starts, and two
     # seconds of `import torch` there delayed every answer (the kernel imports it anyway).
     script = (
         "import sys\n"
@@ -97,10 +96,7 @@ def test_checking_a_run_of_a_builtin_workload_does_not_import_torch():
         "prepared = prepare_run(RunRequest(only=['00', '02'], target='auto'))\n"
         "print(prepared.workload_name, prepared.target, 'torch' in sys.modules)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
-    )
-    assert done.stdout.split() == ["seed-mlp", "cpu", "False"]
+    assert fresh_python(script).split() == ["seed-mlp", "cpu", "False"]
 
 
 def test_every_builtin_workload_is_named_by_its_registry_key():

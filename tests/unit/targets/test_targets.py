@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+from tests.fixtures.fresh_python import fresh_python
 from workbench.errors import BadInput
 from workbench.targets import TARGET_NAMES, detect, get_target, resolve_target_name, target_class
 from workbench.targets.cpu import CpuTarget
@@ -119,7 +118,6 @@ def test_neuron_flavour_from_documented_version_formats(
 
 
 def test_importing_targets_and_resolving_auto_imports_no_neuron_or_xla_module() -> None:
-    # A fresh interpreter: this test process may have imported anything already.
     script = (
         "import sys\n"
         "import workbench.targets as targets\n"
@@ -129,10 +127,7 @@ def test_importing_targets_and_resolving_auto_imports_no_neuron_or_xla_module() 
         "('torch_xla', 'torch_neuronx'))\n"
         "print(loaded)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
-    )
-    assert result.stdout.strip().splitlines()[-1] == "[]"
+    assert fresh_python(script).strip().splitlines()[-1] == "[]"
 
 
 def test_a_gpu_build_of_torch_is_told_from_its_files_as_torch_itself_tells_it(
