@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 import torch
 
 from tests.fixtures import neuron_fakes
+from tests.fixtures.fresh_python import fresh_python
 from tests.fixtures.neuron_fakes import (
     FakeTorchNeuron,
     fake_installed_versions,
@@ -30,6 +30,7 @@ from tests.fixtures.neuron_fakes import (
 from workbench.errors import BadInput
 from workbench.targets import detect, get_target, resolve_target_name
 from workbench.targets import xla as xla_module
+from workbench.targets.base import Target
 from workbench.targets.neuron import NeuronTarget
 from workbench.targets.out_of_memory import NEURON_COMPILER_HOST_OOM_PATTERNS
 from workbench.targets.xla import XlaTarget
@@ -82,26 +83,30 @@ def test_auto_passes_over_neuron_without_a_visible_device(fake_neuron: FakeTorch
         resolve_target_name("neuron")
 
 
+def unavailable_because(
+    target: type[Target], versions: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> str:
+    """Why `target` is unavailable where package metadata lists only `versions`."""
+    monkeypatch.setattr(detect, "installed_version", fake_installed_versions(versions))
+    availability = target.availability()
+    assert not availability.available, availability.reason
+    return availability.reason
+
+
 def test_neuron_is_unavailable_without_torch_neuron(monkeypatch: pytest.MonkeyPatch) -> None:
     """neuron.md 1.4: torch.neuron only exists once torch has autoloaded native torch_neuronx."""
     monkeypatch.delattr(torch, "neuron", raising=False)
-    monkeypatch.setattr(detect, "installed_version", fake_installed_versions({}))
-    availability = NeuronTarget.availability()
-    assert not availability.available
-    assert "TORCH_DEVICE_BACKEND_AUTOLOAD=0" in availability.reason
-    assert "no Neuron stack installed" in availability.reason
+    reason = unavailable_because(NeuronTarget, {}, monkeypatch)
+    assert "TORCH_DEVICE_BACKEND_AUTOLOAD=0" in reason
+    assert "no Neuron stack installed" in reason
 
 
 def test_neuron_rejects_the_lite_runtime(
     fake_neuron: FakeTorchNeuron, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """neuron.md 1.1: libtorch-neuronx-lite registers a "neuron" device too; not TorchNeuron."""
-    monkeypatch.setattr(
-        detect, "installed_version", fake_installed_versions({"libtorch-neuronx-lite": "2.12.0"})
-    )
-    availability = NeuronTarget.availability()
-    assert not availability.available
-    assert "libtorch-neuronx-lite 2.12.0" in availability.reason
+    lite = {"libtorch-neuronx-lite": "2.12.0"}
+    assert "libtorch-neuronx-lite 2.12.0" in unavailable_because(NeuronTarget, lite, monkeypatch)
 
 
 def test_neuron_peak_memory_synchronizes_before_reading(fake_neuron: FakeTorchNeuron) -> None:
@@ -212,11 +217,7 @@ from workbench.targets import detect, get_target
 detect.installed_version = fakes.fake_installed_versions({{"torch-neuronx": "2.14.3.0"}})
 print(json.dumps(get_target("auto").describe()))
 """
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr
-    facts = json.loads(result.stdout.strip().splitlines()[-1])
+    facts = json.loads(fresh_python(script).strip().splitlines()[-1])
     assert facts["name"] == "neuron" and facts["device"] == "neuron"
     assert facts["is_trainium"] is True
     assert facts["validation"] == "validated on neuron (Trainium hardware)."
@@ -550,18 +551,15 @@ def test_xla_available_when_installed_matching_and_importable(fake_xla: FakeTorc
 
 def test_xla_unavailable_when_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     """neuron.md 1.4: detection reads package metadata, never imports."""
-    monkeypatch.setattr(detect, "installed_version", fake_installed_versions({}))
-    availability = XlaTarget.availability()
-    assert not availability.available
-    assert availability.reason.startswith("torch-xla is not installed;")
+    reason = unavailable_because(XlaTarget, {}, monkeypatch)
+    assert reason.startswith("torch-xla is not installed;")
 
 
 def test_xla_unavailable_for_another_torch_minor(monkeypatch: pytest.MonkeyPatch) -> None:
     """xla_cpu.md 2.1: torch-xla 2.9.0 installs next to torch 2.13 but cannot work with it."""
     major, minor = TORCH_MAJOR_MINOR.split(".")
     other = f"{major}.{int(minor) + 1}.0"
-    monkeypatch.setattr(detect, "installed_version", fake_installed_versions({"torch-xla": other}))
-    reason = XlaTarget.availability().reason
+    reason = unavailable_because(XlaTarget, {"torch-xla": other}, monkeypatch)
     expected = f"torch-xla {other} needs torch {major}.{int(minor) + 1}; installed torch "
     assert reason.startswith(f"{expected}{torch.__version__}; install both pinned")
     assert f"'torch-xla=={other}'" in reason
@@ -582,13 +580,9 @@ def test_xla_unavailable_on_an_undefined_symbol(monkeypatch: pytest.MonkeyPatch)
     """xla_cpu.md 2.1: a torch-xla built for another torch build fails to import its _XLAC."""
     monkeypatch.delitem(sys.modules, "torch_xla", raising=False)
     monkeypatch.setattr(sys, "meta_path", [_UndefinedSymbolFinder(), *sys.meta_path])
-    monkeypatch.setattr(
-        detect, "installed_version", fake_installed_versions({"torch-xla": torch.__version__})
-    )
-    availability = XlaTarget.availability()
-    assert not availability.available
-    assert "was built against a different torch" in availability.reason
-    assert "undefined symbol" in availability.reason
+    reason = unavailable_because(XlaTarget, {"torch-xla": torch.__version__}, monkeypatch)
+    assert "was built against a different torch" in reason
+    assert "undefined symbol" in reason
 
 
 def test_auto_picks_xla_on_a_legacy_neuron_stack(
