@@ -119,17 +119,26 @@ def test_trial_whose_peak_passes_the_budget_does_not_fit(fixtures: str) -> None:
     assert "host: peak resident memory" in over.memory_source
 
 
-def test_hanging_trial_is_killed_at_its_deadline(
-    fixtures: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def hang_marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where a hanging fixture writes its pid (HANG_MARKER) before it hangs."""
     marker = tmp_path / "hung-pid"
     monkeypatch.setenv("HANG_MARKER", str(marker))
+    return marker
+
+
+def _killed(marker: Path) -> bool:
+    """The process that wrote its pid to the marker is gone (a zombie, not yet reaped, is)."""
+    hung = int(marker.read_text())
+    return not psutil.pid_exists(hung) or psutil.Process(hung).status() == psutil.STATUS_ZOMBIE
+
+
+def test_hanging_trial_is_killed_at_its_deadline(fixtures: str, hang_marker: Path) -> None:
     timeout = 4.0
     trial = quick_trial(runner(f"{fixtures}:hangs", timeout_s=timeout), 16)
     assert trial.status == TIMEOUT and not trial.fits
     assert timeout <= trial.seconds < 2 * timeout
-    hung = int(marker.read_text())
-    assert not psutil.pid_exists(hung) or psutil.Process(hung).status() == psutil.STATUS_ZOMBIE
+    assert _killed(hang_marker)
 
 
 def test_a_batch_that_crashes_the_model_is_recorded_and_the_sweep_goes_on(fixtures: str) -> None:
@@ -241,14 +250,11 @@ def test_torchrun_gloo_launch_at_world_size_two_finishes() -> None:
 
 
 def test_a_launch_hung_in_a_collective_is_killed_within_its_bound(
-    fixtures: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fixtures: str, hang_marker: Path
 ) -> None:
-    marker = tmp_path / "rank1-pid"
-    monkeypatch.setenv("HANG_MARKER", str(marker))
     timeout = 15.0
     run = launch(rank_job(f"{fixtures}:rank1_never_arrives", timeout), 2, timeout_s=timeout)
     assert run.status == RUN_TIMEOUT and "process group killed" in run.reason
-    assert marker.exists(), "rank 1 never reached its step: the launch timed out earlier"
+    assert hang_marker.exists(), "rank 1 never reached its step: the launch timed out earlier"
     assert run.seconds < timeout + TERMINATE_GRACE_S + timeout / 2
-    hung = int(marker.read_text())
-    assert not psutil.pid_exists(hung) or psutil.Process(hung).status() == psutil.STATUS_ZOMBIE
+    assert _killed(hang_marker)
