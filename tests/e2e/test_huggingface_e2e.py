@@ -16,6 +16,7 @@ import pytest
 
 from tests.fixtures import REPO_ROOT
 from tests.fixtures.hf_checkpoints import save_tiny_checkpoints
+from tests.fixtures.workbench_process import run_workbench
 from workbench.coverage.records import SEEN_REFERENCE
 from workbench.coverage.risks import INT64, INT64_RANGE
 from workbench.report import network_references
@@ -24,7 +25,6 @@ from workbench.workload import WorkloadSpec
 pytest.importorskip("transformers", reason="transformers is the hf extra")
 
 REPO = REPO_ROOT
-WORKBENCH = str(Path(sys.executable).parent / "workbench")
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +57,8 @@ E2E_MODELS = {
 
 @pytest.mark.parametrize("name", list(E2E_MODELS))
 def test_an_hf_checkpoint_runs_through_01_02_03(name, checkpoints, tmp_path) -> None:
-    result = subprocess.run(
+    run_workbench(
         [
-            WORKBENCH,
             "run",
             "--only",
             "01,02,03",
@@ -70,13 +69,9 @@ def test_an_hf_checkpoint_runs_through_01_02_03(name, checkpoints, tmp_path) -> 
             *E2E_SETTINGS,
             *E2E_MODELS[name],
         ],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
+        tmp_path,
         timeout=900,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     run = tmp_path / "run"
     summary = json.loads((run / "summary.json").read_text())
     assert [n["status"] for n in summary["notebooks"]] == ["ok"] * 3

@@ -2,16 +2,10 @@
 the run's files carry no secret planted in its environment."""
 
 import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-from tests.fixtures import REPO_ROOT
+from tests.fixtures.workbench_process import run_workbench
 
-REPO = REPO_ROOT
-WORKBENCH = str(Path(sys.executable).parent / "workbench")
 # Planted in the run's environment; neither may reach any file of the run.
 SECRET_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzzNUMERICS"
 SECRET_PASSWORD = "s3cr3tNumericsPassw0rd"
@@ -19,24 +13,18 @@ SECRET_PASSWORD = "s3cr3tNumericsPassw0rd"
 
 def test_notebook_03_runs_end_to_end_and_keeps_secrets_out(tmp_path):
     """`workbench run --only 03` as a user runs it: real papermill, kernel and nbconvert."""
-    env = {
-        **os.environ,
+    secrets = {
         "NEURON_CC_FLAGS": f"--auto-cast=none --cache_dir=s3://ci:{SECRET_PASSWORD}@bucket/c",
         "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-        "PYTHONPATH": str(REPO),
     }
     out = tmp_path / "run"
-    completed = subprocess.run(
-        [WORKBENCH, "run", "--only", "03", "--out", str(out)]
+    run_workbench(
+        ["run", "--only", "03", "--out", str(out)]
         + ["-p", "precisions=[fp32, bf16-autocast]", "-p", "compiled_precisions=[]"]
         + ["-p", "steps=2", "-p", "convergence_steps=4"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        tmp_path,
+        **secrets,
     )
-    assert completed.returncode == 0, completed.stderr[-3000:]
     record = json.loads((out / "03_numerics.json").read_text())
     data = record["data"]
     assert data["headline"].startswith("Acceptance: all 2 runs pass every gate judged")

@@ -4,19 +4,15 @@ real Inductor compiles, with small settings and an SLO; its report, index and su
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.fixtures import REPO_ROOT
+from tests.fixtures.workbench_process import run_workbench
 
 pytestmark = pytest.mark.e2e
 
-WORKBENCH = str(Path(sys.executable).parent / "workbench")
 SMALL = [
     "-p", "serving_batch_sizes=[1,4]",
     "-p", "latency_slo_ms=50",
@@ -33,15 +29,7 @@ SMALL = [
 @pytest.fixture(scope="module")
 def serving_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cwd = tmp_path_factory.mktemp("serving")
-    done = subprocess.run(
-        [WORKBENCH, "run", "--only", "05", "--target", "cpu", *SMALL],
-        cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_workbench(["run", "--only", "05", "--target", "cpu", *SMALL], cwd)
     (run,) = [p for p in (cwd / "reports").iterdir() if not p.is_symlink()]
     return run
 

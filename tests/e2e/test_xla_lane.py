@@ -8,32 +8,27 @@ recompiles), not neuronx-cc or the Neuron runtime; the reports must say exactly 
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.fixtures import REPO_ROOT
+from tests.fixtures.workbench_process import run_workbench
 
 pytest.importorskip("torch_xla")
 
 pytestmark = [pytest.mark.xla, pytest.mark.e2e]
 
 REPO = REPO_ROOT
-WORKBENCH = str(Path(sys.executable).parent / "workbench")
 
 
 @pytest.fixture(scope="module")
 def xla_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("xla") / "run"
-    env = {**os.environ, "PJRT_DEVICE": "CPU", "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
+    run_workbench(
         # Notebook 05's budgets (its own parameters) bound its sweep and load levels here.
         [
-            WORKBENCH,
             "run",
             "--target",
             "xla",
@@ -46,13 +41,10 @@ def xla_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "-p",
             "load_budget_s=1",
         ],  # fmt: skip
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
+        REPO,
         timeout=1200,
+        PJRT_DEVICE="CPU",
     )
-    assert done.returncode == 0, done.stderr[-3000:]
     return out
 
 
