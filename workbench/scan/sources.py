@@ -16,6 +16,7 @@ from pathlib import Path
 
 from workbench.errors import BadInput, is_user_code
 from workbench.workload import BUILTIN_WORKLOADS, Workload, import_factory
+from workbench.workloads import SCRIPT_PREFIX
 
 _INSTALLED = ("site-packages", "dist-packages")
 
@@ -53,6 +54,31 @@ def _workload_objects(workload: Workload) -> list[object]:
     except Exception:  # noqa: BLE001 - a model that fails to build still has a factory file
         pass
     return objects
+
+
+def _script_files(workload: Workload) -> tuple[Path, Path] | None:
+    """(the script, the loader that ran it) of a `script:` workload; None for any other kind."""
+    if not workload.spec.startswith(SCRIPT_PREFIX):
+        return None
+    from workbench.workloads import script as loader  # a script workload has loaded it
+
+    path, _ = loader.parse_script_spec(workload.spec)
+    return path.resolve(), Path(loader.__file__).resolve()
+
+
+def _source_file(obj: object) -> str | None:
+    """The file an object was defined in; None for builtins, C extensions and partials."""
+    if isinstance(obj, type) and obj.__module__ == "__main__":
+        # A class of a script run as __main__: that module is gone once the script ends (or is
+        # another program's now), but the class's own functions name the file they came from.
+        files = [m.__code__.co_filename for m in vars(obj).values() if hasattr(m, "__code__")]
+        return files[0] if files else None
+    try:
+        # getsourcefile takes any object at run time (typeshed narrows it to modules, classes
+        # and functions) and raises TypeError for what has no source file.
+        return inspect.getsourcefile(obj)  # type: ignore[arg-type]
+    except (TypeError, OSError):
+        return None
 
 
 def _top_level_name(obj: object) -> str | None:
@@ -107,14 +133,15 @@ def workload_source_files(workload: Workload) -> list[SourceFile]:
     # The workload contract and its loaders wrap a plain module's losses and batches: workbench's
     # machinery, never the workload's own code.
     machinery = {Path(inspect.getfile(m)).resolve() for m in (Workload, import_factory)}
-    files: dict[Path, SourceFile] = {}
+    found = _script_files(workload)
+    script = found[0] if found else None
+    if found:
+        machinery.add(found[1])
+    # A script is the workload's own code whole (its loop, its device calls), never trimmed to
+    # the definitions its model and loss live in.
+    files: dict[Path, SourceFile] = {script: SourceFile(script)} if script else {}
     for obj in _workload_objects(workload):
-        try:
-            # getsourcefile takes any object at run time (typeshed narrows it to modules,
-            # classes and functions) and raises TypeError for what has no source file.
-            source = inspect.getsourcefile(obj)  # type: ignore[arg-type]
-        except TypeError:  # builtins, C extensions, partials
-            continue
+        source = _source_file(obj)
         if not source or not is_user_code(source):
             continue
         path = Path(source).resolve()
@@ -122,7 +149,7 @@ def workload_source_files(workload: Workload) -> list[SourceFile]:
             continue
         entry = files.setdefault(path, SourceFile(path))
         name = _top_level_name(obj)
-        if name:
+        if name and path != script:
             entry.used.add(name)
     for entry in files.values():
         _leave_out_unused(entry)

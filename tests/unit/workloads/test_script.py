@@ -10,6 +10,8 @@ from tests.fixtures import REPO_ROOT
 from tests.fixtures.user_scripts import SCRIPTS, trains, write_script
 from workbench.coverage.capture import capture_training_step
 from workbench.errors import BadInput
+from workbench.scan import scan_workload
+from workbench.scan.sources import workload_source_files
 from workbench.targets import get_target
 from workbench.targets.redirect import DeviceRedirection
 from workbench.workload import load_workload
@@ -647,3 +649,15 @@ def test_a_loss_over_the_classes_of_transposed_logits_is_recomputed(tmp_path):
     capture, _, workload = _run_and_load(tmp_path, body)
     assert capture.loss_name == "F.cross_entropy" and capture.targets.shape == (4, 12)
     assert _recomputed_first_loss(workload) == pytest.approx(capture.losses[0], rel=1e-6)
+
+
+@pytest.mark.parametrize("name", ["main_function", "cuda_heavy"])
+def test_the_scan_reads_a_scripts_whole_file_even_where_its_model_is_defined_in_it(realistic, name):
+    """A script runs as __main__, which is gone once it ends: its own model class is still
+    traced to its file, and the file is scanned whole (its loop holds the device calls)."""
+    script = SCRIPTS / f"{name}_train.py"
+    sources = workload_source_files(realistic[name])
+    assert [s.path for s in sources] == [script.resolve()]
+    assert sources[0].left_out == {}
+    report = scan_workload(realistic[name])
+    assert {f.line for f in report.findings} >= {line for _, line in _rows(realistic[name])}
