@@ -34,7 +34,7 @@ from notebook_wall_time import WORKBENCH, paired_medians
 from torch import nn
 
 from workbench.baseline.measure import run_baseline
-from workbench.baseline.question import RESULT_FILE
+from workbench.baseline.reader import RESULT_FILE
 from workbench.baseline.records import EAGER, TRAIN, BaselineSettings, result_data
 from workbench.compare import compare_runs
 from workbench.compare.records import LOADED

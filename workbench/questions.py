@@ -8,9 +8,11 @@ against the function or type given where the value is declared, so a question ca
 or name a wrong one.
 
 The registry below names each question module without importing it: the question modules import
-torch, which `--help` and a run of notebook 00 or 02 alone never need. The runner checks
-settings, and compare and the index read result files, by iterating this registry; none of them
-branches on a notebook's name.
+torch, which `--help` and a run of notebook 00 or 02 alone never need. Each row names too the
+reader module that holds the question's `RESULT_FILE` without that torch, so compare, collect
+and the index read result files without loading it. The runner checks settings, and compare and
+the index read result files, by iterating this registry; none of them branches on a notebook's
+name.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class Registered:
 
     notebook: str
     module: str  # the question module holding QUESTION
+    reader: str  # the module holding RESULT_FILE, QUESTION.result_file, importable without torch
     # "module:function" where QUESTION.settings can be imported without its question module's
     # torch, so a run's settings are checked before any kernel starts; "" where they cannot.
     light_settings: str = ""
@@ -63,6 +66,12 @@ class Registered:
         found = getattr(importlib.import_module(self.module), "QUESTION", None)
         if not isinstance(found, Question):
             raise TypeError(f"{self.module}.QUESTION is not a Question")
+        return found
+
+    def result_file(self) -> ResultFile[Any]:
+        found = getattr(importlib.import_module(self.reader), "RESULT_FILE", None)
+        if not isinstance(found, ResultFile):
+            raise TypeError(f"{self.reader}.RESULT_FILE is not a ResultFile")
         return found
 
     def settings(self) -> Callable[[Mapping[str, Any]], object]:
@@ -80,16 +89,17 @@ class Registered:
 
 
 QUESTIONS = (
-    Registered("00_environment", "workbench.environment.question"),
-    Registered("01_baseline", "workbench.baseline.question"),
+    Registered("00_environment", "workbench.environment.question", "workbench.environment.reader"),
+    Registered("01_baseline", "workbench.baseline.question", "workbench.baseline.reader"),
     Registered(
         "02_op_coverage",
         "workbench.coverage.question",
+        "workbench.coverage.reader",
         light_settings="workbench.targets.detect:flavours_from_params",
     ),
-    Registered("03_numerics", "workbench.numerics.question"),
-    Registered("04_retuning", "workbench.tuning.question"),
-    Registered("05_serving", "workbench.serving.question"),
+    Registered("03_numerics", "workbench.numerics.question", "workbench.numerics.reader"),
+    Registered("04_retuning", "workbench.tuning.question", "workbench.tuning.reader"),
+    Registered("05_serving", "workbench.serving.question", "workbench.serving.reader"),
 )
 _BY_NOTEBOOK = {q.notebook: q for q in QUESTIONS}
 
@@ -100,6 +110,6 @@ def question(notebook: str) -> Registered | None:
 
 
 def result_file(notebook: str) -> ResultFile[Any] | None:
-    """The reader of a notebook's result file (imports its question module)."""
+    """The reader of a notebook's result file (imports its reader module, not its question's)."""
     found = question(notebook)
-    return None if found is None else found.load().result_file
+    return None if found is None else found.result_file()

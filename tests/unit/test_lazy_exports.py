@@ -4,10 +4,17 @@ result-file readers) must not load torch or matplotlib before anything needs the
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from tests.fixtures.fresh_python import fresh_python
 from workbench.lazy_exports import lazy_exports
+from workbench.questions import QUESTIONS
+from workbench.results import SCHEMA_VERSION
+
+# A run folder the real writers wrote (notebooks 00 to 04), committed for the contract test.
+COMMITTED_RUN = Path(__file__).parents[1] / "contract" / f"schema_{SCHEMA_VERSION}"
 
 PACKAGES = ("baseline", "coverage", "numerics", "serving", "tuning", "planning", "environment")
 
@@ -39,3 +46,21 @@ def test_a_name_the_package_does_not_export_is_an_attribute_error() -> None:
         getattr_hook("run_basline")
     assert getattr_hook("run_baseline") is baseline.run_baseline
     assert "run_baseline" in vars(baseline), "kept in the package after the first read"
+
+
+def test_reading_every_registered_result_file_loads_no_torch() -> None:
+    """compare, collect and export-metrics read result files through the registry: every
+    registered reader, and a run read through them, stay torch-free (torch alone is ~1.2 s of a
+    `workbench compare` that otherwise starts in about the time `import workbench` takes)."""
+    probe = (
+        "import json, sys\n"
+        "from workbench.compare.runs import load_run\n"
+        "from workbench.questions import QUESTIONS, result_file\n"
+        "readers = [result_file(entry.notebook).notebook for entry in QUESTIONS]\n"
+        f"run = load_run({str(COMMITTED_RUN)!r})\n"
+        "print(json.dumps([readers, sorted(run.results), 'torch' in sys.modules]))"
+    )
+    readers, read, torch_loaded = json.loads(fresh_python(probe))
+    assert readers == [entry.notebook for entry in QUESTIONS]
+    assert read == sorted(path.stem for path in COMMITTED_RUN.glob("0*.json"))
+    assert not torch_loaded

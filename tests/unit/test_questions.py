@@ -18,6 +18,8 @@ def _mismatches(entry: Registered) -> list[str]:
     wrong = []
     if found.notebook != entry.notebook:
         wrong.append(f"notebook {found.notebook} != {entry.notebook}")
+    if entry.result_file() is not found.result_file:
+        wrong.append(f"{entry.reader}.RESULT_FILE is not its Question's result_file")
     if entry.light_settings and entry.settings() is not found.settings:
         wrong.append(f"{entry.light_settings} is not its Question's settings")
     returns = typing.get_type_hints(found.run).get("return")
@@ -39,15 +41,19 @@ def test_a_row_that_disagrees_with_its_question_is_found() -> None:
     wrong = Registered(
         "02_op_coverage",
         "workbench.baseline.question",
+        "workbench.coverage.reader",
         light_settings="workbench.targets.detect:flavours_from_params",
     )
     assert _mismatches(wrong) == [
         "notebook 01_baseline != 02_op_coverage",
+        "workbench.coverage.reader.RESULT_FILE is not its Question's result_file",
         "workbench.targets.detect:flavours_from_params is not its Question's settings",
     ]
     assert question("09_unknown") is None and result_file("09_unknown") is None
 
 
-def test_a_module_without_a_question_is_refused() -> None:
+def test_a_module_without_a_question_or_a_reader_is_refused() -> None:
     with pytest.raises(TypeError, match="workbench.scorecard.QUESTION is not a Question"):
-        Registered("09_x", "workbench.scorecard").load()
+        Registered("09_x", "workbench.scorecard", "workbench.scorecard").load()
+    with pytest.raises(TypeError, match="workbench.scorecard.RESULT_FILE is not a ResultFile"):
+        Registered("09_x", "workbench.scorecard", "workbench.scorecard").result_file()

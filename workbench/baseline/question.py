@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from workbench.baseline.measure import run_baseline
+from workbench.baseline.reader import RESULT_FILE
 from workbench.baseline.records import (
     BaselineResult,
     BaselineSettings,
-    ConfigResult,
     baseline_verdict,
     result_data,
 )
 from workbench.questions import Question
-from workbench.results import ResultFile, ResultLead
 
-
-@dataclass(kw_only=True)
-class BaselineData(ResultLead):
-    """What 01_baseline.json's readers read: every configuration with its raw samples."""
-
-    configs: list[ConfigResult]
-    throughput_unit: str
-
-
-RESULT_FILE = ResultFile("01_baseline", BaselineData)
 QUESTION = Question(
     asks=(
         "does a training step and an inference call run, and what do compile, warm-up and "

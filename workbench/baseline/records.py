@@ -8,8 +8,6 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from workbench.baseline.checklist import Checklist
-from workbench.baseline.reference import ReferenceSummary
 from workbench.errors import BadInput
 from workbench.markup import cut_at_word
 from workbench.results import MeasuredOn
@@ -28,7 +26,10 @@ from workbench.timing import (
 )
 from workbench.torch_messages import MessageGroup
 
-if TYPE_CHECKING:  # script_steps reads BaselineSettings from here
+if TYPE_CHECKING:  # script_steps reads BaselineSettings from here; checklist and
+    # reference import torch, which the readers of 01_baseline.json (compare, collect) never need
+    from workbench.baseline.checklist import Checklist
+    from workbench.baseline.reference import ReferenceSummary
     from workbench.baseline.script_steps import ScriptSteps
 
 TRAIN = "train"

@@ -9,7 +9,7 @@ from typing import Any
 
 from workbench.compare.records import CHANGED, IMPROVEMENT, REGRESSION, Change, ChangeStatus
 from workbench.compare.runs import Run
-from workbench.coverage.question import RESULT_FILE as COVERAGE_FILE
+from workbench.coverage.reader import RESULT_FILE as COVERAGE_FILE
 from workbench.coverage.support import FALLS_BACK, SUPPORTED, OpStatus
 
 

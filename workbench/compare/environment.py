@@ -7,7 +7,7 @@ from typing import Any
 
 from workbench.compare.runs import Run
 from workbench.environment.drift import CRITICAL, WARNING, diff_manifests
-from workbench.environment.question import RESULT_FILE as ENVIRONMENT_FILE
+from workbench.environment.reader import RESULT_FILE as ENVIRONMENT_FILE
 
 
 # The manifest is diffed whole (any value flattens to text); its package versions are shown.

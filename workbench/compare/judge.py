@@ -15,7 +15,7 @@ from workbench.compare.runs import Run, collect_runs
 from workbench.compare.serving import serving_changes
 from workbench.compare.timing import timing_changes
 from workbench.compare.verdicts import verdict_changes
-from workbench.environment.question import RESULT_FILE as ENVIRONMENT_FILE
+from workbench.environment.reader import RESULT_FILE as ENVIRONMENT_FILE
 from workbench.errors import BadInput
 
 VERSION_KEYS = ("torch", "torch-neuronx", "torch-xla", "neuronx-cc", "workbench")

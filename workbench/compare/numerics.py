@@ -15,7 +15,7 @@ from workbench.compare.records import (
 )
 from workbench.compare.runs import Run
 from workbench.numerics.acceptance_records import GATE_FAIL, GATE_PASS, GateResult
-from workbench.numerics.question import RESULT_FILE as NUMERICS_FILE
+from workbench.numerics.reader import RESULT_FILE as NUMERICS_FILE
 from workbench.numerics.records import RunResult
 
 

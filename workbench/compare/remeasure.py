@@ -21,10 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from workbench.baseline.measure import PreparedStep, prepare_step
-from workbench.baseline.question import RESULT_FILE as BASELINE_FILE
+from workbench.baseline.reader import RESULT_FILE as BASELINE_FILE
 from workbench.compare.records import (
     IMPROVEMENT,
     NOISE,
@@ -43,7 +42,12 @@ from workbench.results import load_result
 from workbench.targets import get_target
 from workbench.targets.base import Target
 from workbench.timing import HostLoadProbe
-from workbench.workload import WorkloadSpec
+
+# Imported where they are used: they load torch, which reading result files back (compare,
+# collect, export-metrics) never needs.
+if TYPE_CHECKING:
+    from workbench.baseline.measure import PreparedStep
+
 
 REMEASURE_PAIRS = 20
 BLOCK_SECONDS = 0.03
@@ -159,6 +163,9 @@ def remeasure(
     base_run: RunInfo, new_run: RunInfo, gates: Gates, log: Callable[[str], None] = print
 ) -> list[Change]:
     """Every configuration both runs measured, timed again here in pairs, one Change each."""
+    from workbench.baseline.measure import prepare_step
+    from workbench.workload import WorkloadSpec
+
     base_params, base_target = _parameters(base_run)
     new_params, new_target = _parameters(new_run)
     if base_target != new_target:

@@ -11,7 +11,7 @@ from workbench.compare.runs import Run
 from workbench.compare.timing import configs_of, steady_samples
 from workbench.timing import early_stopping_estimate
 from workbench.tuning.cost import MEASURED
-from workbench.tuning.question import RESULT_FILE as RETUNING_FILE
+from workbench.tuning.reader import RESULT_FILE as RETUNING_FILE
 from workbench.tuning.records import Recommendation
 
 # The recommended settings compared side by side, each with how to read it off a recommendation.

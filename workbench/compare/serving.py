@@ -31,7 +31,7 @@ from workbench.compare.records import (
 from workbench.compare.runs import Run
 from workbench.compare.stats import mann_whitney_u, median
 from workbench.compare.timing import Shift, quartiles_apart, run_to_run
-from workbench.serving.question import RESULT_FILE as SERVING_FILE
+from workbench.serving.reader import RESULT_FILE as SERVING_FILE
 from workbench.serving.records import BatchPoint, GapSeries
 from workbench.timing import HostLoad, early_stopping_estimate, samples_for_percentile
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from workbench.baseline.question import RESULT_FILE as BASELINE_FILE
+from workbench.baseline.reader import RESULT_FILE as BASELINE_FILE
 from workbench.baseline.records import ConfigResult, MemoryUse
 from workbench.compare.records import (
     IMPROVEMENT,

@@ -3,25 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from workbench.environment.manifest import capture_manifest
+from workbench.environment.reader import RESULT_FILE
 from workbench.environment.records import environment_verdict, result_data
 from workbench.questions import Question
-from workbench.results import ResultFile, ResultLead
-
-
-@dataclass(kw_only=True)
-class EnvironmentData(ResultLead):
-    """What 00_environment.json's readers read: the manifest (versions, Neuron stack)."""
-
-    manifest: dict[str, Any]
-
-    @property
-    def packages(self) -> dict[str, str]:
-        found = self.manifest.get("packages")
-        return found if isinstance(found, dict) else {}
 
 
 def no_settings(params: Mapping[str, Any]) -> None:
@@ -29,7 +16,6 @@ def no_settings(params: Mapping[str, Any]) -> None:
     return None
 
 
-RESULT_FILE = ResultFile("00_environment", EnvironmentData)
 QUESTION = Question(
     asks=(
         "what exactly is installed, is it a published Neuron release, and what changed since "

@@ -38,6 +38,10 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_leaves, tree_map
 
+from workbench.numerics.recipes import AS_BUILT as AS_BUILT
+from workbench.numerics.recipes import AUTOCAST as AUTOCAST
+from workbench.numerics.recipes import CAST as CAST
+from workbench.numerics.recipes import LOSS_SCALE_INIT as LOSS_SCALE_INIT
 from workbench.targets.base import Target
 from workbench.targets.compiling import CompileFailed
 from workbench.workload import (
@@ -48,10 +52,6 @@ from workbench.workload import (
     named_float_tensors,
     primary_output,
 )
-
-AS_BUILT = "as built"  # the model's own dtype, no autocast
-CAST = "cast"  # weights and float inputs converted with .to(dtype)
-AUTOCAST = "autocast"  # fp32 weights, torch.autocast around forward and loss
 
 ModelBuilder = Callable[[], nn.Module]  # a fresh fp32 CPU model with the reference weights
 
@@ -81,9 +81,6 @@ PRECISIONS: dict[str, Precision] = {
         FP64,
     )
 }
-
-
-LOSS_SCALE_INIT = 2.0**16  # torch.amp.GradScaler's default initial scale
 
 
 class AutocastUnavailable(RuntimeError):

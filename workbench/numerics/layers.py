@@ -79,7 +79,7 @@ def needs_attribution(comparison: TensorComparison, cost: PrecisionCostRule) -> 
     metrics = comparison.metrics
     if metrics.new_nonfinite or metrics.target_rmse_vs_fp64 is None:
         return True
-    u = UNIT_ROUNDOFF.get(getattr(torch, metrics.target_dtype), UNIT_ROUNDOFF[torch.float32])
+    u = UNIT_ROUNDOFF.get(metrics.target_dtype, UNIT_ROUNDOFF["float32"])
     floor = max(
         u * metrics.reference_rms,
         metrics.reference_rmse_vs_fp64 or 0.0,

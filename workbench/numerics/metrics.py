@@ -13,28 +13,32 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TypedDict
-
-import torch
+from typing import TYPE_CHECKING, TypedDict
 
 from workbench.errors import BadInput
 
-# torch.testing.assert_close's defaults (rtol, atol) per dtype (methods.md d1). For two tensors
-# it takes the larger pair of the two dtypes, so a bf16 target is judged at bf16's tolerances.
-DTYPE_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
-    torch.float16: (1e-3, 1e-5),
-    torch.bfloat16: (1.6e-2, 1e-5),
-    torch.float32: (1.3e-6, 1e-5),
-    torch.float64: (1e-7, 1e-7),
+# torch is imported by the functions that compute: the records here are what 03_numerics.json is
+# read back into, and its readers (compare, collect, export-metrics) never need torch.
+if TYPE_CHECKING:
+    import torch
+
+# torch.testing.assert_close's defaults (rtol, atol) per dtype (methods.md d1), by dtype_name.
+# For two tensors it takes the larger pair of the two dtypes, so a bf16 target is judged at
+# bf16's tolerances.
+DTYPE_TOLERANCES: dict[str, tuple[float, float]] = {
+    "float16": (1e-3, 1e-5),
+    "bfloat16": (1.6e-2, 1e-5),
+    "float32": (1.3e-6, 1e-5),
+    "float64": (1e-7, 1e-7),
 }
-LOW_PRECISION_DTYPES = (torch.float16, torch.bfloat16)
+LOW_PRECISION_DTYPES = ("float16", "bfloat16")
 # Unit roundoff u = 2^-p of each dtype's p-bit significand: rounding one value to the dtype
 # changes it by at most u relatively.
-UNIT_ROUNDOFF: dict[torch.dtype, float] = {
-    torch.float64: 2.0**-53,
-    torch.float32: 2.0**-24,
-    torch.bfloat16: 2.0**-8,
-    torch.float16: 2.0**-11,
+UNIT_ROUNDOFF: dict[str, float] = {
+    "float64": 2.0**-53,
+    "float32": 2.0**-24,
+    "bfloat16": 2.0**-8,
+    "float16": 2.0**-11,
 }
 # How a single value is judged (ScalarTolerance, scalar_tolerance): stated in every report.
 SCALAR_RULE = (
@@ -67,7 +71,7 @@ def share_text(share: float) -> str:
 
 def default_tolerances(*dtypes: torch.dtype) -> tuple[float, float]:
     """assert_close's (rtol, atol) for tensors of these dtypes; (0, 0) for non-float dtypes."""
-    pairs = [DTYPE_TOLERANCES.get(d, (0.0, 0.0)) for d in dtypes]
+    pairs = [DTYPE_TOLERANCES.get(dtype_name(d), (0.0, 0.0)) for d in dtypes]
     return max(p[0] for p in pairs), max(p[1] for p in pairs)
 
 
@@ -127,6 +131,8 @@ def _ratio_db(signal: float, noise: float) -> float:
 
 
 def _flat64(tensor: torch.Tensor) -> torch.Tensor:
+    import torch
+
     return tensor.detach().to("cpu", torch.float64).reshape(-1)
 
 
@@ -140,6 +146,8 @@ def _statistics(
 ) -> list[float]:
     """Sums of squares (error, reference, target), dot product, sum and max of the absolute
     error, max relative error and the count outside atol + rtol * |r|, in one read-back."""
+    import torch
+
     if not t.numel():
         return [0.0] * 8
     diff = t - r
@@ -160,6 +168,8 @@ def _statistics(
 
 def _identical_statistics(r: torch.Tensor) -> list[float]:
     """`_statistics` of a target equal to the reference `r`: only the sums of squares read."""
+    import torch
+
     if not r.numel():
         return [0.0] * 8
     square = float(torch.vdot(r, r))
@@ -168,6 +178,8 @@ def _identical_statistics(r: torch.Tensor) -> list[float]:
 
 def _squared_errors(t: torch.Tensor, r: torch.Tensor, f: torch.Tensor) -> tuple[float, float]:
     """Mean squared error of the target and of the reference against the fp64 run."""
+    import torch
+
     if not f.numel():
         return 0.0, 0.0
     target_error, reference_error = t - f, r - f
@@ -237,6 +249,8 @@ def _finite_statistics(
 ) -> tuple[torch.Tensor | None, list[float]]:
     """`_statistics` of the target against the reference, and the mask of elements finite in
     both where a NaN or Inf made them be taken again over those alone (None otherwise)."""
+    import torch
+
     floor = max(atol, _MIN_REL_FLOOR)
     # A run that computed the very same numbers (fp32 eager on the CPU is the reference's own
     # computation) has no error to measure: only the reference's size is read.
@@ -269,6 +283,8 @@ _ALL_FINITE = _NonFiniteCounts(
 def _nonfinite_counts(t: torch.Tensor, r: torch.Tensor) -> tuple[_NonFiniteCounts, int]:
     """The NaN and Inf counts, and how many elements not finite in one run the other does not
     match (NaN against NaN, or the same infinity, is a match, as assert_close with equal_nan)."""
+    import torch
+
     t_finite, r_finite = torch.isfinite(t), torch.isfinite(r)
     rest = ~(t_finite & r_finite)
     rest_t, rest_r = t[rest], r[rest]
@@ -296,6 +312,8 @@ def _rmse_vs_fp64(
 ) -> tuple[float, float]:
     """The target's and the reference's RMSE against fp64, over the elements finite in all
     three where any is not finite."""
+    import torch
+
     squares = _squared_errors(t, r, f) if both is None else None
     if squares is None or not all(math.isfinite(v) for v in squares):
         mask = torch.isfinite(t) & torch.isfinite(r) & torch.isfinite(f)
@@ -346,14 +364,14 @@ class VerdictRule:
         return default_tolerances(target, reference)
 
     def multiplier_for(self, target_dtype: str) -> float:
-        low = {dtype_name(d) for d in LOW_PRECISION_DTYPES}
-        return self.low_precision_multiplier if target_dtype in low else self.multiplier
+        low = target_dtype in LOW_PRECISION_DTYPES
+        return self.low_precision_multiplier if low else self.multiplier
 
     def tolerance_text(self) -> str:
         if self.rtol is not None:
             return f"rtol {self.rtol:g}, atol {self.atol:g} (set for this run)"
         table = ", ".join(
-            f"{dtype_name(d)} {rtol:g}/{atol:g}" for d, (rtol, atol) in DTYPE_TOLERANCES.items()
+            f"{name} {rtol:g}/{atol:g}" for name, (rtol, atol) in DTYPE_TOLERANCES.items()
         )
         return f"torch.testing.assert_close's per-dtype rtol/atol, the looser of the two ({table})"
 
@@ -477,8 +495,10 @@ def own_error(
     fp64: torch.Tensor,
 ) -> OwnError:
     """The layer's own error against its band (see OwnError); every tensor on the CPU."""
+    import torch
+
     dtype = own.dtype
-    u = UNIT_ROUNDOFF.get(dtype, UNIT_ROUNDOFF[torch.float32])
+    u = UNIT_ROUNDOFF.get(dtype_name(dtype), UNIT_ROUNDOFF["float32"])
     f = _flat64(fp64)
     columns = torch.stack([_flat64(own), _flat64(rounded), _flat64(reference)]) - f
     # Mean squares of the three errors and of fp64 in one read-back; only a NaN or Inf among
@@ -613,7 +633,7 @@ def scalar_tolerance(dtype: torch.dtype, scale: float) -> ScalarTolerance:
     """The device-fidelity tolerance of one value computed at `dtype`: assert_close's rtol of
     that dtype (2 to 22 unit roundoffs), on a denominator never below `scale`, the loss's
     typical size over the run: atol = rtol x scale."""
-    rtol = DTYPE_TOLERANCES.get(dtype, DTYPE_TOLERANCES[torch.float32])[0]
+    rtol = DTYPE_TOLERANCES.get(dtype_name(dtype), DTYPE_TOLERANCES["float32"])[0]
     return ScalarTolerance(rtol, rtol * scale)
 
 
@@ -703,7 +723,7 @@ def loss_floor(
     """The floor of a loss comparison at `dtype` (see LossFloor); `fp64` is the fp64 run's
     trajectory beside the reference's, when there is one, and `nudged` the reference's run
     from weights and inputs one ulp away."""
-    unit = UNIT_ROUNDOFF.get(dtype, UNIT_ROUNDOFF[torch.float32])
+    unit = UNIT_ROUNDOFF.get(dtype_name(dtype), UNIT_ROUNDOFF["float32"])
     scale = loss_scale(reference)
     noise = None if fp64 is None else multiplier * _largest_gap(reference, fp64)
     sensitivity = None if nudged is None else multiplier * _largest_gap(reference, nudged)

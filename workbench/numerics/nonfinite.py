@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -28,35 +27,13 @@ from workbench.numerics.capture import (
     leaf_modules,
     normalize_name,
 )
+from workbench.numerics.run_records import NonFinite as NonFinite
+from workbench.numerics.run_records import first_nonfinite_step as first_nonfinite_step
 from workbench.workload import Inputs, call_model
-
-
-@dataclass
-class NonFinite:
-    """The first NaN/Inf of a run."""
-
-    step: int | None  # first optimizer step (1-based) whose loss is NaN or Inf
-    loss: float | None  # that loss
-    tensor: str | None  # the first non-finite tensor, in the order training computes them
-    where: str  # that tensor in words: "parameter 0.bias after the optimizer update of step 5"
-
-    def sentence(self, label: str) -> str:
-        loss = "the loss stays finite"
-        if self.step is not None:
-            loss = f"loss becomes {_kind(self.loss)} at step {self.step}"
-        return f"{label}: {loss}; first non-finite tensor: {self.where}"
-
-
-def _kind(value: float | None) -> str:
-    return "NaN" if value is None or math.isnan(value) else "Inf"
 
 
 def _finite(tensor: torch.Tensor) -> bool:
     return bool(torch.isfinite(tensor).all())
-
-
-def first_nonfinite_step(losses: list[float]) -> int | None:
-    return next((i for i, v in enumerate(losses, 1) if not math.isfinite(v)), None)
 
 
 def find_first_nonfinite(

@@ -53,11 +53,11 @@ from workbench.numerics.acceptance_records import (
     min_ratio_elements,
 )
 from workbench.numerics.capture import FP32, PRECISIONS, LayerCall, RunSpec, rerun_layer
-from workbench.numerics.metrics import DTYPE_TOLERANCES, TensorMetrics, loss_scale
+from workbench.numerics.metrics import DTYPE_TOLERANCES, TensorMetrics, dtype_name, loss_scale
 from workbench.numerics.records import INHERITED, OWN, UNKNOWN, RunResult, TensorComparison
 from workbench.numerics.references import ReferenceRuns
 
-FP32_FLOOR = DTYPE_TOLERANCES[torch.float32][0]  # relative to the output's RMS
+FP32_FLOOR = DTYPE_TOLERANCES["float32"][0]  # relative to the output's RMS
 
 
 def _run_error(metrics: TensorMetrics) -> float:
@@ -96,7 +96,7 @@ def denominator_of(elements: int, scale: float, precision: str, threshold: float
     if elements >= min_ratio_elements(threshold):
         return Denominator(JUDGED_AS_R, FP32_FLOOR * scale)
     dtype = PRECISIONS[precision].dtype
-    rtol = DTYPE_TOLERANCES.get(dtype, DTYPE_TOLERANCES[torch.float32])[0]
+    rtol = DTYPE_TOLERANCES.get(dtype_name(dtype), DTYPE_TOLERANCES["float32"])[0]
     return Denominator(JUDGED_AS_VALUE, rtol * scale)
 
 

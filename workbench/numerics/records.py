@@ -17,7 +17,6 @@ from workbench.numerics.acceptance_records import (
     ConvergenceStudy,
     RunAcceptance,
 )
-from workbench.numerics.capture import CAST, FP64, PRECISIONS
 from workbench.numerics.metrics import (
     DTYPE_TOLERANCES,
     LossFloor,
@@ -27,9 +26,14 @@ from workbench.numerics.metrics import (
     ScalarCheck,
     TensorMetrics,
     VerdictRule,
-    dtype_name,
 )
-from workbench.numerics.nonfinite import NonFinite, first_nonfinite_step
+from workbench.numerics.recipes import CAST
+from workbench.numerics.run_records import (
+    DEFAULT_VALIDATION_BATCHES,
+    HeldOutScore,
+    NonFinite,
+    first_nonfinite_step,
+)
 from workbench.numerics.statuses import (
     COULD_NOT_RUN,
     JUDGED_PASS,
@@ -44,7 +48,6 @@ from workbench.numerics.statuses import INHERITED as INHERITED
 from workbench.numerics.statuses import OWN as OWN
 from workbench.numerics.statuses import ROLE_PRECISION_BASELINE as ROLE_PRECISION_BASELINE
 from workbench.numerics.statuses import UNKNOWN as UNKNOWN
-from workbench.numerics.validation import DEFAULT_VALIDATION_BATCHES, HeldOutScore
 from workbench.numerics.wording import (
     HELD_OUT_TOLERANCE_MEANS,
     LOSS_SCALING_MEANS,
@@ -78,7 +81,6 @@ DEFAULT_GENERATED_TOKENS = 32
 # Runs of the convergence study (the reference trains twice as many): MLPerf's smallest count.
 DEFAULT_CONVERGENCE_SEEDS = 5
 DEFAULT_CONVERGENCE_STEPS = 20
-TARGET_PRECISIONS = tuple(name for name in PRECISIONS if name != FP64.name)
 
 
 @dataclass(frozen=True)
@@ -151,16 +153,21 @@ class NumericsSettings:
         )
 
     def __post_init__(self) -> None:
+        # capture builds the precisions with torch's dtypes: imported here, where the settings
+        # are checked, so that reading 03_numerics.json back loads no torch.
+        from workbench.numerics.capture import FP64, PRECISIONS
+
+        target_precisions = [name for name in PRECISIONS if name != FP64.name]
         for name, values in (
             ("precisions", self.precisions),
             ("compiled_precisions", self.compiled_precisions),
             ("informative_precisions", self.informative_precisions),
         ):
-            unknown = [v for v in values if v not in TARGET_PRECISIONS]
+            unknown = [v for v in values if v not in target_precisions]
             if unknown:
                 raise BadInput(
                     f"{name}: {unknown[0]!r} is not a precision; choose from "
-                    f"{', '.join(TARGET_PRECISIONS)}."
+                    f"{', '.join(target_precisions)}."
                 )
             if len(set(values)) != len(values):
                 raise BadInput(f"{name} {list(values)!r} names a precision twice.")
@@ -584,8 +591,7 @@ def rule_data(result: NumericsResult) -> dict[str, Any]:
         "rtol": rule.rtol if rule.rtol is not None else "per dtype",
         "atol": rule.atol if rule.atol is not None else "per dtype",
         "dtype_tolerances": {
-            dtype_name(d): {"rtol": rtol, "atol": atol}
-            for d, (rtol, atol) in DTYPE_TOLERANCES.items()
+            name: {"rtol": rtol, "atol": atol} for name, (rtol, atol) in DTYPE_TOLERANCES.items()
         },
         "band_factor": cost.band_factor,
         "loss_tolerance": cost.loss_tolerance,

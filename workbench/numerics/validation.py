@@ -17,9 +17,10 @@ import torch
 from torch import nn
 
 from workbench.numerics.capture import RunSpec, as_fp32_cpu
+from workbench.numerics.run_records import DEFAULT_VALIDATION_BATCHES as DEFAULT_VALIDATION_BATCHES
+from workbench.numerics.run_records import HeldOutScore as HeldOutScore
 from workbench.workload import Batch, Workload
 
-DEFAULT_VALIDATION_BATCHES = 4
 # The training batch is drawn with the workload's seed; the held-out ones with this offset to it.
 HELD_OUT_SEED_OFFSET = 1
 
@@ -32,12 +33,6 @@ class HeldOutBatches:
     @property
     def samples(self) -> int:
         return sum(int(targets.shape[0]) for _, targets in self.batches)
-
-
-@dataclass
-class HeldOutScore:
-    loss: float  # mean over the held-out samples
-    metric: float | None  # the workload's task metric, sample-weighted over the batches
 
 
 def held_out_batches(workload: Workload, count: int) -> HeldOutBatches:

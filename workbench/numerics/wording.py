@@ -8,7 +8,7 @@ import math
 from typing import TYPE_CHECKING
 
 from workbench.numerics.acceptance_records import GATE_ORDER, GateResult
-from workbench.numerics.capture import CAST, LOSS_SCALE_INIT
+from workbench.numerics.recipes import CAST, LOSS_SCALE_INIT
 from workbench.numerics.statuses import (
     INHERITED,
     JUDGED_FAIL,

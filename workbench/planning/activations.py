@@ -26,23 +26,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from workbench.planning import symbols
 from workbench.planning.shapes import COLWISE, VOCAB, ModelShape
 from workbench.planning.symbols import Formula, decode
-from workbench.planning.tracking import (
-    BACKWARD,
-    FORWARD,
-    STEP,
-    SavedTensor,
-    SavedTensorRecorder,
-    phase,
-    storage_bytes,
-    tracked_step,
-)
+
+# Imported where they are used: they load torch, which reading result files back (compare,
+# collect, export-metrics) never needs.
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from workbench.planning.tracking import SavedTensor
 
 
 @dataclass(frozen=True)
@@ -216,13 +212,17 @@ def run_probe(
     """One warm-up step (the optimizer's state comes to be), then one tracked step whose
     gradients already exist (zero_grad keeps them), as every training step after the first.
     A model and optimizer that a run_probe before has warmed up need no second warm-up."""
+    import torch
+
+    from workbench.planning import tracking
+
     model.train()
     optimizer.zero_grad(set_to_none=False)
     if warm_up:
         loss_of(model).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=False)
-    recorder = SavedTensorRecorder(model)
+    recorder = tracking.SavedTensorRecorder(model)
     seen_input: list[int] = []
     handle = None
     if stack is not None and len(stack) > 0:
@@ -234,13 +234,13 @@ def run_probe(
 
         handle = stack[0].register_forward_pre_hook(keep_input, with_kwargs=True)
     try:
-        with tracked_step(model, optimizer) as memory:
-            with phase(FORWARD), recorder.recording():
+        with tracking.tracked_step(model, optimizer) as memory:
+            with tracking.phase(tracking.FORWARD), recorder.recording():
                 loss = loss_of(model)
-            with phase(BACKWARD):
+            with tracking.phase(tracking.BACKWARD):
                 loss.backward()
             del loss
-            with phase(STEP):
+            with tracking.phase(tracking.STEP):
                 optimizer.step()
     finally:
         if handle is not None:
@@ -251,8 +251,8 @@ def run_probe(
         seq=seq,
         saved=recorder.saved,
         layer_input=seen_input[0] if seen_input else None,
-        peak_above_held=max(peaks.get(FORWARD, 0), peaks.get(BACKWARD, 0)),
-        step_peak=peaks.get(STEP, 0),
+        peak_above_held=max(peaks.get(tracking.FORWARD, 0), peaks.get(tracking.BACKWARD, 0)),
+        step_peak=peaks.get(tracking.STEP, 0),
         parameter_bytes=memory.held.parameters,
         optimizer_bytes=memory.held.optimizer,
     )
@@ -363,4 +363,6 @@ def fit_model(
 
 
 def parameter_bytes(model: nn.Module) -> int:
+    from workbench.planning.tracking import storage_bytes
+
     return storage_bytes(model.parameters())

@@ -11,13 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from time import perf_counter
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from workbench.errors import BadInput
 from workbench.planning.activations import ActivationModel
-from workbench.planning.hf_config import load_hf_model
 from workbench.planning.instances import (
     INFERENCE,
     TRAINING,
@@ -39,7 +36,6 @@ from workbench.planning.layouts import (
     kv_bytes_per_sequence,
     rank_memory,
 )
-from workbench.planning.probe import measure_hf, measure_workload
 from workbench.planning.published import (
     RUNNING,
     TABLE,
@@ -61,8 +57,13 @@ from workbench.planning.recommend import (
     reserve_for,
 )
 from workbench.planning.shapes import ModelShape, read_shape
-from workbench.workload import Workload, WorkloadSpec
 from workbench.workloads import HF_PREFIX
+
+# Imported where they are used: they load torch, which reading result files back (compare,
+# collect, export-metrics) never needs.
+if TYPE_CHECKING:
+    from workbench.workload import Workload
+
 
 # AWS's own scripts use 4096 tokens for 7B-class Llama training (acceptance...md 1.5).
 DEFAULT_HF_SEQ = 4096
@@ -248,6 +249,12 @@ def _load_shape(spec: str | Workload, seq: int | None, hf_config: str = "") -> _
     """The model's shape, its measured activations, what could not be sized, the sequence
     length, the default precision and its name in the published table. A Workload already
     loaded is planned as it is."""
+    import torch
+
+    from workbench.planning.hf_config import load_hf_model
+    from workbench.planning.probe import measure_hf, measure_workload
+    from workbench.workload import WorkloadSpec
+
     if isinstance(spec, str) and spec.startswith(HF_PREFIX):
         model = load_hf_model(spec, hf_config)
         shape = read_shape(

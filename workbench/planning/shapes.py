@@ -22,8 +22,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from torch import nn
+# Imported where they are used: they load torch, which reading result files back (compare,
+# collect, export-metrics) never needs.
+if TYPE_CHECKING:
+    from torch import nn
+
 
 COLWISE = "colwise"
 ROWWISE = "rowwise"
@@ -156,6 +161,8 @@ class ModelShape:
 def find_stack(model: nn.Module) -> tuple[str, int]:
     """The ModuleList (or Sequential) with the most children of one class: the layer stack
     pipeline parallelism cuts and activation checkpointing wraps; ("", 0) where there is none."""
+    from torch import nn
+
     best = ("", 0)
     for name, module in model.named_modules():
         if not isinstance(module, (nn.ModuleList, nn.Sequential)) or len(module) < 2:
@@ -232,6 +239,8 @@ def read_shape(
     model: nn.Module, name: str, source: str, config: dict[str, int] | None = None
 ) -> ModelShape:
     """The ModelShape of a model (meta or real: only shapes are read)."""
+    from torch import nn
+
     stack_path, layers = find_stack(model)
     tp_modules: dict[str, str] = {}
     unplaced: list[str] = []

@@ -23,10 +23,9 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from time import perf_counter
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import psutil
-import torch
 from tqdm.auto import tqdm
 
 from workbench.errors import BadInput
@@ -48,7 +47,12 @@ from workbench.tuning.noise import (
     with_own_helpers,
 )
 from workbench.tuning.steps import items_per_second, log_line
-from workbench.workload import WorkloadSpec
+
+# Imported where they are used: they load torch, which reading result files back (compare,
+# collect, export-metrics) never needs.
+if TYPE_CHECKING:
+    from workbench.workload import WorkloadSpec
+
 
 OK: Final = "ok"
 SKIPPED: Final = "skipped"
@@ -73,12 +77,16 @@ class RankJob:
 
     @classmethod
     def from_json(cls, text: str) -> RankJob:
+        from workbench.workload import WorkloadSpec
+
         data = json.loads(text)
         return cls(**{**data, "spec": WorkloadSpec(**data["spec"])})
 
 
 def rank_main(job: RankJob) -> None:
     """One rank: join the group, run the fixed steps, write this rank's times."""
+    import torch
+
     local_rank = int(os.environ["LOCAL_RANK"])
     # Before the target exists: the variables decide which device this rank claims.
     os.environ.update(target_class(job.target).rank_environment(local_rank))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.baseline.records import EAGER, MODES
 from workbench.errors import BadInput
@@ -16,17 +16,21 @@ from workbench.timing import Measurement
 from workbench.tuning import wording
 from workbench.tuning.buckets import BucketStudy
 from workbench.tuning.cost import CostStudy
-from workbench.tuning.dataloader import LoaderStudy
 from workbench.tuning.noise import COMPARISON_RULE, RemeasurePolicy
 from workbench.tuning.parallel import FAILED as LAUNCH_FAILED
 from workbench.tuning.parallel import TIMEOUT as LAUNCH_TIMEOUT
 from workbench.tuning.parallel import ScalingRun, ScalingStudy, world_size_rule
-from workbench.tuning.plan import AccumulationCheck, GlobalBatchPlan
 from workbench.tuning.trials import COMPILER_HOST_RAM as TRIAL_COMPILER_HOST_RAM
 from workbench.tuning.trials import CRASHED as TRIAL_CRASHED
 from workbench.tuning.trials import ERROR as TRIAL_ERROR
 from workbench.tuning.trials import TIMEOUT as TRIAL_TIMEOUT
 from workbench.tuning.trials import BatchChoice, MemoryBudget, SearchResult, Trial
+
+# Named in annotations only: they load torch, which reading 04_retuning.json back (compare,
+# collect, export-metrics) never needs.
+if TYPE_CHECKING:
+    from workbench.tuning.dataloader import LoaderStudy
+    from workbench.tuning.plan import AccumulationCheck, GlobalBatchPlan
 
 
 @dataclass(frozen=True)

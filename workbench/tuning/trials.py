@@ -21,12 +21,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import psutil
 from tqdm.auto import tqdm
 
-from workbench.baseline.measure import run_config
 from workbench.baseline.records import (
     PHASE_STEADY,
     TRAIN,
@@ -52,7 +51,12 @@ from workbench.tuning.noise import (
     host_load_from,
 )
 from workbench.tuning.steps import items_per_second, log_line
-from workbench.workload import WorkloadSpec
+
+# Imported where they are used: they load torch, which reading result files back (compare,
+# collect, export-metrics) never needs.
+if TYPE_CHECKING:
+    from workbench.workload import WorkloadSpec
+
 
 OK: Final = "ok"
 OVER_BUDGET: Final = "over budget"  # ran, but its peak memory left less than the safety margin
@@ -124,6 +128,8 @@ class BatchTrialJob:
     warmup: WarmupRule
 
     def run(self) -> dict[str, Any]:
+        from workbench.baseline.measure import run_config
+
         target = get_target(self.target)
         workload = self.spec.load()
         workload.batch_size = self.batch_size

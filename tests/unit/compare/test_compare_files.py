@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.run_folders import write_run
-from workbench.baseline.question import RESULT_FILE as BASELINE_FILE
+from workbench.baseline.reader import RESULT_FILE as BASELINE_FILE
 from workbench.cli import main
 from workbench.compare import compare_runs
 from workbench.compare.runs import UnreadableRun, load_run

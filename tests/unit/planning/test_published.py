@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.planning import planner
+from workbench.planning import planner, probe
 from workbench.planning.hf_config import HfModel
 from workbench.planning.instances import GiB
 from workbench.planning.planner import Plan, make_plan
@@ -60,7 +60,8 @@ def probed() -> Iterator[None]:
         return kept[key]
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(planner, "measure_hf", once)
+        # make_plan imports measure_hf from the probe when it plans (the probe loads torch)
+        patch.setattr(probe, "measure_hf", once)
         yield
 
 
