@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.utils._device
 import torch.utils.cpp_extension
 
 from workbench.errors import is_user_code, short_path
@@ -243,6 +244,11 @@ class DeviceRedirection:
     # -- the patches -----------------------------------------------------------------------
     @contextmanager
     def active(self) -> Iterator[DeviceRedirection]:
+        # torch's device context (`with torch.device("meta"):`) remembers, once per process,
+        # which functions construct tensors. Were that first asked while the factories below are
+        # patched, it would remember the stand-ins, and every later `with torch.device("meta")`
+        # would build real tensors (a 70B model's meta build then filled the host's memory).
+        torch.utils._device._device_constructors()
         with ExitStack() as stack:
             # A default device the script sets is its own: the process's is put back after
             # (None where none was set, so no device mode stays on every later torch call).

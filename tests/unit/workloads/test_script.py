@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from tests.fixtures import REPO_ROOT
+from tests.fixtures.fresh_python import fresh_python
 from tests.fixtures.user_scripts import SCRIPTS, trains, write_script
 from workbench.coverage.capture import capture_training_step
 from workbench.errors import BadInput
@@ -661,3 +662,20 @@ def test_the_scan_reads_a_scripts_whole_file_even_where_its_model_is_defined_in_
     assert sources[0].left_out == {}
     report = scan_workload(realistic[name])
     assert {f.line for f in report.findings} >= {line for _, line in _rows(realistic[name])}
+
+
+def test_a_device_context_inside_the_redirection_leaves_meta_builds_working_after_it():
+    """torch remembers its tensor constructors once per process; first asked under the
+    redirection's stand-ins, every later `with torch.device("meta")` built real tensors (a 70B
+    plan's meta build then filled the host). A fresh interpreter, so nothing asked before."""
+    out = fresh_python(
+        "import torch\n"
+        "from workbench.targets.redirect import DeviceRedirection\n"
+        "with DeviceRedirection(torch.device('cpu'), lambda: None).active():\n"
+        "    with torch.device('cpu'):\n"
+        "        torch.zeros(1)\n"
+        "with torch.device('meta'):\n"
+        "    layer = torch.nn.Linear(4, 4)\n"
+        "print(layer.weight.device.type)\n"
+    )
+    assert out.split() == ["meta"]
