@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-import yaml
-
 from workbench import __version__
 from workbench.errors import (
     EXIT_BAD_INPUT,
@@ -58,6 +56,8 @@ _TYPE_WORDS = {
 
 
 def _load_config(path: Path) -> dict[str, Any]:
+    import yaml
+
     try:
         config = load_yaml(read_bounded(path, "Config", CONFIG_MAX_BYTES), f"Config {path}")
     except yaml.YAMLError as exc:

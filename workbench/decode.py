@@ -19,6 +19,8 @@ import types
 import typing
 from collections.abc import Mapping
 from functools import cache
+from itertools import repeat
+from operator import is_
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from workbench.errors import BadInput
@@ -106,7 +108,7 @@ def _decode_container(kind: Any, origin: Any, value: Any, path: str) -> Any:
             _decode(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True))
         )
     item_kind = args[0] if args else Any
-    if item_kind is float and all(type(v) is float for v in value):
+    if item_kind is float and all(map(is_, map(type, value), repeat(float))):
         # Raw timing samples: tens of thousands of floats, already what they must decode to.
         return tuple(value) if origin is tuple else list(value)
     items = [_decode(item_kind, v, f"{path}[{i}]") for i, v in enumerate(value)]

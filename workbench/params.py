@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from workbench.errors import BadInput, did_you_mean
 from workbench.safe_load import load_yaml, shown
 
@@ -134,6 +132,8 @@ def _parse(value: Any, expected: type, where: str) -> Any:
     would expand or nest beyond safe_load's bounds is BadInput naming `where`."""
     if not isinstance(value, str) or expected is str:
         return value
+    import yaml  # here, not at the top: most commands never parse a -p value
+
     try:
         if expected is list:
             # "8, 16, 32", "[8, 16, 32]" and "eager" all read as flow lists; numbers stay numbers.

@@ -20,10 +20,11 @@ import re
 import reprlib
 import stat
 from dataclasses import dataclass
+from functools import cache
+from itertools import compress, repeat
+from operator import is_
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from workbench.errors import BadInput
 
@@ -107,24 +108,32 @@ def _refuse_size(path: Path, what: str, size: int, max_bytes: int) -> None:
         )
 
 
-class _BoundedLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a document using more than MAX_YAML_ALIASES aliases."""
+@cache
+def _bounded_loader() -> Any:
+    """SafeLoader that refuses a document using more than MAX_YAML_ALIASES aliases; built on
+    first use, so that reading JSON (every result file) does not import yaml."""
+    import yaml
 
-    aliases = 0
+    class BoundedLoader(yaml.SafeLoader):
+        aliases = 0
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            self.aliases += 1
-            if self.aliases > MAX_YAML_ALIASES:
-                raise BadInput(f"uses more than {MAX_YAML_ALIASES} YAML aliases")
-        return super().compose_node(parent, index)
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                self.aliases += 1
+                if self.aliases > MAX_YAML_ALIASES:
+                    raise BadInput(f"uses more than {MAX_YAML_ALIASES} YAML aliases")
+            return super().compose_node(parent, index)
+
+    return BoundedLoader
 
 
 def load_yaml(text: str, where: str) -> Any:
     """YAML (safe tags only) within the bounds; a syntax error stays a yaml.YAMLError so that
     callers that accept plain strings can fall back to the text."""
+    import yaml
+
     try:
-        value = yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+        value = yaml.load(text, Loader=_bounded_loader())  # noqa: S506 - a SafeLoader subclass
     except BadInput as exc:
         raise BadInput(f"{where} {exc}: write the values out.") from None
     except RecursionError:
@@ -136,12 +145,16 @@ def load_yaml(text: str, where: str) -> Any:
 def load_json(text: str, where: str, max_values: int = MAX_VALUES) -> Any:
     """JSON within the bounds; one sentence for text that is not JSON."""
     try:
-        value = json.loads(text, parse_float=_finite_float, parse_int=_bounded_int)
+        value = json.loads(text)
+        # json's C parser reads every number; only a document with one out of range (an
+        # overflowed float, an integer past 64 bits) is read again through the hooks below,
+        # which name that number, at a Python call per number.
+        if not check_shape(value, where, max_values):
+            value = json.loads(text, parse_float=_finite_float, parse_int=_bounded_int)
     except RecursionError:
         raise BadInput(f"{where} nests deeper than this reads ({MAX_DEPTH} levels).") from None
     except ValueError as exc:  # JSONDecodeError, or an integer of more than 4,300 digits
         raise BadInput(f"{where} is not readable JSON ({str(exc).split(';')[0]}).") from None
-    check_shape(value, where, max_values)
     return value
 
 
@@ -161,25 +174,43 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
-def check_shape(value: Any, where: str, max_values: int = MAX_VALUES) -> None:
+_CONTAINERS = frozenset({dict, list})
+_INT_LIMIT = 10**MAX_INT_DIGITS
+
+
+def check_shape(value: Any, where: str, max_values: int = MAX_VALUES) -> bool:
     """Walk the parsed document without recursion: at most MAX_DEPTH levels and `max_values`
-    values, counting each alias's target every time it is used."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    seen = 0
+    values, counting each alias's target every time it is used; True when every number is in
+    range (floats finite, integers of at most MAX_INT_DIGITS digits). A container's values are
+    counted by its length and sorted by type in C, so a result file's tens of thousands of
+    samples are never visited one by one in Python."""
+    in_range = _numbers_in_range([value])
+    stack: list[tuple[Any, int]] = [(value, 1)] if type(value) in _CONTAINERS else []
+    seen = 1
     while stack:
         item, depth = stack.pop()
-        seen += 1
+        children = list(item.values()) if isinstance(item, dict) else item
+        if not children:
+            continue
+        seen += len(children)
         if seen > max_values:
             raise BadInput(
                 f"{where} holds more than {max_values:,} values once expanded: a YAML alias "
                 "bomb or a file that is not what it should be."
             )
-        if depth > MAX_DEPTH:
+        if depth + 1 > MAX_DEPTH:
             raise BadInput(f"{where} nests deeper than this reads ({MAX_DEPTH} levels).")
-        if isinstance(item, dict):
-            stack.extend((child, depth + 1) for child in item.values())
-        elif isinstance(item, list):
-            stack.extend((child, depth + 1) for child in item)
+        in_range = in_range and _numbers_in_range(children)
+        nested = compress(children, map(_CONTAINERS.__contains__, map(type, children)))
+        stack.extend((child, depth + 1) for child in nested)
+    return in_range
+
+
+def _numbers_in_range(values: list[Any]) -> bool:
+    types = list(map(type, values))
+    floats = compress(values, map(is_, types, repeat(float)))
+    ints = compress(values, map(is_, types, repeat(int)))
+    return all(map(math.isfinite, floats)) and max(map(abs, ints), default=0) < _INT_LIMIT
 
 
 _SHOWN = reprlib.Repr()

@@ -14,8 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
 from workbench.errors import BadInput
 
 # Relative IQR above which a sample set is called unstable (torch.utils.benchmark uses the same
@@ -227,6 +225,8 @@ def _own_cpu_seconds() -> float:
     """CPU time of this process and every process under it: the children it has reaped are in
     its own counters, live ones (compiler workers, DataLoader workers) are read one by one, so
     a measurement's own helpers never count as other load."""
+    import psutil  # imported where a process is read: readers of timing records never do
+
     me = psutil.Process()
     times = me.cpu_times()
     total = times.user + times.system + times.children_user + times.children_system
@@ -461,6 +461,8 @@ class HostPeakRss:
     def peak(self) -> int | None:
         if self._has_vmhwm:
             return self._vmhwm()
+        import psutil
+
         return int(psutil.Process().memory_info().rss)
 
 
@@ -498,6 +500,8 @@ class ChildPeakRss:
             self._sample()
 
     def _sample(self) -> None:
+        import psutil
+
         total = 0
         try:
             children = psutil.Process().children(recursive=True)

@@ -20,7 +20,6 @@ from time import perf_counter
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from workbench.baseline.checklist import collect_checklist
 from workbench.baseline.records import (
@@ -48,6 +47,7 @@ from workbench.baseline.records import (
 from workbench.baseline.reference import write_reference
 from workbench.baseline.script_steps import time_script
 from workbench.errors import describe_error
+from workbench.progress import progress_bar
 from workbench.targets.base import Target
 from workbench.targets.compiling import CompileFailed
 from workbench.timing import (
@@ -240,7 +240,7 @@ class _ConfigRunner:
     ) -> _PhaseSteps:
         """The phase's timed steps, until `max_steps`, `stop` or a step that raises."""
         steps = _PhaseSteps()
-        bar = tqdm(
+        bar = progress_bar(
             total=max_steps,
             desc=f"{self.name} {PHASE_LABELS[phase]}",
             leave=False,

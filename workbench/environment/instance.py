@@ -9,8 +9,6 @@ reads as "unknown" with the reason.
 from __future__ import annotations
 
 import os
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +37,10 @@ def _on_ec2(dmi_dir: Path = _DMI_DIR) -> bool:
 
 
 def _request(url: str, method: str, headers: dict[str, str]) -> str:
+    # urllib (with http.client and ssl) is imported only when the metadata service is asked:
+    # the many readers of InstanceType never ask it.
+    import urllib.request
+
     request = urllib.request.Request(url, method=method, headers=headers)
     with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:  # noqa: S310
         return response.read().decode("utf-8", errors="replace").strip()
@@ -52,6 +54,8 @@ def instance_type_from_metadata(dmi_dir: Path = _DMI_DIR) -> InstanceType:
     if not endpoint and not _on_ec2(dmi_dir):
         return InstanceType(None, "not an EC2 instance (no EC2 DMI data)")
     base = (endpoint or DEFAULT_ENDPOINT).rstrip("/")
+    import urllib.error
+
     try:
         token = _request(
             f"{base}/latest/api/token",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -17,11 +16,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any, cast
-
-import psutil
 
 from workbench.environment.companions import check_imports
 from workbench.errors import BadInput
@@ -52,6 +48,8 @@ def normalize_name(name: str) -> str:
 
 
 def _installed_packages() -> dict[str, str]:
+    from importlib import metadata  # here: readers of a pinned manifest never list packages
+
     packages: dict[str, str] = {}
     for dist in metadata.distributions():
         name = dist.metadata["Name"]
@@ -69,6 +67,8 @@ def _cpu_model() -> str:
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    import platform
+
     return platform.processor() or "unknown"
 
 
@@ -196,6 +196,11 @@ def _neuron_section() -> dict[str, Any]:
 
 def capture_manifest() -> dict[str, Any]:
     """A JSON-able description of this environment, with every secret removed."""
+    # Imported here: the readers of a pinned manifest (compare, drift) never capture one.
+    import platform
+
+    import psutil
+
     libc_name, libc_version = platform.libc_ver()
     packages = _installed_packages()
     manifest = {

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import psutil
-
 from workbench.errors import BadInput, did_you_mean
 from workbench.processes import usable_cores
 
@@ -106,6 +104,8 @@ def this_machine(ranks: int | None = None) -> InstanceSpec:
     """The machine this runs on: `ranks` processes (default one per usable core) sharing its
     physical memory, as the gloo check runs do."""
     count = ranks or usable_cores()
+    import psutil  # here: readers of a plan never measure this machine
+
     total = int(psutil.virtual_memory().total)
     return InstanceSpec(
         name=HERE,

@@ -1,74 +1,55 @@
 """Execution targets behind one interface, and the `auto` choice between them.
 
-Target modules are imported lazily: importing workbench.targets must never import torch_xla or
-torch_neuronx, whose imports have side effects (PJRT start-up, NeuronCore claims).
+Names are imported on first use (workbench.lazy_exports): importing a module of this package, as
+every reader of a result file does for its records, must not import the others; and importing
+workbench.targets must never import torch_xla or torch_neuronx, whose imports have side effects
+(PJRT start-up, NeuronCore claims).
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING
 
-import importlib
-
-from workbench.errors import BadInput
-from workbench.targets.availability import Availability
-from workbench.targets.base import MemoryReading, Target
-from workbench.targets.compiling import CompileCounters
-from workbench.targets.detect import FLAVOUR_NATIVE, detect_neuron_stack, torch_has_gpu_build
-
-TARGET_MODULES = {
-    "cpu": ("workbench.targets.cpu", "CpuTarget"),
-    "cuda": ("workbench.targets.cuda", "CudaTarget"),
-    "xla": ("workbench.targets.xla", "XlaTarget"),
-    "neuron": ("workbench.targets.neuron", "NeuronTarget"),
-}
-TARGET_NAMES = ("auto", *TARGET_MODULES)
+from workbench.lazy_exports import lazy_exports
 
 __all__ = [
     "Availability",
     "CompileCounters",
     "MemoryReading",
     "Target",
+    "TARGET_MODULES",
     "TARGET_NAMES",
     "target_class",
     "resolve_target_name",
     "get_target",
 ]
 
+if TYPE_CHECKING:
+    from workbench.targets.availability import Availability
+    from workbench.targets.base import MemoryReading, Target
+    from workbench.targets.compiling import CompileCounters
+    from workbench.targets.registry import (
+        TARGET_MODULES,
+        TARGET_NAMES,
+        get_target,
+        resolve_target_name,
+        target_class,
+    )
 
-def target_class(name: str) -> type[Target]:
-    if name not in TARGET_MODULES:
-        raise BadInput(f"Unknown target {name!r}; choose one of: {', '.join(TARGET_NAMES)}.")
-    module_name, class_name = TARGET_MODULES[name]
-    return getattr(importlib.import_module(module_name), class_name)
-
-
-def resolve_target_name(requested: str) -> tuple[str, str]:
-    """The concrete target for `requested` and why it was chosen.
-
-    `auto` tries native Neuron, then XLA (only with a Neuron PJRT plugin, so a bare torch-xla
-    install does not turn a laptop run into an "XLA" run), then CUDA, then CPU.
-    """
-    if requested != "auto":
-        availability = target_class(requested).availability()
-        if not availability.available:
-            raise BadInput(f"Target {requested!r} is not available here: {availability.reason}")
-        return requested, f"requested explicitly ({availability.reason})"
-    stack = detect_neuron_stack()
-    if stack.flavour == FLAVOUR_NATIVE:
-        availability = target_class("neuron").availability()
-        if availability.available:
-            return "neuron", f"auto: {availability.reason}"
-    if stack.has_neuron_pjrt_plugin:
-        availability = target_class("xla").availability()
-        if availability.available:
-            return "xla", f"auto: {stack.summary()} with the Neuron PJRT plugin"
-    if torch_has_gpu_build():
-        cuda = target_class("cuda").availability()
-        if cuda.available:
-            return "cuda", f"auto: {cuda.reason}"
-    return "cpu", f"auto: no Neuron device, no Neuron PJRT plugin, no CUDA ({stack.summary()})"
-
-
-def get_target(name: str) -> Target:
-    """An instance of the named target (`auto` resolved first); BadInput if unavailable."""
-    concrete, _ = resolve_target_name(name)
-    return target_class(concrete)()
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "Availability": "workbench.targets.availability",
+        "CompileCounters": "workbench.targets.compiling",
+        "MemoryReading": "workbench.targets.base",
+        "Target": "workbench.targets.base",
+        **{
+            name: "workbench.targets.registry"
+            for name in (
+                "TARGET_MODULES",
+                "TARGET_NAMES",
+                "target_class",
+                "resolve_target_name",
+                "get_target",
+            )
+        },
+    },
+)

@@ -10,7 +10,6 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,10 @@ FLAVOURS = (FLAVOUR_NATIVE, FLAVOUR_XLA)
 
 def installed_version(distribution: str) -> str | None:
     """Version of an installed distribution, or None; never imports the package."""
+    # importlib.metadata (with email and zipfile) loads here: the readers of this module's
+    # constants never look a version up.
+    from importlib.metadata import PackageNotFoundError, version
+
     for name in (distribution, distribution.replace("-", "_")):
         try:
             return version(name)

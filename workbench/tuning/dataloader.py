@@ -21,10 +21,10 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 from torch.utils.data import DataLoader, Dataset
-from tqdm.auto import tqdm
 
 from workbench.errors import BadInput
 from workbench.processes import FINISHED, run_in_child, usable_cores
+from workbench.progress import progress_bar
 from workbench.targets import get_target
 from workbench.targets.base import Target
 from workbench.timing import OUTLIER_RULE, HostLoadProbe, Measurement, format_seconds
@@ -322,7 +322,7 @@ def sweep_loader(
             f"worker counts {oversubscribed} exceed the {cores} usable cores: PyTorch warns about "
             "this, and the workers then compete with the training step for CPU"
         )
-    for setting in tqdm(settings, desc="DataLoader sweep", disable=not sweep.progress_bars):
+    for setting in progress_bar(settings, desc="DataLoader sweep", disable=not sweep.progress_bars):
         job = LoaderJob(spec, target.name, batch_size, setting, work, warmup, steps)
 
         def attempt(job: LoaderJob = job) -> LoaderResult:

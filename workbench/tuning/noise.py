@@ -15,11 +15,12 @@ import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
-
-import psutil
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from workbench.timing import FLUCTUATION_SEVERE, HostLoad, Measurement, is_loaded, quantile
+
+if TYPE_CHECKING:
+    import psutil
 
 # Separate processes of one setting differ by a few percent in throughput (memory layout, CPU
 # frequency, where the scheduler puts threads) even when each one's own steps are steady, so a

@@ -25,15 +25,13 @@ from pathlib import Path
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-import psutil
-from tqdm.auto import tqdm
-
 from workbench.errors import BadInput
 from workbench.processes import (
     read_tail,
     torchrun,
     usable_cores,
 )
+from workbench.progress import progress_bar
 from workbench.targets import get_target, target_class
 from workbench.targets.base import Target
 from workbench.timing import HostLoad, HostLoadProbe, Measurement, format_seconds
@@ -112,6 +110,8 @@ def rank_main(job: RankJob) -> None:
 
         for _ in range(job.warmup_steps):
             step()
+        import psutil  # here: readers of scaling records never measure a process
+
         me = psutil.Process()
         cpu_before = cpu_seconds(me)
         with HostLoadProbe() as probe:
@@ -280,7 +280,9 @@ def sweep_world_sizes(
         log(f"data-parallel sweep skipped: {collectives.reason}")
         return study
     job = RankJob(spec, target.name, batch_size, warmup_steps, steps, timeout_s, threads, "")
-    for world_size in tqdm(sizes, desc="data-parallel sweep", disable=not sweep.progress_bars):
+    for world_size in progress_bar(
+        sizes, desc="data-parallel sweep", disable=not sweep.progress_bars
+    ):
         if world_size > max_workers:
             run = ScalingRun(
                 world_size,

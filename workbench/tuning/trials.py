@@ -23,9 +23,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-import psutil
-from tqdm.auto import tqdm
-
 from workbench.baseline.records import (
     PHASE_STEADY,
     TRAIN,
@@ -40,6 +37,7 @@ from workbench.processes import (
     ChildOutcome,
     run_in_child,
 )
+from workbench.progress import progress_bar
 from workbench.targets import get_target
 from workbench.targets.base import Target
 from workbench.timing import HostPeakRss, Measurement, WarmupRule, format_seconds
@@ -107,6 +105,8 @@ def resolve_budget(target: Target, budget_gib: float, margin: float) -> MemoryBu
     device = target.device_memory()
     if device is not None:
         return MemoryBudget(device.total_bytes, device.source, margin)
+    import psutil  # here: readers of trial records never measure memory
+
     available = psutil.virtual_memory().available
     return MemoryBudget(
         int(available),
@@ -375,7 +375,7 @@ def search_largest_batch(
     if not 1 <= low <= high:
         raise BadInput(f"batch range [{low}, {high}]: need 1 <= min_batch <= max_batch.")
     result = SearchResult(low, high, trial_bound(low, high))
-    bar = tqdm(total=result.bound, desc="largest-batch search", disable=not progress_bars)
+    bar = progress_bar(total=result.bound, desc="largest-batch search", disable=not progress_bars)
 
     def fits(batch_size: int) -> bool:
         trial = runner.run(SEARCH, batch_size, SEARCH_STEADY_STEPS, SEARCH_WARMUP)
@@ -434,7 +434,7 @@ def sweep_batch_sizes(
     recorded with its remedy)."""
     sweep = sweep or SweepRun()
     trials = []
-    for batch_size in tqdm(sizes, desc="batch-size sweep", disable=not sweep.progress_bars):
+    for batch_size in progress_bar(sizes, desc="batch-size sweep", disable=not sweep.progress_bars):
 
         def attempt(batch_size: int = batch_size) -> Trial:
             return runner.run(SWEEP, batch_size, steady_steps, SWEEP_WARMUP)
