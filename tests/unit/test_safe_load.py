@@ -54,3 +54,25 @@ def test_a_result_file_may_hold_a_serving_points_raw_samples_a_config_may_not() 
     assert len(load_json(text, "05_serving.json", RESULT_MAX_VALUES)) == 700_000
     with pytest.raises(BadInput, match="more than 200,000 values"):
         load_json(text, "config.json")
+
+
+@pytest.mark.parametrize(
+    "text, refused",
+    [
+        ('{"a": [1, 2.5, {"b": [1e400]}]}', "number 1e400 is out of range"),
+        ('{"a": {"b": [-1E+309]}}', r"number -1E\+309 is out of range"),
+        ("[[1, 12345678901234567890]]", "has more than 19 digits"),
+        ("[1" + "0" * 400 + ".5]", "is out of range"),
+    ],
+)
+def test_a_number_out_of_range_is_named_wherever_it_sits(text: str, refused: str) -> None:
+    with pytest.raises(BadInput, match=refused):
+        load_json(text, "f.json")
+
+
+def test_numbers_in_range_are_read_as_json_reads_them() -> None:
+    # The digits after a decimal point are not a whole part: 20 of them are an ordinary sample.
+    text = '{"s": [0.00012616025014722254, 9999999999999999999, -1e308, 1e-400], "n": NaN}'
+    value = load_json(text, "f.json")
+    assert value["s"] == [0.00012616025014722254, 9999999999999999999, -1e308, 0.0]
+    assert value["n"] != value["n"]

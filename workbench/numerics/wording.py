@@ -198,9 +198,11 @@ def _cost_part(runs: list[RunResult], ok: list[RunResult]) -> str:
     ]
     if attention:
         first = attention[0]
-        # The first failed rule only: the run's row and the reading give the rest.
-        rule = first.precision_cost.reason.split("; ")[0] if first.precision_cost else ""
-        cost += f", {short_label(first)} needs attention: {rule}"
+        # The failed rule's name only ("loss trajectory"): the headline gives its numbers, and
+        # the run's row and the reading give the rest.
+        reason = first.precision_cost.reason if first.precision_cost else ""
+        rule = reason.split("; ")[0].split(": ")[0]
+        cost += f", {short_label(first)} needs attention ({rule})"
     return cost
 
 

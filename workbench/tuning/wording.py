@@ -91,18 +91,19 @@ def unsettled_clauses(result: RetuneMeasurements, noisy_says: str, loaded_says: 
 
 
 def _unsettled_sentence(result: RetuneMeasurements) -> str:
-    """What the choices above cannot be read as clean for, naming the measurements."""
-    parts = unsettled_clauses(
-        result,
-        f"{{count}} stayed noisy after re-measuring, IQR above {result.remeasure.limit:.0%} "
-        "({names})",
-        "{count} ran on a loaded machine ({names})",
+    """That the choices above are provisional, and what to do; which measurements did not
+    settle, and how, is the verdict's to say (it names them), so it is not said twice."""
+    limit = result.remeasure.limit
+    unsettled = sum(
+        1
+        for _, m, _ in result.decision_measurements()
+        if m.relative_iqr > limit or (m.loaded and m.host is not None)
     )
-    if not parts:
+    if not unsettled:
         return ""
     return (
-        f" Attention: {'; '.join(parts)}; the choices read from them are provisional: "
-        "re-run on a quiet machine."
+        f" The choices read from the {unsettled} measurement{'s' if unsettled > 1 else ''} "
+        "the verdict names as unsettled are provisional: re-run on a quiet machine."
     )
 
 
