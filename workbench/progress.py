@@ -21,7 +21,11 @@ def progress_bar(iterable: Iterable[T], **options: Any) -> tqdm[T]: ...
 @overload
 def progress_bar(iterable: None = None, **options: Any) -> tqdm[Any]: ...
 def progress_bar(iterable: Iterable[Any] | None = None, **options: Any) -> tqdm[Any]:
-    """tqdm.auto's bar over `iterable`, or a manual one (`total=`, then `update()`)."""
-    from tqdm.auto import tqdm
+    """tqdm.auto's bar over `iterable`, or a manual one (`total=`, then `update()`); with
+    `disable=True` (a headless run) plain tqdm's, which draws nothing and loads no widgets."""
+    if options.get("disable"):
+        from tqdm import tqdm
+    else:
+        from tqdm.auto import tqdm
 
     return cast("tqdm[Any]", tqdm(iterable, **options))

@@ -58,9 +58,26 @@ def test_reading_every_registered_result_file_loads_no_torch() -> None:
         "from workbench.questions import QUESTIONS, result_file\n"
         "readers = [result_file(entry.notebook).notebook for entry in QUESTIONS]\n"
         f"run = load_run({str(COMMITTED_RUN)!r})\n"
-        "print(json.dumps([readers, sorted(run.results), 'torch' in sys.modules]))"
+        "import workbench.compare.judge, workbench.cli\n"
+        f"heavy = [m for m in {MEASURING_ONLY!r} if m in sys.modules]\n"
+        "print(json.dumps([readers, sorted(run.results), 'torch' in sys.modules, heavy]))"
     )
-    readers, read, torch_loaded = json.loads(fresh_python(probe))
+    readers, read, torch_loaded, heavy = json.loads(fresh_python(probe))
     assert readers == [entry.notebook for entry in QUESTIONS]
     assert read == sorted(path.stem for path in COMMITTED_RUN.glob("0*.json"))
     assert not torch_loaded
+    assert heavy == [], "what only measuring, capturing or drawing a bar needs is imported there"
+
+
+# Modules a run's measuring code uses and a reader of its results never does: each is imported
+# inside the function that measures, captures, asks the metadata service or draws a bar.
+MEASURING_ONLY = (
+    "psutil",
+    "tqdm",
+    "ipywidgets",
+    "yaml",
+    "urllib.request",
+    "importlib.metadata",
+    "platform",
+    "matplotlib",
+)
