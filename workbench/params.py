@@ -165,17 +165,32 @@ def _parameter_lines(path: Path) -> list[tuple[str, str, str, str]]:
         for token in tokenize.generate_tokens(io.StringIO(source).readline)
         if token.type == tokenize.COMMENT
     }
+    lines = source.splitlines(keepends=True)
     found = []
     for node in ast.parse(source).body:
         if not isinstance(node, ast.AnnAssign) or not isinstance(node.target, ast.Name):
             continue
         if node.value is None:
             continue
-        default = ast.get_source_segment(source, node.value) or ""
-        annotation = ast.get_source_segment(source, node.annotation) or ""
+        default = _segment(lines, node.value)
+        annotation = _segment(lines, node.annotation)
         line = node.end_lineno or node.lineno
         found.append((node.target.id, annotation, default, comments.get(line, "")))
     return found
+
+
+def _segment(lines: list[str], node: ast.expr) -> str:
+    """The source text of `node`, as ast.get_source_segment gives it, from lines split once:
+    get_source_segment splits the whole cell again on every call, which for a 40-parameter
+    cell was most of a notebook's `context.start`."""
+    end_line = node.end_lineno or node.lineno
+    end_col = node.end_col_offset if node.end_col_offset is not None else None
+    # AST columns count UTF-8 bytes.
+    first = lines[node.lineno - 1].encode()
+    if node.lineno == end_line:
+        return first[node.col_offset : end_col].decode()
+    last = lines[end_line - 1].encode()[:end_col].decode()
+    return "".join([first[node.col_offset :].decode(), *lines[node.lineno : end_line - 1], last])
 
 
 def parse_assignments(pairs: list[str]) -> dict[str, str]:
