@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from html.parser import HTMLParser
+from itertools import takewhile
 from pathlib import Path
 from string import Template
 from typing import Any
@@ -254,10 +255,12 @@ def _joined_streams(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return joined
 
 
-def prepare_for_report(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+def prepare_for_report(nb: nbformat.NotebookNode, show_code: bool = False) -> nbformat.NotebookNode:
     """Drop live-only cells, widget state and unsafe outputs; scrub secrets from what is left.
 
-    The title cell (tagged `report-title`) leaves the body too: the report's lead shows it.
+    The title cell (tagged `report-title`) leaves the body too: the report's lead shows it. With
+    code hidden, a heading with nothing under it leaves as well (notebook start's section, whose
+    run table and validation banner the lead shows).
     """
     nb.metadata.pop("widgets", None)
     kept = []
@@ -269,8 +272,33 @@ def prepare_for_report(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
             cleaned = [o for o in map(_clean_output, cell.get("outputs", [])) if o is not None]
             cell.outputs = _joined_streams(cleaned)
         kept.append(cell)
-    nb.cells = kept
+    nb.cells = kept if show_code else _without_empty_sections(kept)
     return nb
+
+
+def _without_empty_sections(cells: list[Any]) -> list[Any]:
+    """The cells less each heading-only markdown cell over nothing to see: no prose cell right
+    under it, and no output from the code cells up to the next markdown cell. With code hidden
+    the reader would otherwise see a heading over an empty section."""
+
+    def heading_only(cell: Any) -> bool:
+        lines = [line for line in cell.source.splitlines() if line.strip()]
+        return (
+            cell.cell_type == "markdown"
+            and bool(lines)
+            and all(line.lstrip().startswith("#") for line in lines)
+        )
+
+    kept = []
+    for index, cell in enumerate(cells):
+        if heading_only(cell):
+            after = cells[index + 1 :]
+            section = list(takewhile(lambda c: c.cell_type != "markdown", after))
+            prose_under = not section and bool(after) and not heading_only(after[0])
+            if not prose_under and not any(c.get("outputs") for c in section):
+                continue
+        kept.append(cell)
+    return kept
 
 
 def _result_beside(notebook_path: Path) -> dict[str, Any] | None:
@@ -292,7 +320,7 @@ def export_html(notebook_path: Path, html_path: Path, *, show_code: bool = False
         (c.source for c in nb.cells if TITLE_TAG in c.get("metadata", {}).get("tags", [])), ""
     )
     lead = lead_html(scrub_text(title), _result_beside(notebook_path))
-    nb = prepare_for_report(nb)
+    nb = prepare_for_report(nb, show_code)
     exporter = HTMLExporter(
         template_name="offline",
         extra_template_basedirs=[str(TEMPLATES_DIR)],

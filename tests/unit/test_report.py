@@ -404,3 +404,30 @@ def test_a_figure_is_embedded_as_a_palette_png_that_keeps_its_pixels_and_loses_b
     diff = sorted(abs(a - b) for a, b in pixels)  # 256 colours: mean 1.5, 99.9% <= 15 here
     assert sum(diff) / len(diff) < 2.5 and diff[int(len(diff) * 0.999)] <= 24  # 32 fail both
     assert figure_png_base64(Figure()) is None  # nothing drawn: Jupyter shows nothing
+
+
+def test_a_heading_over_nothing_to_see_leaves_the_report_and_one_over_content_stays(tmp_path):
+    def executed(source, *texts):
+        cell = new_code_cell(source)
+        cell.outputs = [new_output("stream", name="stdout", text=t) for t in texts]
+        return cell
+
+    nb = new_notebook()
+    nb.cells = [
+        new_markdown_cell("## Where does this run?"),  # start's table moved to the lead
+        executed("ctx = context.start()"),
+        new_markdown_cell("## What does it measure?"),
+        executed("run()", "MEASURED-OUTPUT\n"),
+        new_markdown_cell("## Why this rule?"),
+        new_markdown_cell("PROSE under the heading, no code."),
+        new_markdown_cell("## Nothing after this"),
+    ]
+    path = tmp_path / "01_baseline.ipynb"
+    nbformat.write(nb, path)
+    hidden = export_html(path, tmp_path / "hidden.html").read_text()
+    assert "Where does this run?" not in hidden and "Nothing after this" not in hidden
+    assert "What does it measure?" in hidden and "MEASURED-OUTPUT" in hidden
+    assert "Why this rule?" in hidden and "PROSE under the heading" in hidden
+    # With the code shown, every section has something under it: nothing leaves.
+    shown = export_html(path, tmp_path / "shown.html", show_code=True).read_text()
+    assert "Where does this run?" in shown and "Nothing after this" in shown
