@@ -218,14 +218,16 @@ def test_warmup_converges_on_a_stable_series(monkeypatch):
 def test_a_converged_warmup_bar_ends_complete(monkeypatch):
     """JupyterLab paints a bar closed short of its total red ("4/50"): a warm-up that settled
     early is complete, so its bar's total becomes the steps it took."""
+    from tqdm.auto import tqdm
+
     closed: list[tuple[str, int, int]] = []
 
-    class RecordingBar(baseline.tqdm):
+    class RecordingBar(tqdm):
         def close(self) -> None:
             closed.append((self.desc, self.n, self.total))
             super().close()
 
-    monkeypatch.setattr(baseline, "tqdm", RecordingBar)
+    monkeypatch.setattr(baseline, "progress_bar", RecordingBar)
     clock = FakeClock([5.0] + [0.001] * 100)
     monkeypatch.setattr(baseline, "perf_counter", clock)
     settings = BaselineSettings(steady_steps=5, warmup=WarmupRule(4, 0.1, 50))
