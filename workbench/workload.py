@@ -12,7 +12,6 @@ imported from here too, as every notebook package does.
 
 from __future__ import annotations
 
-import copy
 import importlib
 import os
 import re
@@ -53,6 +52,7 @@ from workbench.workloads.contract import (
     state_sha256,
     token_cross_entropy,
 )
+from workbench.workloads.copies import independent_copy
 
 __all__ = [
     "BUILTIN_WORKLOADS",
@@ -395,4 +395,4 @@ def announce_attentions(workload: Workload) -> None:
 
 def _fresh_copy(module: nn.Module) -> nn.Module:
     """Each build gets its own weights object, so runs never share optimizer-mutated state."""
-    return copy.deepcopy(module)
+    return independent_copy(module)

@@ -12,7 +12,6 @@ first (metrics, tensors), then verdicts judge them (verdicts).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +66,7 @@ from workbench.targets import get_target
 from workbench.targets.base import Target
 from workbench.targets.compiling import CompileFailed
 from workbench.workload import Batch, Workload
+from workbench.workloads.copies import independent_copy
 
 
 def tensor_verdict(
@@ -402,7 +402,7 @@ def _measure_reference(
 
     def build() -> torch.nn.Module:
         # The same weights in every run: a copy of one build, without re-running its init.
-        return copy.deepcopy(initial)
+        return independent_copy(initial)
 
     batch, source = load_batch(workload, build, baseline_artifact, settings.rule)
     held_out = held_out_batches(workload, settings.validation_batches)

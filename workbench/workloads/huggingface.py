@@ -11,7 +11,6 @@ folders load with `local_files_only=True`.
 
 from __future__ import annotations
 
-import copy
 import functools
 import importlib
 import inspect
@@ -38,6 +37,7 @@ from workbench.workloads.contract import (
     on_primary_output,
     seeded,
 )
+from workbench.workloads.copies import independent_copy
 from workbench.workloads.hf_fidelity import (
     PositionLimit,
     missing_sentence,
@@ -669,7 +669,7 @@ def _weights(
     if loaded.missing:
         attentions.append(missing_sentence(type(loaded.model).__name__, loaded.missing))
     # As for a plain module: each build gets its own copy, never optimizer-mutated weights.
-    return lambda: copy.deepcopy(loaded.model), loaded.weights
+    return lambda: independent_copy(loaded.model), loaded.weights
 
 
 def load_hf_workload(spec: str, options: HfOptions) -> Workload:

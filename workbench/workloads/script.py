@@ -35,7 +35,7 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,10 +56,11 @@ from workbench.workloads.contract import (
     Inputs,
     Workload,
     accuracy,
-    output_loss,
     primary_output,
     seeded,
 )
+from workbench.workloads.copies import check_forward_apart, independent_copy
+from workbench.workloads.script_loss import LossTerm, add_term, find_loss, own_terms
 
 # Optimizer steps a capture runs: the first gives the model, batch and loss, the rest the
 # script's own step times.
@@ -113,9 +114,9 @@ class _Stop(BaseException):
     script's own `except Exception` does not swallow it."""
 
 
-class _Spawned(BaseException):
-    """The script started a process or joined a process group: refused, since the watching
-    reaches one process only."""
+class _Refused(BaseException):
+    """The script did what the watch cannot follow (it started a process, joined a process
+    group, or made a model that cannot be copied independently)."""
 
     def __init__(self, sentence: str) -> None:
         super().__init__(sentence)
@@ -158,6 +159,7 @@ class ScriptCapture:
     printed: str = ""
     stopped: bool = False
     loss_from_output: bool = False
+    loss_problem: str = ""  # why the loss `backward` received cannot be recomputed, if it cannot
     mixed_inputs: bool = False  # the model was called with positional and keyword inputs
     options: list[str] = field(default_factory=list)  # the option strings its argparse declares
 
@@ -254,13 +256,6 @@ def _regroups(view: Any, tensor: Any) -> bool:
     )
 
 
-def _own_loss(output: Any) -> Any:
-    """The loss a model's output carries (a `loss` key or field), else None."""
-    if isinstance(output, Mapping):
-        return output.get("loss")
-    return getattr(output, "loss", None)
-
-
 def _held_modules(values: Iterable[Any]) -> Iterator[nn.Module]:
     """The modules among `values` and among the attributes of the script's own objects there
     (a Trainer's `self.model`): a model need not be a variable of its own."""
@@ -309,9 +304,9 @@ class _Watch:
         self.compile_on_target = compile_on_target
         self.until = until  # ends the run earlier, judged on the step times so far
         self.loader_batch = loader_batch  # a DataLoader's batch size, where one is asked
-        self.model_hooks: list[Any] = []
         self.pending: Inputs | None = None
         self.pending_mixed = False
+        self.terms: list[LossTerm] = []  # the torch losses read from the model's output
         # A GradScaler's scaled loss, by id, with the loss it scaled: `backward` on the scaled
         # one records the script's own loss value.
         self.scaled: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -349,12 +344,17 @@ class _Watch:
             ):
                 refusal = _refuse(getattr(owner, name), f"{owner.__name__}.{name}", why)
                 stack.enter_context(patched(owner, name, refusal))
+            # Global hooks only: nothing is left on the script's own objects, so its
+            # torch.save, pickle, deepcopy or torch.jit.script of them behaves as without the
+            # watch (a hook held by the model would travel with it and fail to pickle).
             for handle in (
                 register_optimizer_step_post_hook(self._after_step),
-                nn.modules.module.register_module_forward_pre_hook(self._before_loss),
+                nn.modules.module.register_module_forward_hook(self._after_loss_module),
+                nn.modules.module.register_module_forward_hook(
+                    self._after_forward, with_kwargs=True
+                ),
             ):
                 stack.callback(handle.remove)
-            stack.callback(lambda: [handle.remove() for handle in self.model_hooks])
             capture.started = time.perf_counter()
             yield
 
@@ -372,16 +372,10 @@ class _Watch:
                 return
             capture.optimizer = optimizer
             capture.model = model
-            # Copied before the watch's hooks go on: the workload's model carries none.
-            capture.initial_model = copy.deepcopy(model).to("cpu")
-            self.model_hooks += [
-                # Outside a compile of the model: traced, the hooks' state would be guarded
-                # on, and the script's compiled model recompiled once the loss is found.
-                model.register_forward_pre_hook(
-                    torch.compiler.disable(self._before_model), with_kwargs=True
-                ),
-                model.register_forward_hook(torch.compiler.disable(self._after_model)),
-            ]
+            try:
+                capture.initial_model = independent_copy(model).to("cpu")
+            except BadInput as exc:
+                raise _Refused(str(exc).rstrip(".")) from None
             capture.started = time.perf_counter()
 
         return init
@@ -396,31 +390,40 @@ class _Watch:
             capture.stopped = True
             raise _Stop
 
-    def _before_loss(self, module: nn.Module, args: tuple[Any, ...]) -> None:
+    def _after_loss_module(self, module: nn.Module, args: tuple[Any, ...], value: Any) -> None:
         if isinstance(module, nn.modules.loss._Loss):
-            self._loss_seen(args, lambda: copy.deepcopy(module), type(module).__name__)
+            self._term_seen(args, lambda: copy.deepcopy(module), type(module).__name__, value)
+
+    def _after_forward(self, module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+        # Every module's forward passes here: only the model's is kept. Traced inside a
+        # compile of the model, the test is a constant and the recording is never reached.
+        if module is self.capture.model:
+            self._model_called(args, kwargs, output)
 
     # Each forward that records gradients is held until a loss is seen to read its output:
     # that forward's inputs are the batch (an evaluation pass before training is not).
-    def _before_model(self, module: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
+    @torch.compiler.disable
+    def _model_called(self, args: Any, kwargs: dict[str, Any], output: Any) -> None:
         if self.capture.loss_fn is not None or not torch.is_grad_enabled():
             return
         # A batch is positional or keyword inputs (the Workload contract), not both.
         self.pending_mixed = bool(args and kwargs)
         self.pending = _on_cpu(dict(kwargs)) if kwargs and not args else _on_cpu(tuple(args))
-
-    def _after_model(self, module: nn.Module, args: Any, output: Any) -> None:
-        if self.capture.loss_fn is None and torch.is_grad_enabled():
-            self.capture.output = output
+        self.capture.output = output
+        self.terms.clear()
 
     def _loss_found(self) -> None:
         """The held forward is the step's: its inputs are the batch."""
         self.capture.inputs = self.pending
         self.capture.mixed_inputs = self.pending_mixed
 
-    def _loss_seen(self, args: Any, make_loss: Callable[[], Callable[..., Any]], name: str) -> None:
+    def _term_seen(
+        self, args: Any, make_loss: Callable[[], Callable[..., Any]], name: str, value: Any
+    ) -> None:
         capture = self.capture
         if capture.loss_fn is not None or capture.output is None or len(args) < 2:
+            return
+        if not (isinstance(value, torch.Tensor) and value.requires_grad):
             return
         # The loss is recognised only where it reads the model's output as returned, its
         # logits, or those regrouped under another shape (a language model's
@@ -454,16 +457,15 @@ class _Watch:
                 targets = targets.reshape(-1, *target_tail)
             return loss(logits, targets)
 
-        capture.loss_fn = loss_fn
-        capture.loss_name = name
-        self._loss_found()
-        capture.targets = _on_cpu(target)
+        add_term(self.terms, LossTerm(loss_fn, target, value, name))
 
     def _functional_loss(self, original: Callable[..., Any], name: str) -> Callable[..., Any]:
         def loss(*args: Any, **kwargs: Any) -> Any:
             options = {k: v for k, v in kwargs.items() if k not in ("input", "target")}
-            self._loss_seen(args, lambda: functools.partial(original, **options), f"F.{name}")
-            return original(*args, **kwargs)
+            value = original(*args, **kwargs)
+            make = functools.partial(functools.partial, original, **options)
+            self._term_seen(args, make, f"F.{name}", value)
+            return value
 
         return loss
 
@@ -479,8 +481,8 @@ class _Watch:
             if capture.optimizer is not None and loss.numel() == 1:
                 capture.losses.append(float(loss.detach().float().cpu()))
                 capture.loss_dtype = loss.dtype
-            if capture.loss_fn is None and capture.output is not None:
-                self._own_loss_seen(loss)
+            if capture.optimizer is not None and capture.loss_fn is None:
+                self._loss_backward(loss)
             return original(tensor, *args, **kwargs)
 
         return backward
@@ -496,24 +498,27 @@ class _Watch:
 
         return scale
 
-    def _own_loss_seen(self, tensor: torch.Tensor) -> None:
-        """`backward` on a loss the model computed itself: its `loss` (a Hugging Face model
-        given labels) or one element of a tuple it returns (`logits, loss = model(x, y)`)."""
+    def _loss_backward(self, loss: torch.Tensor) -> None:
+        """`backward` on the step's loss: found as constant weights over the torch losses that
+        read the model's output (the model's own included), or the reason it is not."""
         capture = self.capture
-        output = capture.output
-        if _own_loss(output) is tensor:
-            capture.loss_fn = lambda outputs, _: output_loss(outputs)
-            capture.loss_from_output = True
-            capture.loss_name = "the model's own (output.loss)"
-        elif isinstance(output, (tuple, list)) and any(item is tensor for item in output):
-            index = next(i for i, item in enumerate(output) if item is tensor)
-            capture.loss_fn = lambda outputs, _: outputs[index]
-            capture.loss_name = f"the model's own (output[{index}])"
-        else:
+        if capture.output is None:
+            capture.loss_problem = "no forward of the model recorded gradients before it"
             return
+        found = find_loss(loss, [*own_terms(capture.output), *self.terms], capture.output)
+        if isinstance(found, str):
+            capture.loss_problem = found
+            return
+        capture.loss_fn = found.loss_fn()
+        capture.loss_name = found.name
+        capture.loss_from_output = any(t.from_output for t in found.terms)
         self._loss_found()
-        # Such a model reads its targets among its inputs: the batch's targets are its labels,
-        # else its last positional input (what `model(x, y)` is given as y).
+        read = [t.target for t in found.terms if t.target is not None]
+        if read:
+            capture.targets = _on_cpu(read[0])
+            return
+        # A model computing its own loss reads its targets among its inputs: the batch's
+        # targets are its labels, else its last positional input (`model(x, y)`'s y).
         inputs = capture.inputs
         if isinstance(inputs, dict):
             capture.targets = inputs.get("labels")
@@ -596,7 +601,7 @@ def _refuse(original: Callable[..., Any], call: str, why: tuple[str, str]) -> Ca
     def refuse(*args: Any, **kwargs: Any) -> Any:
         if not _the_script_asks():
             return original(*args, **kwargs)
-        raise _Spawned(f"{what} ({call} at {_site()}); {instead}")
+        raise _Refused(f"{what} ({call} at {_site()}); {instead}")
 
     return refuse
 
@@ -720,7 +725,7 @@ def run_script(
             runpy.run_path(str(path), run_name="__main__")
         except _Stop:
             pass
-        except _Spawned as exc:
+        except _Refused as exc:
             failure = exc.sentence
         except SystemExit as exc:
             if exc.code not in (None, 0):
@@ -755,11 +760,12 @@ def _check_capture(spec: str, capture: ScriptCapture, failure: str | None) -> No
             "at once; the workbook feeds a model one or the other."
         )
     if capture.loss_fn is None or capture.inputs is None or capture.targets is None:
+        why = capture.loss_problem or "no torch loss read the model's output"
         raise BadInput(
-            f"Workload {spec!r}: the loss `backward` was called on is neither a torch loss "
-            "module or function applied to the model's output (or its logits) nor the model's "
-            "own output.loss with `labels` among its inputs, so it cannot be re-run on the "
-            "captured batch."
+            f"Workload {spec!r}: the script ran {capture.steps} optimizer step(s), but the "
+            f"loss `backward` was called on cannot be recomputed on the captured batch: {why} "
+            "(the workbook recomputes a torch loss of the model's output, or a constant "
+            "multiple or sum of such losses)."
         )
 
 
@@ -785,9 +791,13 @@ def load_script_workload(spec: str, target: Target, batch_size: int | None = Non
         and targets.dim() == 1
         and not targets.is_floating_point()
     )
+    # Every notebook compares copies of this model: a copy must train apart from the original.
+    check_forward_apart(
+        [initial, capture.model], independent_copy(initial), _forward_on(capture.inputs)
+    )
     workload = Workload(
         name=f"script-{capture.path.stem}",
-        model_factory=lambda: copy.deepcopy(initial),
+        model_factory=lambda: independent_copy(initial),
         batch_maker=batches,
         loss_fn=capture.loss_fn,
         loss_from_output=capture.loss_from_output,
@@ -856,6 +866,15 @@ class ScriptBatches:
                 file=sys.stderr,
             )
         return _repeated((capture.inputs, capture.targets), size)
+
+
+def _forward_on(inputs: Inputs) -> Callable[[nn.Module], Any]:
+    def forward(model: nn.Module) -> Any:
+        if isinstance(inputs, dict):
+            return model(**inputs)
+        return model(*inputs)
+
+    return forward
 
 
 def _repeated(batch: Batch, size: int) -> Batch:

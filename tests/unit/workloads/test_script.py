@@ -163,7 +163,8 @@ TRAINS = trains(3)
         ("name = input('data folder? ')\n", "it raised EOFError"),
         (
             TRAINS.replace("model(torch.randn(8, 4))", "model(torch.randn(8, 4)) * 2"),
-            "is neither a torch loss module or function applied to the model's output",
+            "cannot be recomputed on the captured batch: it computes the loss from the "
+            "model's output by its own arithmetic",
         ),
     ],
 )
@@ -637,7 +638,7 @@ def test_a_loss_on_a_slice_of_the_output_is_refused(tmp_path):
     body = REGRESSION.replace("model(x).squeeze(-1)", "model(x)[:3, 0]").replace(
         "torch.randn(6)", "torch.randn(3)"
     )
-    with pytest.raises(BadInput, match="neither a torch loss module or function applied"):
+    with pytest.raises(BadInput, match="by its own arithmetic, not through a torch loss"):
         run_script(_script(tmp_path, body), CPU)
 
 

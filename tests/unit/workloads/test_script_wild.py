@@ -1,0 +1,248 @@
+"""Script workloads in the forms public training scripts take: the loss as `backward` receives
+it (divided for gradient accumulation, scaled, summed, computed in a helper), no trace left on
+the script's own objects, and copies of models that reach their layers through closures."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from tests.fixtures.user_scripts import write_script
+from workbench.errors import BadInput
+from workbench.targets import get_target
+from workbench.workloads.copies import independent_copy, shared_with
+from workbench.workloads.script import load_script_workload, run_script
+
+CPU = get_target("cpu")
+
+# A classifier trained by a loss the script reshapes before `backward`: LOSS is replaced.
+LOOP = """
+import torch
+from torch import nn
+import torch.nn.functional as F
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+criterion = nn.CrossEntropyLoss()
+accumulate = 4
+def compute_loss(out, y):
+    return F.cross_entropy(out, y, label_smoothing=0.1)
+for step in range(12):
+    x, y = torch.randn(5, 6), torch.randint(3, (5,))
+    out = model(x)
+    loss = LOSS
+    loss.backward()
+    if (step + 1) % 2 == 0:
+        opt.step()
+        opt.zero_grad()
+"""
+
+
+def _first_loss_recomputed(workload) -> float:
+    inputs, targets = workload.batch()
+    return workload.compute_loss(workload.forward(workload.build_model(), inputs), targets).item()
+
+
+@pytest.mark.parametrize(
+    ("loss", "name"),
+    [
+        ("criterion(out, y) / accumulate", "1/4 x CrossEntropyLoss"),
+        ("criterion(out, y) * 3.0", "3 x CrossEntropyLoss"),
+        ("compute_loss(out, y)", "F.cross_entropy"),
+        (
+            "criterion(out, y) + 0.5 * F.cross_entropy(out, y, label_smoothing=0.2)",
+            "1 x CrossEntropyLoss + 1/2 x F.cross_entropy",
+        ),
+    ],
+)
+def test_the_loss_backward_receives_is_recomputed_as_the_script_made_it(tmp_path, loss, name):
+    """Must pass: a torch loss divided, scaled, computed in a helper, or two of them summed,
+    is recomputed on the captured batch to the value `backward` received."""
+    spec = write_script(tmp_path, LOOP.replace("LOSS", loss))
+    capture, _ = run_script(spec, CPU)
+    assert capture.loss_name == name
+    workload = load_script_workload(spec, CPU)
+    assert _first_loss_recomputed(workload) == pytest.approx(capture.losses[0], rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("loss", "reason"),
+    [
+        ("criterion(out, y) ** 2", "not a constant multiple or sum of CrossEntropyLoss"),
+        (
+            "criterion(out, y) + 1e-3 * sum((p ** 2).sum() for p in model.parameters())",
+            "a penalty on the weights",
+        ),
+        ("-(F.log_softmax(out, -1)[range(5), y]).mean()", "by its own arithmetic"),
+    ],
+)
+def test_a_loss_that_is_not_a_weighted_sum_of_torch_losses_is_refused_with_its_reason(
+    tmp_path, loss, reason
+):
+    """Must fail: what cannot be recomputed from the output alone is one sentence, saying how
+    far the script got and why."""
+    with pytest.raises(BadInput) as raised:
+        run_script(write_script(tmp_path, LOOP.replace("LOSS", loss)), CPU)
+    message = str(raised.value)
+    assert reason in message and "the script ran 5 optimizer step(s)" in message
+    assert "\n" not in message
+
+
+def test_the_models_own_loss_divided_for_accumulation_under_a_grad_scaler(tmp_path):
+    """nanoGPT's form: `logits, loss = model(X, Y)`, `loss / steps`, `scaler.scale(loss)`."""
+    body = """
+import torch
+from torch import nn
+import torch.nn.functional as F
+class LM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(20, 8)
+        self.head = nn.Linear(8, 20, bias=False)
+        self.head.weight = self.emb.weight  # tied
+    def forward(self, idx, targets=None):
+        logits = self.head(self.emb(idx))
+        loss = F.cross_entropy(logits.view(-1, 20), targets.view(-1), ignore_index=-1)
+        return logits, loss
+model = LM()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+scaler = torch.amp.GradScaler('cuda', enabled=True)
+for step in range(10):
+    for micro in range(2):
+        x = torch.randint(20, (3, 7)); y = torch.randint(20, (3, 7))
+        logits, loss = model(x, y)
+        loss = loss / 2
+        scaler.scale(loss).backward()
+    scaler.step(opt); scaler.update(); opt.zero_grad(set_to_none=True)
+"""
+    spec = write_script(tmp_path, body)
+    capture, _ = run_script(spec, CPU)
+    assert capture.loss_name == "1/2 x the model's own (output[1])"
+    workload = load_script_workload(spec, CPU)
+    assert _first_loss_recomputed(workload) == pytest.approx(capture.losses[0], rel=1e-5)
+
+
+SAVES = """
+import copy, io, pickle, torch
+from torch import nn
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(4, 3)
+    def forward(self, x):
+        return self.body(x)
+model = Net()
+opt = torch.optim.Adam(model.parameters(), lr=0.01)
+for step in range(3):
+    loss = nn.functional.cross_entropy(model(torch.randn(6, 4)), torch.randint(3, (6,)))
+    loss.backward(); opt.step(); opt.zero_grad()
+    torch.save(model, io.BytesIO())
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, io.BytesIO())
+    pickle.dumps(model); pickle.dumps(opt)
+    twin = copy.deepcopy(model); twin.load_state_dict(model.state_dict())
+    copy.deepcopy(opt)
+    torch.jit.script(model)
+    assert not model._forward_hooks and not model._forward_pre_hooks
+"""
+
+
+def test_the_scripts_own_saves_copies_and_scripting_of_its_objects_work_under_the_watch(
+    tmp_path,
+):
+    """torch.save of the whole model, pickle, deepcopy, a state_dict round trip and
+    torch.jit.script behave as they would without the workbook: it leaves no hook on them."""
+    capture, _ = run_script(write_script(tmp_path, SAVES), CPU)
+    assert capture.steps == 3
+
+
+class ClosureMLP(nn.Module):
+    """minGPT's form: the MLP's forward is a lambda over a ModuleDict of its layers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = nn.ModuleDict({"fc": nn.Linear(4, 8), "proj": nn.Linear(8, 2)})
+        m = self.mlp
+        self.mlpf = lambda x: m.proj(torch.relu(m.fc(x)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlpf(x)
+
+
+def test_a_copy_of_a_model_reaching_its_layers_through_a_closure_is_independent():
+    """Must pass: change the copy, the original does not move (a plain deepcopy shares)."""
+    original = ClosureMLP()
+    assert "reaches the original's modules" in shared_with(original, copy.deepcopy(original))
+    twin = independent_copy(original)
+    assert shared_with(original, twin) == ""
+    x = torch.randn(3, 4)
+    before = original(x).detach().clone()
+    with torch.no_grad():
+        twin.mlp["fc"].weight.add_(1.0)
+    assert torch.equal(original(x), before) and not torch.equal(twin(x), before)
+
+
+def test_a_copy_whose_forward_still_reads_the_originals_weights_is_refused(tmp_path):
+    """Must fail: a model reaching its layer through a global registry; its copy's forward
+    reads the original's weights, which no copy of its attributes can change."""
+    body = """
+import torch
+from torch import nn
+LAYERS = {}
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        LAYERS['fc'] = self.fc
+    def forward(self, x):
+        return LAYERS['fc'](x)
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.5)
+for _ in range(2):
+    loss = nn.functional.cross_entropy(model(torch.randn(8, 4)), torch.randint(2, (8,)))
+    loss.backward(); opt.step(); opt.zero_grad()
+"""
+    with pytest.raises(BadInput, match="a copy's forward still reads the original's fc.weight"):
+        load_script_workload(write_script(tmp_path, body), CPU)
+    layer = nn.Linear(2, 2)
+    assert "is the original's memory" in shared_with(layer, copy.copy(layer))
+
+
+def test_a_scripts_closure_model_gives_a_workload_whose_copies_train_apart(tmp_path):
+    body = """
+import torch
+from torch import nn
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mlp = nn.ModuleDict(dict(fc=nn.Linear(4, 8), proj=nn.Linear(8, 2)))
+        m = self.mlp
+        self.mlpf = lambda x: m.proj(torch.relu(m.fc(x)))
+    def forward(self, x):
+        return self.mlpf(x)
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.5)
+for _ in range(3):
+    loss = nn.functional.cross_entropy(model(torch.randn(8, 4)), torch.randint(2, (8,)))
+    loss.backward(); opt.step(); opt.zero_grad()
+"""
+    workload = load_script_workload(write_script(tmp_path, body), CPU)
+    first, second = workload.build_model(), workload.build_model()
+    inputs, targets = workload.batch()
+    before = second(*inputs).detach().clone()
+    optimizer = torch.optim.SGD(first.parameters(), lr=0.5)
+    workload.compute_loss(first(*inputs), targets).backward()
+    optimizer.step()
+    assert torch.equal(second(*inputs), before)
+    assert not torch.equal(first(*inputs), before)
+
+
+def test_what_the_scripts_torch_save_writes_names_no_workbench_object(tmp_path):
+    body = SAVES.replace(
+        "torch.save(model, io.BytesIO())",
+        "buf = io.BytesIO(); torch.save(model, buf); open('saved.bin', 'wb').write(buf.getvalue())",
+    )
+    run_script(write_script(tmp_path, body), CPU)
+    assert b"workbench" not in (tmp_path / "saved.bin").read_bytes()
