@@ -88,7 +88,7 @@ def prepare_step(workload: Workload, target: Target, kind: str, mode: str) -> Pr
     forward: Callable[..., Any] = model
     if mode == COMPILED:
         forward = target.compile_fresh(model)
-    batch_size = batch_size_of(inputs)
+    batch_size = batch_size_of(inputs, workload.batch_dim)
 
     if kind == TRAIN:
         optimizer = workload.make_optimizer(model)

@@ -336,6 +336,20 @@ class SearchResult:
     compiler_host_ram: int | None = None
 
 
+class TrialFailed(RuntimeError):
+    """A search trial failed for a reason other than memory (an error in the model or the
+    workbook): the search cannot say what fits, so the notebook fails and names it."""
+
+    def __init__(self, trial: Trial) -> None:
+        where = f" at {trial.location}" if trial.location else ""
+        error = (trial.error or "no error reported").strip().splitlines()[0]
+        super().__init__(
+            f"batch {trial.batch_size} failed, not for lack of memory: {error}{where}; "
+            "the batch search cannot judge memory from a failing step"
+        )
+        self.trial = trial
+
+
 class _CompilerOutOfHostRam(Exception):
     """Ends the search at a COMPILER_HOST_RAM trial."""
 
@@ -383,6 +397,10 @@ def search_largest_batch(
         bar.update()
         if trial.status == COMPILER_HOST_RAM:
             raise _CompilerOutOfHostRam(trial)
+        if trial.status in (ERROR, CRASHED) and not any(t.fits for t in result.trials):
+            # Nothing ran at all, and not for memory: "no batch size fits" would be a false
+            # finding about the model's memory, so the notebook fails and names the error.
+            raise TrialFailed(trial)
         return trial.fits
 
     try:

@@ -77,9 +77,10 @@ def named_inputs(inputs: Inputs) -> list[tuple[str, torch.Tensor]]:
     return [(f"input[{i}]", t) for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)]
 
 
-def batch_size_of(inputs: Inputs) -> int:
-    """Samples in a batch: the leading dimension of its first input tensor."""
-    return int(input_tensors(inputs)[0].shape[0])
+def batch_size_of(inputs: Inputs, batch_dim: int = 0) -> int:
+    """Samples in a batch: its first input tensor's size along the batch dimension (the
+    leading one, except for `(sequence, batch)` inputs)."""
+    return int(input_tensors(inputs)[0].shape[batch_dim])
 
 
 class KeywordCall(nn.Module):
@@ -236,6 +237,8 @@ class Workload:
     # A `script:` workload's run as watched (workbench/workloads/script.py): its steps, losses,
     # redirected device calls and printed output; None for every other kind.
     script_run: dict[str, Any] | None = None
+    # The inputs' batch dimension: 0, but 1 for an RNN fed `(sequence, batch)` tensors.
+    batch_dim: int = 0
 
     def forward(self, model: Callable[..., Any], inputs: Inputs) -> Any:
         """The model (or its compiled forward) on a batch's inputs."""
@@ -302,6 +305,7 @@ class Workload:
                 for name, t in named_inputs(inputs)
             ],
             "targets": {"shape": list(targets.shape), "dtype": str(targets.dtype)},
+            "batch_dim": self.batch_dim,
             "task_metric": self.task_metric_name if self.task_metric else None,
             "optimizer": type(self.make_optimizer(model)).__name__,
             "loss": "the model's own (output.loss)" if self.loss_from_output else "workload loss",

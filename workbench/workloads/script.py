@@ -28,6 +28,7 @@ import itertools
 import logging
 import multiprocessing.process
 import os
+import re
 import runpy
 import shlex
 import statistics
@@ -56,6 +57,7 @@ from workbench.workloads.contract import (
     Inputs,
     Workload,
     accuracy,
+    input_tensors,
     primary_output,
     seeded,
 )
@@ -69,6 +71,8 @@ CAPTURE_STEPS = 5
 OUTPUT_CHARS = 20_000
 # Options through which a script takes its batch size: notebook 04's sweep sets them.
 BATCH_SIZE_FLAGS = ("--batch-size", "--batch_size")
+# A `--key=value` override of a batch size, as configurator-style scripts take them.
+_BATCH_OVERRIDE = re.compile(r"--(?:[\w-]+\.)*batch[_-]size=\d+")
 
 # Loss functions a script may call on its model's output directly.
 _FUNCTIONAL_LOSSES = (
@@ -162,11 +166,27 @@ class ScriptCapture:
     loss_problem: str = ""  # why the loss `backward` received cannot be recomputed, if it cannot
     mixed_inputs: bool = False  # the model was called with positional and keyword inputs
     options: list[str] = field(default_factory=list)  # the option strings its argparse declares
+    parsed_batch_size: int | None = None  # `batch_size` of what its argparse parsed
+    loader_batch_sizes: list[int] = field(default_factory=list)  # each DataLoader's batch_size
 
     @property
     def batch_size_flag(self) -> str | None:
-        """The option that sets the script's batch size, where it declares one."""
-        return next((f for f in BATCH_SIZE_FLAGS if f in self.options), None)
+        """The option that sets the script's batch size: one its argparse declares, or a
+        `--key=value` override among its arguments (`--batch_size=4`, a configurator's
+        `--trainer.batch_size=4`)."""
+        declared = next((f for f in BATCH_SIZE_FLAGS if f in self.options), None)
+        return declared or next(
+            (a.split("=")[0] for a in self.args if _BATCH_OVERRIDE.fullmatch(a)), None
+        )
+
+    def declared_batch_size(self) -> int | None:
+        """The batch size the script says it uses: its parsed option, its override, or its
+        first DataLoader's."""
+        overrides = [a.split("=")[1] for a in self.args if _BATCH_OVERRIDE.fullmatch(a)]
+        for value in (self.parsed_batch_size, *overrides, *self.loader_batch_sizes):
+            if isinstance(value, (int, str)) and str(value).isdigit() and int(value) > 0:
+                return int(value)
+        return None
 
     @property
     def steps(self) -> int:
@@ -323,6 +343,9 @@ class _Watch:
             stack.enter_context(patched(torch, "compile", self._compile()))
             stack.enter_context(
                 patched(argparse._ActionsContainer, "add_argument", self._add_argument())
+            )
+            stack.enter_context(
+                patched(argparse.ArgumentParser, "parse_known_args", self._parse_known_args())
             )
             stack.enter_context(
                 patched(torch.utils.data.DataLoader, "__init__", self._dataloader_init())
@@ -568,6 +591,19 @@ class _Watch:
 
         return add_argument
 
+    def _parse_known_args(self) -> Callable[..., Any]:
+        original = argparse.ArgumentParser.parse_known_args
+        capture = self.capture
+
+        def parse_known_args(parser: Any, *args: Any, **kwargs: Any) -> Any:
+            namespace, rest = original(parser, *args, **kwargs)
+            size = getattr(namespace, "batch_size", None)
+            if isinstance(size, int) and capture.parsed_batch_size is None:
+                capture.parsed_batch_size = size
+            return namespace, rest
+
+        return parse_known_args
+
     def _dataloader_init(self) -> Callable[..., None]:
         original = torch.utils.data.DataLoader.__init__
         capture = self.capture
@@ -585,6 +621,8 @@ class _Watch:
                 # Worker processes would run outside the watch: the loader runs in-process.
                 kwargs.update(num_workers=0, persistent_workers=False, prefetch_factor=None)
             original(loader, *args, **kwargs)
+            if isinstance(loader.batch_size, int):
+                capture.loader_batch_sizes.append(loader.batch_size)
             capture.dataloaders.append(
                 f"DataLoader at {_site()}: batch_size {loader.batch_size}"
                 + (f", num_workers={workers} run in-process" if workers else "")
@@ -777,7 +815,8 @@ def load_script_workload(spec: str, target: Target, batch_size: int | None = Non
     assert capture.targets is not None and capture.loss_fn is not None
     assert capture.optimizer is not None
     targets = capture.targets
-    captured_size = _samples(targets)
+    batch_dim, dim_evidence = batch_dimension(capture)
+    captured_size = _samples(capture.inputs, batch_dim)
     initial = capture.initial_model
     optimizer_type = type(capture.optimizer)
     # The optimizer's settings as its constructor takes them (its defaults also hold entries
@@ -785,7 +824,7 @@ def load_script_workload(spec: str, target: Target, batch_size: int | None = Non
     accepted = inspect.signature(optimizer_type.__init__).parameters
     settings = {k: v for k, v in capture.optimizer.defaults.items() if k in accepted}
 
-    batches = ScriptBatches(spec, target, capture)
+    batches = ScriptBatches(spec, target, capture, batch_dim)
     classification = (
         capture.loss_name in ("F.cross_entropy", "CrossEntropyLoss")
         and targets.dim() == 1
@@ -805,8 +844,9 @@ def load_script_workload(spec: str, target: Target, batch_size: int | None = Non
         batch_size=batch_size or captured_size,
         task_metric=accuracy if classification else None,
         task_metric_name="accuracy" if classification else "",
-        description=f"{describe_capture(capture)}; {batches.how}",
+        description=f"{describe_capture(capture)}; {dim_evidence}; {batches.how}",
         spec=spec,
+        batch_dim=batch_dim,
     )
     workload.script_run = script_record(capture, redirection)
     show_capture(capture, redirection)
@@ -819,13 +859,14 @@ class ScriptBatches:
     DataLoader's batch size set), so the batch is what the script makes at that size; a script
     with neither has its captured samples repeated in order."""
 
-    def __init__(self, spec: str, target: Target, capture: ScriptCapture) -> None:
+    def __init__(self, spec: str, target: Target, capture: ScriptCapture, batch_dim: int) -> None:
         assert capture.inputs is not None and capture.targets is not None
         self.spec = spec
         self.target = target
+        self.batch_dim = batch_dim
         self.flag = capture.batch_size_flag
         self.through_loader = self.flag is None and bool(capture.dataloaders)
-        self.captured_size = _samples(capture.targets)
+        self.captured_size = _samples(capture.inputs, batch_dim)
         self.made: dict[int, Batch] = {self.captured_size: (capture.inputs, capture.targets)}
 
     @property
@@ -846,17 +887,17 @@ class ScriptBatches:
 
     def _make(self, size: int) -> Batch:
         if not (self.flag or self.through_loader):
-            return _repeated(self.made[self.captured_size], size)
+            return _repeated(self.made[self.captured_size], size, self.batch_dim)
         if self.flag:
             path, args = parse_script_spec(self.spec)
-            spec = script_spec(str(path), shlex.join([*args, self.flag, str(size)]))
+            spec = script_spec(str(path), shlex.join(with_batch_size(args, self.flag, size)))
             capture, _ = run_script(spec, self.target, steps=1)
             how = f"{self.flag} {size}"
         else:
             capture, _ = run_script(self.spec, self.target, steps=1, loader_batch=size)
             how = f"its DataLoader's batch_size {size}"
         assert capture.inputs is not None and capture.targets is not None
-        made = _samples(capture.targets)
+        made = _samples(capture.inputs, self.batch_dim)
         if made < size:
             # Its data holds fewer samples than asked (a small dataset): a batch size is then
             # measured on the samples it has, repeated, and the notebook's output says so.
@@ -865,7 +906,7 @@ class ScriptBatches:
                 f"samples are repeated to {size}",
                 file=sys.stderr,
             )
-        return _repeated((capture.inputs, capture.targets), size)
+        return _repeated((capture.inputs, capture.targets), size, self.batch_dim)
 
 
 def _forward_on(inputs: Inputs) -> Callable[[nn.Module], Any]:
@@ -877,16 +918,62 @@ def _forward_on(inputs: Inputs) -> Callable[[nn.Module], Any]:
     return forward
 
 
-def _repeated(batch: Batch, size: int) -> Batch:
-    """`size` samples of `batch`, its own repeated in order where it holds fewer."""
+def _repeated(batch: Batch, size: int, batch_dim: int) -> Batch:
+    """`size` samples of `batch` along its batch dimension, its own repeated in order where it
+    holds fewer; targets that do not keep that dimension (flattened with the sequence) cannot
+    be repeated and are refused."""
     inputs, targets = batch
-    rows = torch.arange(size) % _samples(targets)
-    picked = tree_map(lambda t: t[rows] if isinstance(t, torch.Tensor) and t.dim() else t, inputs)
-    return picked, targets[rows] if targets.dim() else targets
+    count = _samples(inputs, batch_dim)
+    if size == count:
+        return batch
+    rows = torch.arange(size) % count
+
+    def pick(t: Any) -> Any:
+        if isinstance(t, torch.Tensor) and t.dim() > batch_dim and t.shape[batch_dim] == count:
+            return t.index_select(batch_dim, rows)
+        return t
+
+    if not (targets.dim() > batch_dim and targets.shape[batch_dim] == count):
+        raise BadInput(
+            f"The script's batch of {count} cannot be made {size} by repeating its samples: "
+            f"its targets {tuple(targets.shape)} do not keep the batch dimension {batch_dim}; "
+            "give the script a batch-size option or data enough for that batch."
+        )
+    return tree_map(pick, inputs), targets.index_select(batch_dim, rows)
 
 
-def _samples(targets: torch.Tensor) -> int:
-    return int(targets.shape[0]) if targets.dim() else 1
+def _samples(inputs: Inputs | None, batch_dim: int) -> int:
+    tensors = input_tensors(inputs) if inputs is not None else []
+    return int(tensors[0].shape[batch_dim]) if tensors and tensors[0].dim() > batch_dim else 1
+
+
+def with_batch_size(args: list[str], flag: str, size: int) -> list[str]:
+    """The script's arguments with its batch size set to `size`: a `--key=value` override
+    replaced in place, an option's value replaced, or the option added."""
+    for index, arg in enumerate(args):
+        if arg.startswith(flag + "="):
+            return [*args[:index], f"{flag}={size}", *args[index + 1 :]]
+        if arg == flag and index + 1 < len(args):
+            return [*args[: index + 1], str(size), *args[index + 2 :]]
+    return [*args, flag, str(size)]
+
+
+def batch_dimension(capture: ScriptCapture) -> tuple[int, str]:
+    """The inputs' batch dimension from evidence: the dimension of the first input whose size
+    is the batch size the script declares (its option, override or DataLoader), the leading
+    one where several are; with no such evidence, the leading one, and the words say so."""
+    declared = capture.declared_batch_size()
+    tensors = input_tensors(capture.inputs) if capture.inputs is not None else []
+    if declared is None or not tensors:
+        return 0, "batch dimension 0 (no declared batch size to check it against)"
+    matches = [d for d, n in enumerate(tensors[0].shape) if n == declared]
+    if not matches or 0 in matches:
+        found = "batch dimension 0" if matches else "batch dimension 0 (unconfirmed)"
+        return 0, f"{found}: the script's batch size is {declared}"
+    return matches[0], (
+        f"batch dimension {matches[0]}: the script's batch size {declared} is that dimension "
+        f"of its inputs {tuple(tensors[0].shape)}"
+    )
 
 
 def describe_capture(capture: ScriptCapture) -> str:

@@ -63,6 +63,7 @@ from workbench.tuning.records import (
 from workbench.tuning.retune import run_retuning
 from workbench.tuning.trials import (
     COMPILER_HOST_RAM,
+    ERROR,
     OK,
     OOM,
     OVER_BUDGET,
@@ -71,6 +72,7 @@ from workbench.tuning.trials import (
     MemoryBudget,
     SearchResult,
     Trial,
+    TrialFailed,
     choose_batch,
     classify,
     power_of_two_sizes,
@@ -310,6 +312,35 @@ def test_search_is_exact_within_ceil_log2_range_plus_two(low: int, high: int) ->
         assert result.largest_fit == expected
         if expected is not None and expected < high:
             assert result.smallest_failure == expected + 1
+
+
+class BrokenRunner(FakeRunner):
+    """Every batch above `limit` runs out of memory; `broken` fails with an IndexError."""
+
+    def __init__(self, limit: int, broken: set[int]) -> None:
+        super().__init__(limit)
+        self.broken = broken
+
+    def run(self, stage: str, batch_size: int, *_: object) -> Trial:
+        if batch_size in self.broken:
+            return Trial(
+                stage,
+                batch_size,
+                ERROR,
+                0.0,
+                error="IndexError: index 3 out of range",
+                location="workbench/workloads/script.py:880 in _repeated",
+            )
+        return super().run(stage, batch_size)
+
+
+def test_a_search_whose_first_trial_errors_fails_naming_the_error_not_memory() -> None:
+    """Must fail: nothing ran, and not for memory: no "no batch size fits" finding."""
+    with pytest.raises(TrialFailed, match="batch 1 failed, not for lack of memory: IndexError"):
+        search_largest_batch(BrokenRunner(64, {1}), 1, 1000)  # type: ignore[arg-type]
+    # Must pass: an error at a size beyond what fits stays a trial of the search.
+    result = search_largest_batch(BrokenRunner(64, {1000}), 1, 1000)  # type: ignore[arg-type]
+    assert result.largest_fit == 64
 
 
 def test_bad_input_is_rejected_before_any_trial_runs(tmp_path: Path) -> None:

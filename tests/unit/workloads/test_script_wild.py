@@ -5,6 +5,7 @@ the script's own objects, and copies of models that reach their layers through c
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -246,3 +247,61 @@ def test_what_the_scripts_torch_save_writes_names_no_workbench_object(tmp_path):
     )
     run_script(write_script(tmp_path, body), CPU)
     assert b"workbench" not in (tmp_path / "saved.bin").read_bytes()
+
+
+RNN_LM = """
+import argparse
+import torch
+from torch import nn
+parser = argparse.ArgumentParser()
+parser.add_argument('--batch_size', type=int, default=6)
+args = parser.parse_args()
+torch.manual_seed(0)
+class RNNModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(30, 8)
+        self.rnn = nn.LSTM(8, 16)
+        self.out = nn.Linear(16, 30)
+    def forward(self, x, hidden):
+        y, hidden = self.rnn(self.emb(x), hidden)
+        return self.out(y).view(-1, 30), hidden
+model = RNNModel()
+opt = torch.optim.SGD(model.parameters(), lr=0.5)
+data = torch.randint(30, (400,))
+columns = data[: (400 // args.batch_size) * args.batch_size].view(args.batch_size, -1).t()
+hidden = (torch.zeros(1, args.batch_size, 16), torch.zeros(1, args.batch_size, 16))
+for i in range(0, 50, 7):
+    x, y = columns[i : i + 7], columns[i + 1 : i + 8].reshape(-1)
+    hidden = tuple(h.detach() for h in hidden)
+    out, hidden = model(x, hidden)
+    loss = nn.functional.cross_entropy(out, y)
+    loss.backward(); opt.step(); opt.zero_grad()
+"""
+
+
+def test_a_sequence_batch_rnn_has_its_batch_dimension_read_from_its_batch_size(tmp_path):
+    """Must pass: `(sequence, batch)` inputs: the batch is dimension 1, found from the
+    script's --batch_size; another batch size runs the script with that option."""
+    workload = load_script_workload(write_script(tmp_path, RNN_LM), CPU)
+    assert workload.batch_dim == 1 and workload.batch_size == 6
+    assert "batch dimension 1: the script's batch size 6" in workload.description
+    inputs, targets = workload.batch(batch_size=3)
+    assert inputs[0].shape == (7, 3) and inputs[1][0].shape == (1, 1, 16)[:1] + (3, 16)
+    assert (
+        workload.compute_loss(workload.forward(workload.build_model(), inputs), targets).dim() == 0
+    )
+
+
+def test_a_leading_batch_stays_dimension_0_and_key_value_overrides_set_the_batch():
+    """Must fail to move: a batch-first script keeps dimension 0; a configurator's
+    `--batch_size=4` is the option 04 sets, in the same form."""
+    from workbench.workloads.script import ScriptCapture, batch_dimension, with_batch_size
+
+    capture = ScriptCapture(Path("train.py"), ["--batch_size=4", "--lr=0.1"])
+    capture.inputs = (torch.zeros(4, 7, dtype=torch.long),)
+    assert capture.batch_size_flag == "--batch_size" and batch_dimension(capture)[0] == 0
+    assert with_batch_size(capture.args, "--batch_size", 16) == ["--batch_size=16", "--lr=0.1"]
+    nested = ScriptCapture(Path("chargpt.py"), ["--trainer.batch_size=8"])
+    assert nested.batch_size_flag == "--trainer.batch_size" and nested.declared_batch_size() == 8
+    assert with_batch_size(["--batch-size", "8"], "--batch-size", 2) == ["--batch-size", "2"]
