@@ -133,6 +133,11 @@ def _for_the_script(original: Callable[..., Any], answer: Callable[..., Any]) ->
     return call
 
 
+# Modules whose answers torch's own code also asks for (a compile asks what the machine has):
+# only the script's calls get the redirection's answers.
+_ASKED_OF_THE_MACHINE = (torch.cuda, torch.accelerator, torch.backends.mps)
+
+
 def _is_cuda(device: Any) -> bool:
     if isinstance(device, str):
         return device.split(":")[0].strip() == "cuda"
@@ -256,9 +261,9 @@ class DeviceRedirection:
             stack.callback(
                 torch.set_default_device, context.device if context is not None else None
             )
-            for owner, name, replacement in self._patches():
-                if owner is torch.cuda and not isinstance(replacement, type):
-                    replacement = _for_the_script(getattr(torch.cuda, name), replacement)
+            for owner, name, replacement in [*self._patches(), *self._accelerator_patches()]:
+                if owner in _ASKED_OF_THE_MACHINE and not isinstance(replacement, type):
+                    replacement = _for_the_script(getattr(owner, name), replacement)
                 stack.enter_context(patched(owner, name, replacement))
             yield self
 
@@ -316,6 +321,43 @@ class DeviceRedirection:
         if self.device.type != "cuda":
             patches.append((torch.Tensor, "pin_memory", self._pin_memory()))
         return patches + self._backend_flag_patches()
+
+    def _accelerator_patches(self) -> list[tuple[Any, str, Any]]:
+        """torch.accelerator, the device-generic API official examples now use: it answers
+        the target as the script's accelerator, so the script takes its accelerator path. MPS
+        checks are answered as they are (False off a Mac) and listed: that path is not taken."""
+        accelerator = torch.accelerator
+        answers: list[tuple[str, Any]] = [
+            ("is_available", True),
+            ("current_accelerator", self.device),
+            ("device_count", 1),
+            ("current_device_index", 0),
+            ("current_device_idx", 0),
+            ("set_device_index", None),
+            ("set_device_idx", None),
+            ("empty_cache", None),
+        ]
+        patches: list[tuple[Any, str, Any]] = [
+            (accelerator, name, self._answer(f"torch.accelerator.{name}()", value))
+            for name, value in answers
+            if hasattr(accelerator, name)
+        ]
+        if hasattr(accelerator, "synchronize"):
+            patches.append((accelerator, "synchronize", self._synchronize()))
+        mps = torch.backends.mps
+        patches.append(
+            (
+                mps,
+                "is_available",
+                self._ignored(
+                    "torch.backends.mps.is_available()",
+                    f"an Apple-GPU check: answered {mps.is_available()}, as this machine "
+                    "answers it; the script's MPS path is not taken",
+                    mps.is_available(),
+                ),
+            )
+        )
+        return patches
 
     def _backend_flag_patches(self) -> list[tuple[Any, str, Any]]:
         """cuBLAS and cuDNN settings: named as meaning nothing off CUDA, never applied there."""

@@ -167,6 +167,7 @@ class ScriptCapture:
     mixed_inputs: bool = False  # the model was called with positional and keyword inputs
     options: list[str] = field(default_factory=list)  # the option strings its argparse declares
     parsed_batch_size: int | None = None  # `batch_size` of what its argparse parsed
+    autocast_dtype: str | None = None  # the autocast the training forward ran under, if any
     loader_batch_sizes: list[int] = field(default_factory=list)  # each DataLoader's batch_size
 
     @property
@@ -433,6 +434,12 @@ class _Watch:
         self.pending_mixed = bool(args and kwargs)
         self.pending = _on_cpu(dict(kwargs)) if kwargs and not args else _on_cpu(tuple(args))
         self.capture.output = output
+        kind = self.target.device.type
+        self.capture.autocast_dtype = (
+            str(torch.get_autocast_dtype(kind)).removeprefix("torch.")
+            if torch.is_autocast_enabled(kind)
+            else None
+        )
         self.terms.clear()
 
     def _loss_found(self) -> None:
@@ -617,6 +624,10 @@ class _Watch:
                 else:
                     kwargs["batch_size"] = loader_batch
             workers = kwargs.get("num_workers", 0)
+            pinned = bool(kwargs.get("pin_memory")) and self.target.device.type != "cuda"
+            if pinned:
+                # Page-locked memory speeds copies to a CUDA device only.
+                kwargs["pin_memory"] = False
             if workers:
                 # Worker processes would run outside the watch: the loader runs in-process.
                 kwargs.update(num_workers=0, persistent_workers=False, prefetch_factor=None)
@@ -626,6 +637,11 @@ class _Watch:
             capture.dataloaders.append(
                 f"DataLoader at {_site()}: batch_size {loader.batch_size}"
                 + (f", num_workers={workers} run in-process" if workers else "")
+                + (
+                    ", pin_memory=True not applied (it speeds copies to CUDA only)"
+                    if pinned
+                    else ""
+                )
             )
 
         return init
@@ -844,7 +860,10 @@ def load_script_workload(spec: str, target: Target, batch_size: int | None = Non
         batch_size=batch_size or captured_size,
         task_metric=accuracy if classification else None,
         task_metric_name="accuracy" if classification else "",
-        description=f"{describe_capture(capture)}; {dim_evidence}; {batches.how}",
+        description="; ".join(
+            [describe_capture(capture), *redirection_effects(capture, redirection), dim_evidence]
+            + [batches.how]
+        ),
         spec=spec,
         batch_dim=batch_dim,
     )
@@ -976,6 +995,29 @@ def batch_dimension(capture: ScriptCapture) -> tuple[int, str]:
     )
 
 
+def redirection_effects(capture: ScriptCapture, redirection: DeviceRedirection) -> list[str]:
+    """What the redirection's answers changed in how the script trains: its CUDA path taken
+    on the target means its bf16 autocast and fused optimizer too."""
+    answered = sorted(
+        {f"{row['call']} at {row['where']}" for row in redirection.log.rows() if row["mapped"]}
+    )
+    asked = [a for a in answered if "is_available" in a or "bf16" in a or "capability" in a]
+    because = f" (after the redirection answered {'; '.join(asked[:3])})" if asked else ""
+    effects = []
+    if capture.autocast_dtype:
+        effects.append(
+            f"the script trained under {capture.autocast_dtype} autocast{because}; the "
+            "notebooks measure the captured model at their own precision"
+        )
+    settings = capture.optimizer.defaults if capture.optimizer is not None else {}
+    if settings.get("fused"):
+        effects.append(
+            f"the script chose a fused {type(capture.optimizer).__name__}{because}; the "
+            "workload's optimizer keeps the script's settings"
+        )
+    return effects
+
+
 def describe_capture(capture: ScriptCapture) -> str:
     stopped = (
         f"stopped after {capture.steps} optimizer steps"
@@ -1009,6 +1051,7 @@ def script_record(capture: ScriptCapture, redirection: DeviceRedirection) -> dic
         "compile_options": capture.compile_options,
         "dataloaders": capture.dataloaders,
         "device_calls": redirection.log.rows(),
+        "effects": redirection_effects(capture, redirection),
         "printed": capture.printed[:OUTPUT_CHARS],
     }
 
@@ -1026,6 +1069,8 @@ def show_capture(capture: ScriptCapture, redirection: DeviceRedirection) -> None
             f"{kind}: {row['call']} at {row['where']} ({row['times']}x): {row['outcome']}",
             file=sys.stderr,
         )
+    for effect in redirection_effects(capture, redirection):
+        print(f"effect: {effect}", file=sys.stderr)
     for site in capture.compile_calls:
         options = capture.compile_options.get(site)
         given = f" (its options {options} not passed)" if options else ""

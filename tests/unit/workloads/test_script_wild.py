@@ -305,3 +305,48 @@ def test_a_leading_batch_stays_dimension_0_and_key_value_overrides_set_the_batch
     nested = ScriptCapture(Path("chargpt.py"), ["--trainer.batch_size=8"])
     assert nested.batch_size_flag == "--trainer.batch_size" and nested.declared_batch_size() == 8
     assert with_batch_size(["--batch-size", "8"], "--batch-size", 2) == ["--batch-size", "2"]
+
+
+ACCELERATOR = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+if torch.backends.mps.is_available():
+    device = torch.device("mps")
+elif torch.accelerator.is_available():
+    device = torch.accelerator.current_accelerator()
+else:
+    device = torch.device("cpu")
+use_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+model = nn.Linear(6, 3).to(device)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=device.type == "cpu" and use_bf16)
+data = DataLoader(TensorDataset(torch.randn(40, 6), torch.randint(3, (40,))), batch_size=8,
+                  pin_memory=True)
+for x, y in data:
+    x, y = x.to(device), y.to(device)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+        loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward(); opt.step(); opt.zero_grad()
+"""
+
+
+def test_device_selection_beyond_torch_cuda_is_redirected_or_listed_with_its_effects(
+    tmp_path, capsys
+):
+    """torch.accelerator answers the target; an MPS check is listed as not mapped; pinned
+    DataLoader memory is named; and what the answers changed (bf16 autocast, a fused
+    optimizer) is said in the workload's description."""
+    spec = write_script(tmp_path, ACCELERATOR)
+    capture, redirection = run_script(spec, CPU)
+    calls = {row["call"]: row for row in redirection.log.rows()}
+    assert calls["torch.accelerator.is_available()"]["mapped"]
+    assert calls["torch.accelerator.current_accelerator()"]["mapped"]
+    assert not calls["torch.backends.mps.is_available()"]["mapped"]
+    assert "pin_memory=True not applied" in capture.dataloaders[0]
+    assert capture.autocast_dtype == "bfloat16"
+    workload = load_script_workload(spec, CPU)
+    assert "the script trained under bfloat16 autocast (after the redirection answered" in (
+        workload.description
+    )
+    assert "the script chose a fused AdamW" in workload.description
+    assert workload.script_run is not None and len(workload.script_run["effects"]) == 2
