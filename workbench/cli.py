@@ -99,9 +99,10 @@ def _only(value: Any) -> list[str]:
     return numbers
 
 
-def _workload_spec(workload: str, script_args: str) -> str:
+def _workload_spec(workload: str, script_args: str, folder: Path | None = None) -> str:
     """The spec the notebooks load: hf: and script: paths made absolute (notebooks run in
-    another folder), a script's arguments joined to its path."""
+    another folder; a script named by a config file is found from that file's `folder`), a
+    script's arguments joined to its path."""
     from workbench.workload import SCRIPT_PREFIX
     from workbench.workloads.hf_folder import absolute_spec
 
@@ -109,10 +110,15 @@ def _workload_spec(workload: str, script_args: str) -> str:
         from workbench.workloads.script import parse_script_spec, script_spec
 
         path, given = parse_script_spec(workload)
-        return script_spec(str(path), f"{shlex.join(given)} {script_args}".strip())
+        return script_spec(str(path), f"{shlex.join(given)} {script_args}".strip(), folder)
     if script_args:
         raise BadInput(f"--script-args applies to a script: workload, not {workload!r}.")
     return absolute_spec(workload)
+
+
+def _config_folder(config: str | None) -> Path | None:
+    """The folder of the config file, where a path it gives is read from."""
+    return Path(config).resolve().parent if config else None
 
 
 def _request(args: argparse.Namespace) -> Any:
@@ -132,6 +138,7 @@ def _request(args: argparse.Namespace) -> Any:
         workload=_workload_spec(
             args.workload or config.get("workload") or DEFAULT_WORKLOAD,
             getattr(args, "script_args", None) or config.get("script_args") or "",
+            None if args.workload else _config_folder(args.config),
         ),
         target=args.target or config.get("target") or "auto",
         only=_only(args.only if args.only is not None else config.get("only")),

@@ -66,6 +66,13 @@ def _script_files(workload: Workload) -> tuple[Path, Path] | None:
     return path.resolve(), Path(loader.__file__).resolve()
 
 
+def _script_own_files(workload: Workload) -> list[Path]:
+    run = workload.script_run or {}
+    script = _script_files(workload)
+    folder = script[0].parent if script else Path.cwd()
+    return [(folder / f).resolve() for f in run.get("own_files", []) if (folder / f).is_file()]
+
+
 def _source_file(obj: object) -> str | None:
     """The file an object was defined in; None for builtins, C extensions and partials."""
     if isinstance(obj, type) and obj.__module__ == "__main__":
@@ -138,8 +145,11 @@ def workload_source_files(workload: Workload) -> list[SourceFile]:
     if found:
         machinery.add(found[1])
     # A script is the workload's own code whole (its loop, its device calls), never trimmed to
-    # the definitions its model and loss live in.
+    # the definitions its model and loss live in; so are the modules of its own project it
+    # imported (a model.py beside train.py), which the redirection also watched.
     files: dict[Path, SourceFile] = {script: SourceFile(script)} if script else {}
+    for own in _script_own_files(workload):
+        files.setdefault(own, SourceFile(own))
     for obj in _workload_objects(workload):
         source = _source_file(obj)
         if not source or not is_user_code(source):

@@ -168,6 +168,7 @@ class ScriptCapture:
     options: list[str] = field(default_factory=list)  # the option strings its argparse declares
     parsed_batch_size: int | None = None  # `batch_size` of what its argparse parsed
     autocast_dtype: str | None = None  # the autocast the training forward ran under, if any
+    own_files: list[str] = field(default_factory=list)  # its own project's modules it imported
     loader_batch_sizes: list[int] = field(default_factory=list)  # each DataLoader's batch_size
 
     @property
@@ -769,6 +770,7 @@ def run_script(
     )
     failure: str | None = None
     watch = _Watch(capture, target, steps, loader_batch, until, compile_on_target)
+    imported_before = set(sys.modules)
     with (
         seeded(DEFAULT_SEED),
         _as_its_own_program(path, args) as printed,
@@ -787,8 +789,24 @@ def run_script(
         except Exception as exc:  # the script's own error, shown as it would be
             failure = f"it raised {describe_error(exc)}"
     capture.printed = scrub_text(printed.getvalue())
+    capture.own_files = _own_modules(path, set(sys.modules) - imported_before)
     _check_capture(spec, capture, failure)
     return capture, redirection
+
+
+def _own_modules(script: Path, names: set[str]) -> list[str]:
+    """The files of the modules the script imported from its own project (its folder and
+    below, not an installed package): what notebook 02 scans beside the script."""
+    folder = script.resolve().parent
+    found = set()
+    for name in names:
+        source = getattr(sys.modules.get(name), "__file__", None)
+        if not source or "-packages" in source:
+            continue
+        path = Path(source).resolve()
+        if path.suffix == ".py" and path.is_relative_to(folder) and path != script.resolve():
+            found.add(str(path))
+    return sorted(found)
 
 
 def _check_capture(spec: str, capture: ScriptCapture, failure: str | None) -> None:
@@ -1052,6 +1070,8 @@ def script_record(capture: ScriptCapture, redirection: DeviceRedirection) -> dic
         "dataloaders": capture.dataloaders,
         "device_calls": redirection.log.rows(),
         "effects": redirection_effects(capture, redirection),
+        # Relative to the script's folder, where notebook 02 finds them again.
+        "own_files": [os.path.relpath(f, capture.path.resolve().parent) for f in capture.own_files],
         "printed": capture.printed[:OUTPUT_CHARS],
     }
 

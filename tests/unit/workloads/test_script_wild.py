@@ -350,3 +350,48 @@ def test_device_selection_beyond_torch_cuda_is_redirected_or_listed_with_its_eff
     )
     assert "the script chose a fused AdamW" in workload.description
     assert workload.script_run is not None and len(workload.script_run["effects"]) == 2
+
+
+def test_the_scan_reads_the_modules_the_script_imports_from_its_own_project(tmp_path):
+    """Scan and redirection agree: the model's module beside the script, which calls
+    `.cuda()`, is scanned too (02 said "No CUDA-specific code found" of such a project)."""
+    from workbench.scan.sources import workload_source_files
+
+    (tmp_path / "netlib.py").write_text(
+        "import torch\nclass Net(torch.nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.fc = torch.nn.Linear(4, 2).cuda()\n"
+        "    def forward(self, x):\n        return self.fc(x)\n"
+    )
+    body = """
+import torch
+from netlib import Net
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(2):
+    loss = torch.nn.functional.cross_entropy(model(torch.randn(8, 4)), torch.randint(2, (8,)))
+    loss.backward(); opt.step(); opt.zero_grad()
+"""
+    workload = load_script_workload(write_script(tmp_path, body), CPU)
+    assert workload.script_run is not None and workload.script_run["own_files"] == ["netlib.py"]
+    scanned = {source.path.name for source in workload_source_files(workload)}
+    assert scanned == {"train.py", "netlib.py"}
+
+
+def test_a_config_files_script_path_is_read_from_the_config_files_folder(tmp_path, monkeypatch):
+    """Must pass: `workload: script:train.py` in configs/run.yaml is configs/train.py, from
+    any working folder; a --workload on the command line stays relative to the working folder."""
+    import workbench.runner
+    from workbench.cli import main
+    from workbench.workloads.script import parse_script_spec
+
+    seen = []
+    monkeypatch.setattr(
+        workbench.runner, "run", lambda request, progress: seen.append(request) or 0
+    )
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "run.yaml").write_text("workload: script:train.py\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--config", "configs/run.yaml"]) == 0
+    assert parse_script_spec(seen[0].workload)[0] == tmp_path / "configs" / "train.py"
+    assert main(["run", "--config", "configs/run.yaml", "--workload", "script:train.py"]) == 0
+    assert parse_script_spec(seen[1].workload)[0] == tmp_path / "train.py"
