@@ -169,6 +169,7 @@ class ScriptCapture:
     parsed_batch_size: int | None = None  # `batch_size` of what its argparse parsed
     autocast_dtype: str | None = None  # the autocast the training forward ran under, if any
     own_files: list[str] = field(default_factory=list)  # its own project's modules it imported
+    backward_calls: int = 0
     loader_batch_sizes: list[int] = field(default_factory=list)  # each DataLoader's batch_size
 
     @property
@@ -509,6 +510,7 @@ class _Watch:
             if scaled is not tensor:
                 loss = tensor
             self.scaled.clear()
+            capture.backward_calls += 1
             if capture.optimizer is not None and loss.numel() == 1:
                 capture.losses.append(float(loss.detach().float().cpu()))
                 capture.loss_dtype = loss.dtype
@@ -789,24 +791,29 @@ def run_script(
         except Exception as exc:  # the script's own error, shown as it would be
             failure = f"it raised {describe_error(exc)}"
     capture.printed = scrub_text(printed.getvalue())
-    capture.own_files = _own_modules(path, set(sys.modules) - imported_before)
+    own = _own_modules(path, set(sys.modules) - imported_before)
+    capture.own_files = sorted(own.values())
+    # Forgotten once the run ends, as a process of its own would: another script's
+    # `import model` must find its own model.py, not this one's.
+    for name in own:
+        sys.modules.pop(name, None)
     _check_capture(spec, capture, failure)
     return capture, redirection
 
 
-def _own_modules(script: Path, names: set[str]) -> list[str]:
-    """The files of the modules the script imported from its own project (its folder and
-    below, not an installed package): what notebook 02 scans beside the script."""
+def _own_modules(script: Path, names: set[str]) -> dict[str, str]:
+    """The modules the script imported from its own project (its folder and below, not an
+    installed package), by name, with their files: what notebook 02 scans beside it."""
     folder = script.resolve().parent
-    found = set()
+    found = {}
     for name in names:
         source = getattr(sys.modules.get(name), "__file__", None)
         if not source or "-packages" in source:
             continue
         path = Path(source).resolve()
         if path.suffix == ".py" and path.is_relative_to(folder) and path != script.resolve():
-            found.add(str(path))
-    return sorted(found)
+            found[name] = str(path)
+    return found
 
 
 def _check_capture(spec: str, capture: ScriptCapture, failure: str | None) -> None:
@@ -822,9 +829,17 @@ def _check_capture(spec: str, capture: ScriptCapture, failure: str | None) -> No
         said = f" (its last line: {one_line(last)!r})" if last else ""
         raise BadInput(f"Workload {spec!r}: {failure}, {reached}{said}.")
     if capture.optimizer is None or capture.steps == 0:
+        by_hand = (
+            f"; it called backward {capture.backward_calls} time(s), so it updates its weights "
+            "by hand or through an optimizer the workbook does not see (give it a torch.optim "
+            "optimizer, as an option such as --use-optimizer may)"
+            if capture.backward_calls
+            else ""
+        )
         raise BadInput(
             f"Workload {spec!r}: the script ended without an optimizer step on a model "
-            "(the workbook finds the model through the optimizer that trains it)."
+            f"(the workbook finds the model through the torch.optim optimizer that trains "
+            f"it){by_hand}."
         )
     if capture.mixed_inputs:
         raise BadInput(
