@@ -21,7 +21,9 @@ from workbench.compile_cache.cache import (
     CompileCache,
     open_compile_cache,
 )
+from workbench.errors import NotAnswered
 from workbench.params import NOTEBOOKS_DIR, coerce, notebook_parameters
+from workbench.questions import question
 from workbench.results import save_result
 from workbench.scorecard import Verdict
 from workbench.targets import get_target, resolve_target_name
@@ -108,6 +110,11 @@ def start(notebook: str, namespace: dict[str, Any], *, with_workload: bool = Tru
     target = get_target(target_name)
     spec = WorkloadSpec.from_params(params) if with_workload else None
     workload = spec.load() if spec else None
+    registered = question(notebook)
+    if workload is not None and workload.loss_stand_in and registered and registered.needs_the_loss:
+        raise NotAnswered(
+            f"{notebook}: not answered: {workload.loss_stand_in}, and this question trains on it"
+        )
     out_dir = Path(params.get("out_dir") or ".").resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     # Wired before anything compiles: the caches read their folders on first use.

@@ -82,6 +82,12 @@ class BadInput(WorkbenchError):
     exit_code = EXIT_BAD_INPUT
 
 
+class NotAnswered(Exception):
+    """A notebook whose question the workload cannot answer (a script's loss that cannot be
+    recomputed leaves 03 and 04 without one): raised by context.start in the kernel, and the
+    run records the notebook as not answered, with this sentence, instead of failed."""
+
+
 # An error shown in a table cell, a console line or a result file stays readable at this length;
 # the full traceback is kept where one exists (the notebook, the trial's log).
 ERROR_MESSAGE_CHARS = 500

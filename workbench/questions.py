@@ -61,6 +61,9 @@ class Registered:
     # "module:function" where QUESTION.settings can be imported without its question module's
     # torch, so a run's settings are checked before any kernel starts; "" where they cannot.
     light_settings: str = ""
+    # The question trains on the workload's own loss (its trajectory, its trials): a workload
+    # whose loss stands in for one that cannot be recomputed leaves it not answered.
+    needs_the_loss: bool = False
 
     def load(self) -> Question[Any, ..., Any, ..., ..., Any]:
         found = getattr(importlib.import_module(self.module), "QUESTION", None)
@@ -97,8 +100,15 @@ QUESTIONS = (
         "workbench.coverage.reader",
         light_settings="workbench.targets.detect:flavours_from_params",
     ),
-    Registered("03_numerics", "workbench.numerics.question", "workbench.numerics.reader"),
-    Registered("04_retuning", "workbench.tuning.question", "workbench.tuning.reader"),
+    Registered(
+        "03_numerics",
+        "workbench.numerics.question",
+        "workbench.numerics.reader",
+        needs_the_loss=True,
+    ),
+    Registered(
+        "04_retuning", "workbench.tuning.question", "workbench.tuning.reader", needs_the_loss=True
+    ),
     Registered("05_serving", "workbench.serving.question", "workbench.serving.reader"),
 )
 _BY_NOTEBOOK = {q.notebook: q for q in QUESTIONS}

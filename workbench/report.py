@@ -30,6 +30,7 @@ from workbench.redact import scrub_text
 from workbench.results import LEAD, ResultLead, load_result, write_text_atomic
 from workbench.scorecard import ATTENTION, Verdict
 from workbench.summary import (
+    NOT_ANSWERED,
     NOT_RUN,
     NotebookOutcome,
     OutcomeStatus,
@@ -345,7 +346,11 @@ def export_html(notebook_path: Path, html_path: Path, *, show_code: bool = False
     return html_path
 
 
-_STATUS_CLASS: dict[OutcomeStatus, str] = {"ok": "wb-ok", "not-run": "wb-not-run"}
+_STATUS_CLASS: dict[OutcomeStatus, str] = {
+    "ok": "wb-ok",
+    "not-run": "wb-not-run",
+    "not-answered": "wb-not-run",
+}
 
 
 _VERDICT_SENTENCE: dict[RunStatus, str] = {
@@ -355,12 +360,15 @@ _VERDICT_SENTENCE: dict[RunStatus, str] = {
     "not run": "not every notebook ran, so the run has no migration verdict:",
 }
 # Notebook statuses as the index words them.
-_STATUS_WORDS: dict[OutcomeStatus, str] = {"not-run": "not run"}
+_STATUS_WORDS: dict[OutcomeStatus, str] = {"not-run": "not run", "not-answered": "not answered"}
 
 
 def _verdict_cell(entry: NotebookOutcome) -> str:
     if entry.status == NOT_RUN:
         return "<td>not run</td>"
+    if entry.status == NOT_ANSWERED:
+        reason = html.escape(entry.error or "")
+        return f'<td class="v-attention" title="{reason}">not answered</td>'
     if entry.unreadable_result is not None:
         return (
             f'<td class="v-blocker" title="{html.escape(entry.unreadable_result)}">unreadable</td>'

@@ -34,6 +34,7 @@ from workbench.errors import (
     EXIT_NOTEBOOK_FAILED,
     EXIT_OK,
     BadInput,
+    NotAnswered,
     one_line,
 )
 from workbench.execution.engine import ENGINE_NAME
@@ -44,6 +45,7 @@ from workbench.questions import question
 from workbench.redact import console_line, scrub_data, scrub_text
 from workbench.report import UnsafeReport, export_html, write_index
 from workbench.summary import (
+    NOT_ANSWERED,
     NotebookOutcome,
     NotebookVerdict,
     OutcomeStatus,
@@ -232,10 +234,15 @@ def _execute(
             engine_name=ENGINE_NAME,
         )
     except PapermillExecutionError as exc:
-        outcome.status = "failed"
-        # The kernel's exception arrives as text: its traceback is in the notebook itself.
-        outcome.error = scrub_text(one_line(f"{exc.ename}: {exc.evalue}"))
-        outcome.failed_cell = exc.cell_index
+        if exc.ename == NotAnswered.__name__:
+            # Not a failure: the notebook said why its question has no answer here.
+            outcome.status = NOT_ANSWERED
+            outcome.error = scrub_text(one_line(exc.evalue))
+        else:
+            outcome.status = "failed"
+            # The kernel's exception arrives as text: its traceback is in the notebook itself.
+            outcome.error = scrub_text(one_line(f"{exc.ename}: {exc.evalue}"))
+            outcome.failed_cell = exc.cell_index
     except CellTimeoutError:
         outcome.status = "timeout"
         outcome.error = f"a cell ran past the {request.cell_timeout} s cell timeout"
@@ -328,6 +335,8 @@ def _finish_outputs(path: Path, out: Path, outcome: NotebookOutcome, show_code: 
         finally:
             # papermill's copy is unscrubbed and may be half-written: it never stays behind.
             partial.unlink(missing_ok=True)
+    if outcome.status == NOT_ANSWERED:
+        return  # no report of a question not asked: the index row says why
     report_notebook(executed, outcome, show_code)
 
 
@@ -647,7 +656,7 @@ def write_run_files(
     """
     if interrupted:
         exit_code = EXIT_INTERRUPTED
-    elif all(o.status == "ok" for o in outcomes):
+    elif all(o.status in ("ok", NOT_ANSWERED) for o in outcomes):
         exit_code = EXIT_OK
     else:
         exit_code = EXIT_NOTEBOOK_FAILED

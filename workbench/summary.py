@@ -25,14 +25,23 @@ from workbench.errors import BadInput
 from workbench.markup import named_list
 from workbench.results import SCHEMA_VERSION, UnreadableResult, write_json_atomic
 from workbench.safe_load import shown
-from workbench.scorecard import BLOCKER, Finding, Status, top_reasons, worst
+from workbench.scorecard import ATTENTION, BLOCKER, Finding, Status, top_reasons, worst
 
 # How a notebook's execution ended, one definition (report-failed: it ran, but its page could
 # not be written; not-run: left out of the run, or a copy not stepped through to its end).
 OutcomeStatus = Literal[
-    "ok", "failed", "timeout", "kernel-died", "report-failed", "interrupted", "not-run"
+    "ok",
+    "failed",
+    "timeout",
+    "kernel-died",
+    "report-failed",
+    "interrupted",
+    "not-run",
+    "not-answered",
 ]
 NOT_RUN: Final = "not-run"
+# It ran, and said its question cannot be answered for this workload (errors.NotAnswered).
+NOT_ANSWERED: Final = "not-answered"
 # The run's verdict: a scorecard status, or "not run" when the run left notebooks out.
 RunStatus = Literal[Status, "not run"]
 NO_RUN_VERDICT: Final = "not run"
@@ -67,6 +76,8 @@ class NotebookOutcome:
         not finish or its result cannot be read; nothing where it ran and judged nothing."""
         if self.verdict is not None:
             return Finding(self.verdict.status, f"{self.notebook}: {self.verdict.reason}")
+        if self.status == NOT_ANSWERED:
+            return Finding(ATTENTION, self.error or f"{self.notebook}: not answered")
         if self.status != "ok":
             return Finding(BLOCKER, f"{self.notebook}: did not finish ({self.status})")
         if self.unreadable_result is not None:

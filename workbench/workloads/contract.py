@@ -239,6 +239,10 @@ class Workload:
     script_run: dict[str, Any] | None = None
     # The inputs' batch dimension: 0, but 1 for an RNN fed `(sequence, batch)` tensors.
     batch_dim: int = 0
+    # Why the workload's loss is a stand-in (the mean of the model's output) for the script's
+    # own, which cannot be recomputed; empty for a real loss. Questions that train on the loss
+    # are then not answered; the others say the stand-in in their verdict.
+    loss_stand_in: str = ""
 
     def forward(self, model: Callable[..., Any], inputs: Inputs) -> Any:
         """The model (or its compiled forward) on a batch's inputs."""

@@ -69,7 +69,7 @@ def check_forward_apart(originals: list[nn.Module], copied: nn.Module, run: Any)
     tensors = [t for t in _leaves(output) if t.requires_grad]
     if not weights or not tensors:
         return
-    total = sum(t.float().sum() for t in tensors)
+    total = torch.stack([t.float().sum() for t in tensors]).sum()
     grads = torch.autograd.grad(total, weights, allow_unused=True)
     names = [n for (n, _), g in zip(named, grads, strict=True) if g is not None]
     if names:

@@ -535,12 +535,15 @@ class _Watch:
         """`backward` on the step's loss: found as constant weights over the torch losses that
         read the model's output (the model's own included), or the reason it is not."""
         capture = self.capture
+        if capture.loss_problem:
+            return  # judged at the first backward; the batch is that step's
         if capture.output is None:
             capture.loss_problem = "no forward of the model recorded gradients before it"
             return
         found = find_loss(loss, [*own_terms(capture.output), *self.terms], capture.output)
         if isinstance(found, str):
             capture.loss_problem = found
+            self._loss_found()  # the batch is still this step's: 01, 02 and 05 measure it
             return
         capture.loss_fn = found.loss_fn()
         capture.loss_name = found.name
@@ -846,14 +849,41 @@ def _check_capture(spec: str, capture: ScriptCapture, failure: str | None) -> No
             f"Workload {spec!r}: the script calls its model with positional and keyword inputs "
             "at once; the workbook feeds a model one or the other."
         )
-    if capture.loss_fn is None or capture.inputs is None or capture.targets is None:
-        why = capture.loss_problem or "no torch loss read the model's output"
+    if capture.inputs is None:
+        why = capture.loss_problem or "no forward of the model recorded gradients"
         raise BadInput(
-            f"Workload {spec!r}: the script ran {capture.steps} optimizer step(s), but the "
-            f"loss `backward` was called on cannot be recomputed on the captured batch: {why} "
-            "(the workbook recomputes a torch loss of the model's output, or a constant "
-            "multiple or sum of such losses)."
+            f"Workload {spec!r}: the script ran {capture.steps} optimizer step(s), but no "
+            f"training batch of its model was seen: {why}."
         )
+    if capture.loss_fn is None:
+        # The model, its batch and its optimizer are known: the questions that do not train
+        # on the loss are answered with a stand-in (workloads.contract: loss_stand_in).
+        capture.targets = _stand_in_targets(capture)
+        capture.loss_name = "a stand-in (the mean of the model's output)"
+
+
+def _stand_in_targets(capture: ScriptCapture) -> torch.Tensor:
+    """Zeros with the batch along the batch dimension, where the script's own targets are
+    unknown: nothing reads them but the batch's size."""
+    batch_dim, _ = batch_dimension(capture)
+    count = _samples(capture.inputs, batch_dim)
+    return torch.zeros((1,) * batch_dim + (count,))
+
+
+def _stand_in_loss(outputs: Any, _: torch.Tensor) -> torch.Tensor:
+    """The mean of the model's output: gradients through every weight the output reads, so a
+    training step runs the model's own forward and backward (what 01 and 02 measure)."""
+    return primary_output(outputs).float().mean()
+
+
+def stand_in_attention(reason: str) -> str:
+    """What every answered notebook says of a stand-in loss."""
+    return (
+        f"{reason}: a stand-in, the mean of the model's output, drives the captured model's "
+        "training step (the forward, backward and optimizer step timed and listed are the "
+        "model's own; the loss's own ops are not listed); 03 and 04, which train on the loss, "
+        "are not answered"
+    )
 
 
 def load_script_workload(spec: str, target: Target, batch_size: int | None = None) -> Workload:
@@ -861,8 +891,12 @@ def load_script_workload(spec: str, target: Target, batch_size: int | None = Non
     its optimizer's class and settings."""
     capture, redirection = run_script(spec, target)
     assert capture.initial_model is not None and capture.inputs is not None
-    assert capture.targets is not None and capture.loss_fn is not None
-    assert capture.optimizer is not None
+    assert capture.targets is not None and capture.optimizer is not None
+    stand_in = (
+        ""
+        if capture.loss_fn is not None
+        else f"the script's loss cannot be recomputed on its batch ({capture.loss_problem})"
+    )
     targets = capture.targets
     batch_dim, dim_evidence = batch_dimension(capture)
     captured_size = _samples(capture.inputs, batch_dim)
@@ -880,15 +914,16 @@ def load_script_workload(spec: str, target: Target, batch_size: int | None = Non
         and not targets.is_floating_point()
     )
     # Every notebook compares copies of this model: a copy must train apart from the original.
-    check_forward_apart(
-        [initial, capture.model], independent_copy(initial), _forward_on(capture.inputs)
-    )
+    originals = [initial] if capture.model is None else [initial, capture.model]
+    check_forward_apart(originals, independent_copy(initial), _forward_on(capture.inputs))
     workload = Workload(
         name=f"script-{capture.path.stem}",
         model_factory=lambda: independent_copy(initial),
         batch_maker=batches,
-        loss_fn=capture.loss_fn,
+        loss_fn=capture.loss_fn or _stand_in_loss,
         loss_from_output=capture.loss_from_output,
+        loss_stand_in=stand_in,
+        attentions=[stand_in_attention(stand_in)] if stand_in else [],
         optimizer_factory=lambda params: optimizer_type(params, **settings),
         batch_size=batch_size or captured_size,
         task_metric=accuracy if classification else None,

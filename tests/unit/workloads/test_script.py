@@ -161,11 +161,6 @@ TRAINS = trains(3)
         ),
         ("raise ValueError('bad data')\n", "ValueError: bad data"),
         ("name = input('data folder? ')\n", "it raised EOFError"),
-        (
-            TRAINS.replace("model(torch.randn(8, 4))", "model(torch.randn(8, 4)) * 2"),
-            "cannot be recomputed on the captured batch: it computes the loss from the "
-            "model's output by its own arithmetic",
-        ),
     ],
 )
 def test_bad_scripts_are_one_sentence(tmp_path, body, message):
@@ -638,8 +633,8 @@ def test_a_loss_on_a_slice_of_the_output_is_refused(tmp_path):
     body = REGRESSION.replace("model(x).squeeze(-1)", "model(x)[:3, 0]").replace(
         "torch.randn(6)", "torch.randn(3)"
     )
-    with pytest.raises(BadInput, match="by its own arithmetic, not through a torch loss"):
-        run_script(_script(tmp_path, body), CPU)
+    workload = load_script_workload(_script(tmp_path, body), CPU)
+    assert "by its own arithmetic, not through a torch loss" in workload.loss_stand_in
 
 
 def test_a_loss_over_the_classes_of_transposed_logits_is_recomputed(tmp_path):
