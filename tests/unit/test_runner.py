@@ -44,9 +44,14 @@ target: str = "auto"  # the runner passes --target here
 out_dir: str = "."  # the run folder
 fail: bool = False  # raise in the next cell
 write_result: bool = True  # save 00_tiny.json
+not_answered: bool = False  # say the question has no answer for this workload
 """
 TINY_BODY = """\
 print("tiny: working")
+if not_answered:
+    from workbench.errors import NotAnswered
+
+    raise NotAnswered("00_tiny: not answered: the loss cannot be recomputed")
 if fail:
     raise ValueError("tiny failed\\n   on purpose")
 if write_result:
@@ -297,6 +302,24 @@ def test_a_failing_notebook_exits_1_with_a_one_line_error_and_keeps_latest(noteb
     assert outcome.status == "failed" and outcome.failed_cell is not None
     assert outcome.error == "ValueError: tiny failed on purpose"
     assert (out / "00_tiny.html").is_file(), "the failed notebook's report is still written"
+
+
+def test_a_question_not_answered_is_said_with_its_reason_not_counted_as_a_failure(
+    notebooks, tmp_path
+):
+    """Must pass: exit 0, no report of a question not asked, an attention in the run's
+    verdict naming why; a failing notebook (above) still exits 1."""
+    out = tmp_path / "unanswered"
+    request = _request(tmp_path, out=out, parameters={"not_answered": "true"})
+    assert run(request, progress=lambda line: None) == EXIT_OK
+    summary = _summary(out)
+    (outcome,) = summary.notebooks
+    assert outcome.status == "not-answered" and outcome.failed_cell is None
+    assert outcome.error == "00_tiny: not answered: the loss cannot be recomputed"
+    assert not (out / "00_tiny.html").exists()
+    assert summary.verdict.of_the_notebooks_run == "attention"
+    assert "00_tiny: not answered: the loss cannot be recomputed" in summary.verdict.reasons
+    assert "not answered" in (out / "index.html").read_text()
 
 
 def test_a_notebook_that_saves_no_result_fails_and_out_never_moves_latest(notebooks, tmp_path):
