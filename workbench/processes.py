@@ -11,6 +11,7 @@ through a JSON result file before it exits.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import multiprocessing
@@ -21,6 +22,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
@@ -73,6 +75,36 @@ class ChildOutcome:
             return signal.Signals(-self.exit_code).name
         except ValueError:
             return f"signal {-self.exit_code}"
+
+
+# What torchrun tells each rank: a script run inside a rank the workbook launched must not
+# read them as its own launch (a torchrun-ready script would join a second process group).
+LAUNCHER_VARIABLES: Final = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "ROLE_NAME",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+)
+
+
+@contextlib.contextmanager
+def launcher_environment_hidden() -> Iterator[None]:
+    """Inside, this process looks launched alone; torchrun's variables come back after."""
+    saved = {name: os.environ.pop(name) for name in LAUNCHER_VARIABLES if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 def usable_cores() -> int:

@@ -40,7 +40,14 @@ _IMPORT_GUARDS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseExcept
 
 
 # torch.cuda members that only answer a question; in an if/while test they choose a branch.
-_CUDA_QUESTIONS = {"is_available", "device_count", "current_device", "get_device_name"}
+_CUDA_QUESTIONS = {
+    "is_available",
+    "device_count",
+    "current_device",
+    "get_device_name",
+    "is_bf16_supported",
+    "get_device_capability",
+}
 
 
 _HOST_READS = {"item", "cpu", "numpy", "tolist"}
@@ -284,8 +291,10 @@ class _Visitor(ast.NodeVisitor):
     def visit_Assign(self, node: ast.Assign) -> None:
         # DEVICE = "cuda" (or "cuda" if ... else "cpu"): the device every later .to() uses.
         names = [t.id if isinstance(t, ast.Name) else getattr(t, "attr", "") for t in node.targets]
-        if any("device" in n.lower() for n in names) and any(
-            _is_cuda_string(v) for v in ast.walk(node.value)
+        if (
+            any("device" in n.lower() for n in names)
+            and any(_is_cuda_string(v) for v in ast.walk(node.value))
+            and not _derived_from_a_device(node.value)
         ):
             self.hit(node, "cuda-device")
         self.generic_visit(node)
@@ -301,6 +310,19 @@ class _Visitor(ast.NodeVisitor):
             for pattern, rule in _STRING_RULES:
                 if pattern.search(node.value):
                     self.hit(node, rule)
+
+
+def _derived_from_a_device(value: ast.AST) -> bool:
+    """`"cuda" if "cuda" in device else "cpu"`: the string names what a device already is (its
+    type, for autocast), so it follows the device the script is given; not a choice of CUDA."""
+    if not isinstance(value, ast.IfExp):
+        return False
+    return any(
+        isinstance(node, ast.Compare)
+        and any(isinstance(op, ast.In) for op in node.ops)
+        and _is_cuda_string(node.left)
+        for node in ast.walk(value.test)
+    )
 
 
 def _catches_import_error(handler: ast.ExceptHandler) -> bool:

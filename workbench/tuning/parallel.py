@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from workbench.errors import BadInput
 from workbench.processes import (
+    launcher_environment_hidden,
     read_tail,
     torchrun,
     usable_cores,
@@ -94,7 +95,10 @@ def rank_main(job: RankJob) -> None:
     import torch.distributed as dist
 
     try:
-        workload = job.spec.load()
+        # The workload is this rank's copy of the model; a script it runs (a `script:`
+        # workload) must not take this launch for its own and join a second process group.
+        with launcher_environment_hidden():
+            workload = job.spec.load()
         model = target.data_parallel(workload.build_model(target.device))
         model.train()
         optimizer = workload.make_optimizer(model)

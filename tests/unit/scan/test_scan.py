@@ -262,3 +262,28 @@ def test_an_hf_model_is_scanned_without_its_library() -> None:
         assert [Path(r).name for r in report.roots] == ["hf_workloads.py"]
         assert not any("site-packages" in r for r in report.roots)
         assert not report.blocking
+
+
+def test_a_device_type_derived_from_the_device_and_a_guarded_bf16_question_are_not_blocking(
+    tmp_path: Path,
+) -> None:
+    """nanoGPT's forms: `device_type = 'cuda' if 'cuda' in device else 'cpu'` follows the
+    device the script is given, and `is_bf16_supported()` in a test after `is_available()`
+    chooses a branch; a hard `device = 'cuda'` stays blocking (it fails on Neuron as written)."""
+    path = _write(
+        tmp_path / "nano.py",
+        """
+        import torch
+        device = 'cuda'
+        dtype = 'bf16' if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else 'f16'
+        device_type = 'cuda' if 'cuda' in device else 'cpu'
+        supported = torch.cuda.is_bf16_supported()
+        """,
+    )
+    findings = {(f.line, f.rule): f for f in scan.scan_paths([path]).findings}
+    assert findings[(2, "cuda-device")].severity == BLOCKING
+    assert findings[(3, "cuda-check")].severity == "change"
+    assert not [k for k in findings if k[0] == 3 and findings[k].severity == BLOCKING]
+    assert not [k for k in findings if k[0] == 4]
+    # Outside a test, the same question is a query whose answer the code depends on.
+    assert findings[(5, "cuda-api")].severity == BLOCKING

@@ -397,3 +397,24 @@ def test_a_config_files_script_path_is_read_from_the_config_files_folder(tmp_pat
     assert parse_script_spec(seen[0].workload)[0] == tmp_path / "configs" / "train.py"
     assert main(["run", "--config", "configs/run.yaml", "--workload", "script:train.py"]) == 0
     assert parse_script_spec(seen[1].workload)[0] == tmp_path / "train.py"
+
+
+def test_a_rank_the_workbook_launched_runs_a_torchrun_ready_script_as_one_process(monkeypatch):
+    """Must pass: inside 04's data-parallel ranks (torchrun's RANK/WORLD_SIZE set by the
+    workbook's own launch), nanoGPT-style `ddp = RANK in os.environ` scripts take their
+    single-process path; set by the user for the whole run, the same variables are refused."""
+    import os
+
+    from tests.fixtures.user_scripts import SCRIPTS
+    from workbench.processes import launcher_environment_hidden
+    from workbench.workloads.script import script_spec
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    spec = script_spec(str(SCRIPTS / "distributed_ready_train.py"))
+    with launcher_environment_hidden():
+        assert "WORLD_SIZE" not in os.environ
+        capture, _ = run_script(spec, CPU)
+    assert capture.steps >= 1 and os.environ["WORLD_SIZE"] == "2"
+    with pytest.raises(BadInput, match="it joins a process group"):
+        run_script(spec, CPU)
