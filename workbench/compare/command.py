@@ -57,6 +57,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "machine now, interleaved in pairs (asv continuous style): settles timings the "
         "recorded load leaves unjudged",
     )
+    for side, which in (("baseline", "the baseline's"), ("candidate", "the newest run's")):
+        parser.add_argument(
+            f"--{side}-workload",
+            metavar="SPEC",
+            default=None,
+            help=f"with --remeasure: {which} workload, named again (a run folder is data: only "
+            "a built-in workload name saved in it is rebuilt without this)",
+        )
     parser.add_argument(
         "--p-value",
         type=float,
@@ -87,7 +95,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         comparison.changes += remeasure(
             comparison.runs[-2], comparison.runs[-1], gates,
             log=lambda line: print(console_line(line), file=sys.stderr),
+            named=(args.baseline_workload, args.candidate_workload),
         )  # fmt: skip
+    elif args.baseline_workload or args.candidate_workload:
+        raise BadInput("--baseline-workload and --candidate-workload apply to --remeasure only.")
     out = Path(args.out) if args.out else Path(comparison.runs[-1].path) / "compare"
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out {out} is a file; name a folder for compare.html.")

@@ -38,10 +38,14 @@ from workbench.compare.runs import load_run
 from workbench.compare.stats import median
 from workbench.compare.timing import configs_of
 from workbench.errors import BadInput
+from workbench.params import NOTEBOOKS_DIR, coerce, notebook_parameters
 from workbench.results import load_result
+from workbench.safe_load import shown
 from workbench.targets import get_target
 from workbench.targets.base import Target
+from workbench.targets.registry import TARGET_NAMES
 from workbench.timing import HostLoadProbe
+from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
 
 # Imported where they are used: they load torch, which reading result files back (compare,
 # collect, export-metrics) never needs.
@@ -90,14 +94,38 @@ def sign_test(ratios: list[float]) -> float:
     return min(1.0, 2 * tail)
 
 
-def _parameters(run: RunInfo) -> tuple[dict[str, Any], str]:
-    """A run's notebook-01 parameters and the target it ran on."""
+def _parameters(run: RunInfo, named: str | None, option: str) -> tuple[dict[str, Any], str]:
+    """A run's notebook-01 parameters, read as data, and the target it ran on.
+
+    A run folder is shared between teammates and kept as a CI artefact: nothing in it may make
+    this command run code. Its parameters go through the one typed parser of `-p` values
+    (params.coerce: "false" is not true); its workload is rebuilt only where it is a built-in
+    name, any other (a module, a script, an hf: folder) only when the command line names it
+    again (`named`); a saved trust in a model folder's code is never honoured."""
     path = Path(run.path) / f"{BASELINE_FILE.notebook}.json"
     if not path.is_file():
         raise BadInput(f"--remeasure needs {path}: run {run.label} has no notebook-01 result.")
     record = load_result(path)
+    saved = record.get("parameters")
+    declared = notebook_parameters(NOTEBOOKS_DIR / f"{BASELINE_FILE.notebook}.ipynb")
+    params = {
+        name: coerce(declared[name], value)
+        for name, value in (saved.items() if isinstance(saved, dict) else [])
+        if name in declared
+    }
+    params["trust_remote_code"] = False
+    if named:
+        params["workload"] = named
+    elif params.get("workload", DEFAULT_WORKLOAD) not in BUILTIN_WORKLOADS:
+        raise BadInput(
+            f"--remeasure rebuilds {run.label}'s workload {shown(params.get('workload'))} only "
+            f"when the command line names it ({option} SPEC): a run folder is data, never code "
+            "to run."
+        )
     target = (record.get("target") or {}).get("name") or run.target
-    return dict(record.get("parameters") or {}), str(target)
+    if not isinstance(target, str) or target not in TARGET_NAMES:
+        raise BadInput(f"--remeasure: run {run.label} names no known target ({shown(target)}).")
+    return params, target
 
 
 def _configs(run: RunInfo) -> set[tuple[str, str]]:
@@ -160,14 +188,19 @@ def judge_pairs(timing: PairedTiming, gates: Gates, load_words: str) -> Change:
 
 
 def remeasure(
-    base_run: RunInfo, new_run: RunInfo, gates: Gates, log: Callable[[str], None] = print
+    base_run: RunInfo,
+    new_run: RunInfo,
+    gates: Gates,
+    log: Callable[[str], None] = print,
+    named: tuple[str | None, str | None] = (None, None),
 ) -> list[Change]:
-    """Every configuration both runs measured, timed again here in pairs, one Change each."""
+    """Every configuration both runs measured, timed again here in pairs, one Change each;
+    `named` are the workloads the command line names for each side (see _parameters)."""
     from workbench.baseline.measure import prepare_step
     from workbench.workload import WorkloadSpec
 
-    base_params, base_target = _parameters(base_run)
-    new_params, new_target = _parameters(new_run)
+    base_params, base_target = _parameters(base_run, named[0], "--baseline-workload")
+    new_params, new_target = _parameters(new_run, named[1], "--candidate-workload")
     if base_target != new_target:
         raise BadInput(
             f"--remeasure times both workloads on one target: {base_run.label} ran on "

@@ -104,10 +104,11 @@ def test_remeasure_catches_a_planted_2x_beside_busy_loops_and_passes_an_identica
     slow = _run(tmp_path / "slow", SLOWER, "2026-11-03")
     out = tmp_path / "compared"
     # The recorded timings are identical: only the re-measure can see the planted 2x.
-    assert main(["compare", base.path, slow.path, "--remeasure", "--out", str(out)]) == 5
+    named = ["--baseline-workload", PACED, "--candidate-workload", SLOWER]
+    assert main(["compare", base.path, slow.path, "--remeasure", *named, "--out", str(out)]) == 5
     changes = json.loads((out / "compare.json").read_text())["changes"]
     (caught,) = [c for c in changes if c["name"].endswith("(remeasured)")]
     assert caught["status"] == REGRESSION, caught
     assert caught["ratio"] > 1.4 and "interleaved" in caught["note"]
-    (identical,) = remeasure(base, same, Gates(), log=lambda _: None)
+    (identical,) = remeasure(base, same, Gates(), log=lambda _: None, named=(PACED, PACED))
     assert identical.status != REGRESSION, identical.line()
