@@ -44,6 +44,7 @@ from workbench.params import NOTEBOOKS_DIR, RUNNER_PARAMETERS, notebook_paramete
 from workbench.questions import question
 from workbench.redact import console_line, scrub_data, scrub_text
 from workbench.report import UnsafeReport, export_html, write_index
+from workbench.safe_load import shown
 from workbench.summary import (
     NOT_ANSWERED,
     NotebookOutcome,
@@ -54,7 +55,7 @@ from workbench.summary import (
     write_summary,
 )
 from workbench.targets import TARGET_NAMES, get_target, resolve_target_name
-from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD
+from workbench.workloads import BUILTIN_WORKLOADS, DEFAULT_WORKLOAD, HF_PREFIX, SCRIPT_PREFIX
 
 if TYPE_CHECKING:  # imported when a run exports, not for every run
     from workbench.export.command import ExportOptions
@@ -468,9 +469,11 @@ class PreparedRun(CheckedRequest):
         )
 
 
-def check_request(request: RunRequest) -> CheckedRequest:
+def check_request(request: RunRequest, *, load_workload: bool = True) -> CheckedRequest:
     """Check a request without its target's device (a matrix is checked on a login node, its
-    items run on their own nodes); bad input is BadInput."""
+    items run on their own nodes); bad input is BadInput. Without `load_workload` nothing the
+    workload names is run (no script, no module imported, no model folder's code): its spec
+    is checked by its form and the files it names."""
     if request.target not in TARGET_NAMES:
         raise BadInput(
             f"Unknown target {request.target!r}; choose one of {', '.join(TARGET_NAMES)}."
@@ -495,7 +498,45 @@ def check_request(request: RunRequest) -> CheckedRequest:
     per_notebook = validate(request.parameters, declared)
     check_settings(per_notebook)
     given = {k: v for params in per_notebook.values() for k, v in params.items()}
-    return CheckedRequest(notebooks, declared, per_notebook, _checked_workload_name(request, given))
+    name = (
+        _checked_workload_name(request, given)
+        if load_workload
+        else _workload_name_unloaded(request.workload or DEFAULT_WORKLOAD)
+    )
+    return CheckedRequest(notebooks, declared, per_notebook, name)
+
+
+# A `package.module:factory` spec, checked by its form alone.
+_FACTORY_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+
+
+def _workload_name_unloaded(spec: str) -> str:
+    """The workload's name from its spec, running nothing: a built-in by its key, a script by
+    its file (which must exist and parse; it is compiled, never run), a factory by its form,
+    an hf: model by its last path part."""
+    if spec in BUILTIN_WORKLOADS:
+        return spec
+    if spec.startswith(SCRIPT_PREFIX):
+        from workbench.workloads.script import check_script_file, parse_script_spec
+
+        path, _ = parse_script_spec(spec)
+        check_script_file(spec, path)
+        return console_line(f"script-{path.stem}")
+    if spec.startswith(HF_PREFIX):
+        return console_line(spec.removeprefix(HF_PREFIX).rstrip("/").rsplit("/", 1)[-1] or spec)
+    if not _FACTORY_SPEC.fullmatch(spec):
+        raise BadInput(
+            f"Workload {shown(spec)} is not a built-in name ({', '.join(BUILTIN_WORKLOADS)}), "
+            "package.module:factory, hf:NAME_OR_FOLDER or script:PATH."
+        )
+    import importlib.util
+
+    # Only the top-level package is looked for: finding it runs none of its code (finding
+    # `pkg.mod` would import `pkg`).
+    top = spec.split(":", 1)[0].split(".", 1)[0]
+    if importlib.util.find_spec(top) is None:
+        raise BadInput(f"Workload {shown(spec)}: no module named {top!r} is importable here.")
+    return console_line(spec.rsplit(":", 1)[1])
 
 
 def _checked_workload_name(request: RunRequest, given: dict[str, Any]) -> str:

@@ -190,7 +190,9 @@ def check_item(item: MatrixItem, where: str, *, here: bool = True) -> None:
         if here:
             prepare_run(request)
         else:
-            check_request(request)
+            # Checked where the matrix is submitted (a login node): nothing the item names runs
+            # there, neither its script nor its module nor a model folder's own code.
+            check_request(request, load_workload=False)
     except BadInput as exc:
         raise BadInput(
             f"{where}: item {item.index} ({item.name}): {str(exc).rstrip('.')}."

@@ -759,15 +759,7 @@ def run_script(
     BadInput saying which step it reached. With `compile_on_target` the script's torch.compile
     runs the target's compiler; without, it is answered with the model."""
     path, args = parse_script_spec(spec)
-    if not path.is_file():
-        raise BadInput(f"Workload {spec!r}: there is no file {str(path)!r}.")
-    source = path.read_bytes()
-    try:
-        compile(source, str(path), "exec")
-    except SyntaxError as exc:
-        raise BadInput(
-            f"Workload {spec!r}: {path.name} line {exc.lineno} has a syntax error ({exc.msg})."
-        ) from None
+    check_script_file(spec, path)
     capture = ScriptCapture(path, args)
     memory = target.device_memory()
     redirection = DeviceRedirection(
@@ -817,6 +809,19 @@ def _own_modules(script: Path, names: set[str]) -> dict[str, str]:
         if path.suffix == ".py" and path.is_relative_to(folder) and path != script.resolve():
             found[name] = str(path)
     return found
+
+
+def check_script_file(spec: str, path: Path) -> None:
+    """The script exists and parses (compiled, never run); else one sentence."""
+    if not path.is_file():
+        raise BadInput(f"Workload {spec!r}: there is no file {str(path)!r}.")
+    source = path.read_bytes()
+    try:
+        compile(source, str(path), "exec")
+    except SyntaxError as exc:
+        raise BadInput(
+            f"Workload {spec!r}: {path.name} line {exc.lineno} has a syntax error ({exc.msg})."
+        ) from None
 
 
 def _check_capture(spec: str, capture: ScriptCapture, failure: str | None) -> None:

@@ -341,3 +341,32 @@ def test_a_claim_file_that_is_a_link_is_refused_not_followed(tmp_path: Path) -> 
     claimed.symlink_to(tmp_path / "elsewhere.json")
     with pytest.raises(BadInput, match="is a symbolic link; only plain files are read here"):
         collect(root)
+
+
+def test_checking_a_matrix_runs_nothing_its_items_name(tmp_path: Path, monkeypatch) -> None:
+    """Must refuse to run: a script item, a module factory and a model folder that asks for its
+    own code (with trust_remote_code set) are checked on the login node without running any of
+    them; each would leave a marker file. A missing script or module is still named."""
+    marker = tmp_path / "ran"
+    (tmp_path / "train.py").write_text(f"open({str(marker)!r}, 'w')\n")
+    (tmp_path / "evil_models.py").write_text(f"open({str(marker)!r}, 'w')\ndef make(): pass\n")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "x", "auto_map": {"AutoConfig": "c.C"}}')
+    (folder / "c.py").write_text(f"open({str(marker)!r}, 'w')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = write(
+        tmp_path / "m.yaml",
+        "items:\n"
+        f"  - {{workload: 'script:{tmp_path / 'train.py'}'}}\n"
+        "  - {workload: 'evil_models:make'}\n"
+        f"  - {{workload: 'hf:{folder}', parameters: {{trust_remote_code: true}}}}\n"
+        f"  - {{workload: 'script:{tmp_path / 'missing.py'}'}}\n"
+        "  - {workload: 'no_such_package.models:make', name: other}\n",
+    )
+    problems = check_matrix(load_matrix(path))
+    assert not marker.exists()
+    assert len(problems) == 2, problems
+    assert "item 3" in problems[0] and "there is no file" in problems[0]
+    assert "item 4" in problems[1] and "no module named 'no_such_package'" in problems[1]
