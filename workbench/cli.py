@@ -8,9 +8,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import re
 import shlex
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -749,5 +751,18 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
 
 
+def entry() -> None:
+    """The console script: `main`, then an exit that does not wait for threads a user's script
+    left running (a `script:` workload's non-daemon thread would keep the process alive after
+    its report, and a scheduler's step would never end)."""
+    code = main()
+    stray = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if stray:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

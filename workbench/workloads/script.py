@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import ctypes
 import functools
 import inspect
 import io
@@ -28,13 +29,16 @@ import itertools
 import logging
 import multiprocessing.process
 import os
+import pty
 import re
 import runpy
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -67,6 +71,9 @@ from workbench.workloads.script_loss import LossTerm, add_term, find_loss, own_t
 # Optimizer steps a capture runs: the first gives the model, batch and loss, the rest the
 # script's own step times.
 CAPTURE_STEPS = 5
+# A capture (5 steps, no compile) that runs longer is stopped: a script that sleeps or waits
+# on something that never comes must not hang the command (notebooks have their cell timeout).
+CAPTURE_TIME_LIMIT_S = 600.0
 # The script's printed output kept for the notebook: the first characters of it.
 OUTPUT_CHARS = 20_000
 # Options through which a script takes its batch size: notebook 04's sweep sets them.
@@ -170,6 +177,7 @@ class ScriptCapture:
     autocast_dtype: str | None = None  # the autocast the training forward ran under, if any
     own_files: list[str] = field(default_factory=list)  # its own project's modules it imported
     backward_calls: int = 0
+    stray_threads: list[str] = field(default_factory=list)  # non-daemon threads it left running
     loader_batch_sizes: list[int] = field(default_factory=list)  # each DataLoader's batch_size
 
     @property
@@ -361,15 +369,11 @@ class _Watch:
                         self._functional_loss(getattr(nn.functional, name), name),
                     )
                 )
-            for owner, name, why in (
-                (multiprocessing.process.BaseProcess, "start", _STARTS_A_PROCESS),
-                (subprocess.Popen, "__init__", _STARTS_A_PROCESS),
-                (os, "fork", _STARTS_A_PROCESS),
-                (os, "system", _STARTS_A_PROCESS),
-                (torch.distributed, "init_process_group", _JOINS_A_GROUP),
-            ):
+            for owner, name, why in _process_starters():
                 refusal = _refuse(getattr(owner, name), f"{owner.__name__}.{name}", why)
                 stack.enter_context(patched(owner, name, refusal))
+            stack.enter_context(patched(ctypes.CDLL, "__getattr__", _foreign_refusal()))
+            stack.enter_context(patched(ctypes.CDLL, "__getitem__", _foreign_refusal(item=True)))
             # Global hooks only: nothing is left on the script's own objects, so its
             # torch.save, pickle, deepcopy or torch.jit.script of them behaves as without the
             # watch (a hook held by the model would travel with it and fail to pickle).
@@ -653,6 +657,51 @@ class _Watch:
         return init
 
 
+# Every way Python starts or replaces a process: the exec family replaces the run itself (a
+# green exit with nothing written), the others start children the watch cannot see.
+_OS_STARTERS = (
+    "fork",
+    "forkpty",
+    "system",
+    "popen",
+    "posix_spawn",
+    "posix_spawnp",
+    *(f"exec{suffix}" for suffix in ("l", "le", "lp", "lpe", "v", "ve", "vp", "vpe")),
+    *(f"spawn{suffix}" for suffix in ("l", "le", "lp", "lpe", "v", "ve", "vp", "vpe")),
+)
+# C functions a script could reach through ctypes to do the same.
+_C_STARTERS = frozenset(
+    {"system", "fork", "vfork", "popen", "posix_spawn", "posix_spawnp", "clone", "daemon"}
+    | {f"exec{suffix}" for suffix in ("l", "le", "lp", "v", "ve", "vp", "vpe")}
+)
+
+
+def _process_starters() -> list[tuple[Any, str, tuple[str, str]]]:
+    starters: list[tuple[Any, str, tuple[str, str]]] = [
+        (multiprocessing.process.BaseProcess, "start", _STARTS_A_PROCESS),
+        (subprocess.Popen, "__init__", _STARTS_A_PROCESS),
+        (pty, "fork", _STARTS_A_PROCESS),
+        (pty, "spawn", _STARTS_A_PROCESS),
+        (torch.distributed, "init_process_group", _JOINS_A_GROUP),
+    ]
+    starters += [(os, name, _STARTS_A_PROCESS) for name in _OS_STARTERS if hasattr(os, name)]
+    return starters
+
+
+def _foreign_refusal(item: bool = False) -> Callable[..., Any]:
+    """`ctypes.CDLL(...).system` (or `["fork"]`) refused where the script asks for a C function
+    that starts a process; any other C function is looked up as usual."""
+    original = ctypes.CDLL.__getitem__ if item else ctypes.CDLL.__getattr__
+
+    def lookup(library: Any, name: Any) -> Any:
+        if isinstance(name, str) and name in _C_STARTERS and _the_script_asks():
+            call = f"ctypes {name}"
+            raise _Refused(f"{_STARTS_A_PROCESS[0]} ({call} at {_site()}); {_STARTS_A_PROCESS[1]}")
+        return original(library, name)
+
+    return lookup
+
+
 def _refuse(original: Callable[..., Any], call: str, why: tuple[str, str]) -> Callable[..., Any]:
     """`call` refused where the script makes it; torch's own (Inductor's compiler processes)
     goes ahead."""
@@ -753,6 +802,7 @@ def run_script(
     *,
     until: Callable[[list[float]], bool] | None = None,
     compile_on_target: bool = False,
+    time_limit_s: float | None = CAPTURE_TIME_LIMIT_S,
 ) -> tuple[ScriptCapture, DeviceRedirection]:
     """Run the script of `spec` on `target`, watched, until `steps` optimizer steps, `until`
     says so from the script's step times so far, or its end; every way it can fail is a
@@ -768,7 +818,10 @@ def run_script(
     failure: str | None = None
     watch = _Watch(capture, target, steps, loader_batch, until, compile_on_target)
     imported_before = set(sys.modules)
+    threads_before = set(threading.enumerate())
+    limit = None if compile_on_target else time_limit_s
     with (
+        _time_limit(limit),
         seeded(DEFAULT_SEED),
         _as_its_own_program(path, args) as printed,
         redirection.active(),
@@ -786,6 +839,9 @@ def run_script(
         except Exception as exc:  # the script's own error, shown as it would be
             failure = f"it raised {describe_error(exc)}"
     capture.printed = scrub_text(printed.getvalue())
+    capture.stray_threads = sorted(
+        t.name for t in set(threading.enumerate()) - threads_before if t.is_alive() and not t.daemon
+    )
     own = _own_modules(path, set(sys.modules) - imported_before)
     capture.own_files = sorted(own.values())
     # Forgotten once the run ends, as a process of its own would: another script's
@@ -809,6 +865,26 @@ def _own_modules(script: Path, names: set[str]) -> dict[str, str]:
         if path.suffix == ".py" and path.is_relative_to(folder) and path != script.resolve():
             found[name] = str(path)
     return found
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float | None) -> Iterator[None]:
+    """The script stopped with a refusal once `seconds` have passed (a timer signal, so the
+    main thread only; elsewhere, and with None, no limit)."""
+    if seconds is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(*_: Any) -> None:
+        raise _Refused(f"it ran past the {seconds:g} s a capture may take")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def check_script_file(spec: str, path: Path) -> None:

@@ -11,13 +11,14 @@ import pytest
 import torch
 from torch import nn
 
-from tests.fixtures.user_scripts import write_script
+from tests.fixtures.user_scripts import trains, write_script
 from workbench.errors import BadInput
 from workbench.targets import get_target
 from workbench.workloads.copies import independent_copy, shared_with
 from workbench.workloads.script import load_script_workload, run_script
 
 CPU = get_target("cpu")
+TRAINS = trains(3)
 
 # A classifier trained by a loss the script reshapes before `backward`: LOSS is replaced.
 LOOP = """
@@ -418,3 +419,57 @@ def test_a_rank_the_workbook_launched_runs_a_torchrun_ready_script_as_one_proces
     assert capture.steps >= 1 and os.environ["WORLD_SIZE"] == "2"
     with pytest.raises(BadInput, match="it joins a process group"):
         run_script(spec, CPU)
+
+
+@pytest.mark.parametrize(
+    ("starts", "call"),
+    [
+        ("import os\nos.execv('/bin/true', ['true'])", "os.execv"),
+        ("import os\nos.posix_spawn('/bin/true', ['true'], {})", "os.posix_spawn"),
+        ("import pty\npty.fork()", "pty.fork"),
+        ("import os\nos.spawnv(os.P_WAIT, '/bin/true', ['true'])", "os.spawnv"),
+        ("import ctypes\nctypes.CDLL(None).system(b'true')", "ctypes system"),
+        ("import ctypes\nctypes.CDLL(None)['fork']()", "ctypes fork"),
+    ],
+)
+def test_every_way_to_start_or_replace_a_process_is_refused(tmp_path, starts, call):
+    """Must fail: exec replaced the run (exit 0, nothing written), spawn, pty and ctypes
+    started children the watch cannot see."""
+    with pytest.raises(BadInput) as refused:
+        run_script(write_script(tmp_path, starts + "\n"), CPU)
+    assert f"it starts a process ({call} at train.py:2)" in str(refused.value)
+
+
+def test_a_c_function_that_starts_nothing_is_looked_up_as_usual(tmp_path):
+    """Must pass: ctypes itself is not refused, only the C functions that start processes."""
+    body = "import ctypes\nassert ctypes.CDLL(None).strlen(b'abc') == 3\n" + TRAINS
+    capture, _ = run_script(write_script(tmp_path, body), CPU)
+    assert capture.steps == 3
+
+
+def test_a_script_that_sleeps_is_stopped_at_the_time_limit_in_one_sentence(tmp_path):
+    body = "import time\ntime.sleep(60)\n"
+    with pytest.raises(BadInput, match=r"it ran past the 0.5 s a capture may take"):
+        run_script(write_script(tmp_path, body), CPU, time_limit_s=0.5)
+
+
+def test_the_command_ends_when_the_steps_are_done_whatever_threads_remain(tmp_path):
+    """A non-daemon thread the script leaves running kept `workbench` alive after its last
+    line: the command now ends with its own exit code."""
+    import subprocess
+    import sys
+
+    body = "import threading, time\nthreading.Thread(target=time.sleep, args=(120,)).start()\n"
+    spec = write_script(tmp_path, body + TRAINS)
+    code = (
+        "import sys, threading, time\n"
+        "from workbench import cli\n"
+        "from workbench.targets import get_target\n"
+        "from workbench.workloads.script import run_script\n"
+        f"capture, _ = run_script({spec!r}, get_target('cpu'))\n"
+        "print(capture.stray_threads)\n"
+        "cli.main = lambda: 0\n"
+        "cli.entry()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "Thread-" in done.stdout, done.stderr
