@@ -25,6 +25,14 @@ CPU = get_target("cpu")
 NO_OPTIMIZER = "no optimizer (manual update)"
 # Items whose loss cannot be recomputed from the captured batch alone, with the reason the
 # workload states: a loss on a masked slice of the output (a graph model's train nodes).
+# What the redirection's answers changed, said for items that take their CUDA path.
+EFFECTS = {
+    "nanogpt-char-cuda-path": (
+        "the script trained under bfloat16 autocast (after the redirection answered "
+        "torch.cuda.is_available() at train.py:73",
+        "the script chose a fused AdamW",
+    )
+}
 STAND_IN = {"gat-cora": "by its own arithmetic, not through a torch loss"}
 
 
@@ -58,3 +66,6 @@ def test_the_capture_answers_each_public_script_honestly(item, monkeypatch):
     assert recomputed == pytest.approx(first, rel=0.10), (recomputed, first, run["loss"])
     # The batch the notebooks measure is the script's batch at its own size.
     assert workload.batch_size >= 1 and workload.batch_dim in (0, 1)
+    if item["name"] in EFFECTS:
+        for words in EFFECTS[item["name"]]:
+            assert any(words in effect for effect in run["effects"]), run["effects"]
