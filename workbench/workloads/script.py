@@ -27,6 +27,7 @@ import inspect
 import io
 import itertools
 import logging
+import math
 import multiprocessing.process
 import os
 import pty
@@ -123,6 +124,10 @@ def parse_script_spec(spec: str) -> tuple[Path, list[str]]:
 class _Stop(BaseException):
     """Raised from optimizer.step once the capture has its steps. A BaseException, so that a
     script's own `except Exception` does not swallow it."""
+
+
+class NoOptimizerStep(BadInput):
+    """The script ran to its end without an optimizer step on a model."""
 
 
 class _Refused(BaseException):
@@ -920,7 +925,7 @@ def _check_capture(spec: str, capture: ScriptCapture, failure: str | None) -> No
             if capture.backward_calls
             else ""
         )
-        raise BadInput(
+        raise NoOptimizerStep(
             f"Workload {spec!r}: the script ended without an optimizer step on a model "
             f"(the workbook finds the model through the torch.optim optimizer that trains "
             f"it){by_hand}."
@@ -1056,14 +1061,24 @@ class ScriptBatches:
     def _make(self, size: int) -> Batch:
         if not (self.flag or self.through_loader):
             return _repeated(self.made[self.captured_size], size, self.batch_dim)
-        if self.flag:
-            path, args = parse_script_spec(self.spec)
-            spec = script_spec(str(path), shlex.join(with_batch_size(args, self.flag, size)))
-            capture, _ = run_script(spec, self.target, steps=1)
-            how = f"{self.flag} {size}"
-        else:
-            capture, _ = run_script(self.spec, self.target, steps=1, loader_batch=size)
-            how = f"its DataLoader's batch_size {size}"
+        try:
+            if self.flag:
+                path, args = parse_script_spec(self.spec)
+                spec = script_spec(str(path), shlex.join(with_batch_size(args, self.flag, size)))
+                how = f"{self.flag} {size}"
+                capture, _ = run_script(spec, self.target, steps=1)
+            else:
+                how = f"its DataLoader's batch_size {size}"
+                capture, _ = run_script(self.spec, self.target, steps=1, loader_batch=size)
+        except NoOptimizerStep:
+            # Its data holds fewer samples than one batch of that size (the word-language
+            # example's batchify leaves no row): the samples it has are repeated, said so.
+            print(
+                f"workbench: with {how} the script takes no optimizer step (its data holds "
+                f"fewer samples than that); its captured samples are repeated to {size}",
+                file=sys.stderr,
+            )
+            return _repeated(self.made[self.captured_size], size, self.batch_dim)
         assert capture.inputs is not None and capture.targets is not None
         made = _samples(capture.inputs, self.batch_dim)
         if made < size:
@@ -1101,6 +1116,12 @@ def _repeated(batch: Batch, size: int, batch_dim: int) -> Batch:
             return t.index_select(batch_dim, rows)
         return t
 
+    lead = tuple(input_tensors(inputs)[0].shape[: batch_dim + 1])
+    if targets.dim() == 1 and batch_dim and targets.numel() == math.prod(lead):
+        # Targets flattened with the sequence (`(seq, batch)` then `.view(-1)`): regrouped,
+        # repeated along the batch, flattened again.
+        grouped = targets.reshape(lead).index_select(batch_dim, rows)
+        return tree_map(pick, inputs), grouped.reshape(-1)
     if not (targets.dim() > batch_dim and targets.shape[batch_dim] == count):
         raise BadInput(
             f"The script's batch of {count} cannot be made {size} by repeating its samples: "

@@ -274,7 +274,7 @@ opt = torch.optim.SGD(model.parameters(), lr=0.5)
 data = torch.randint(30, (400,))
 columns = data[: (400 // args.batch_size) * args.batch_size].view(args.batch_size, -1).t()
 hidden = (torch.zeros(1, args.batch_size, 16), torch.zeros(1, args.batch_size, 16))
-for i in range(0, 50, 7):
+for i in range(0, min(50, columns.size(0) - 8), 7):
     x, y = columns[i : i + 7], columns[i + 1 : i + 8].reshape(-1)
     hidden = tuple(h.detach() for h in hidden)
     out, hidden = model(x, hidden)
@@ -473,3 +473,21 @@ def test_the_command_ends_when_the_steps_are_done_whatever_threads_remain(tmp_pa
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "Thread-" in done.stdout, done.stderr
+
+
+def test_a_batch_size_whose_data_leaves_no_step_repeats_the_captured_samples(tmp_path, capsys):
+    """Must pass: at --batch_size 500 the RNN script's 400 tokens make no column, so it takes
+    no step; the batch is the captured samples repeated along the batch dimension, said so.
+    Must fail: a script that breaks at that size for another reason still fails."""
+    workload = load_script_workload(write_script(tmp_path, RNN_LM), CPU)
+    inputs, _ = workload.batch(batch_size=500)
+    assert inputs[0].shape == (7, 500)
+    assert "with --batch_size 500 the script takes no optimizer step" in capsys.readouterr().err
+    broken = RNN_LM.replace(
+        "args = parser.parse_args()",
+        "args = parser.parse_args()\nassert args.batch_size < 100, 'too big'",
+    )
+    (tmp_path / "b").mkdir()
+    other = load_script_workload(write_script(tmp_path / "b", broken), CPU)
+    with pytest.raises(BadInput, match="too big"):
+        other.batch(batch_size=500)
