@@ -99,6 +99,11 @@ _KNOWN_TOKEN = re.compile(
             r"xox[abposre]-[A-Za-z0-9-]{10,}",  # Slack tokens
             r"xapp-[0-9]-[A-Za-z0-9-]{10,}",
             r"hooks\.slack\.com/services/[A-Za-z0-9_/]+",  # Slack webhook URL
+            r"glpat-[A-Za-z0-9_-]{20,}",  # GitLab personal access token
+            r"ya29\.[A-Za-z0-9_-]{20,}",  # Google OAuth access token
+            r"dapi[0-9a-f]{32}(?:-[0-9]+)?",  # Databricks personal access token
+            # Discord webhook URLs (discord.com and discordapp.com): the id and its token.
+            r"discord(?:app)?\.com/api/webhooks/[0-9]+/[A-Za-z0-9_-]+",
             r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",  # JWT
             # A PEM private key, whole; a truncated one loses everything that looks like its body.
             r"-----BEGIN[A-Z ]{0,40}PRIVATE KEY(?: BLOCK)?-----"

@@ -254,6 +254,25 @@ SECRETS_BY_CONTENT = [
     ),
     ("JWT", f"Bearer {JWT}", JWT[:20], ""),
     (
+        "GitLab personal access token",
+        "glpat-" + "xY3zA9bC7dE5fG1hJ2kL",
+        "xY3zA9bC7dE5",
+        "glpat-"[:0],
+    ),
+    (
+        "Google OAuth access token",
+        "auth ya29." + "a0AfH6SMBx3kLm9Pq2Rs5Tu8Vw",
+        "a0AfH6SMBx3k",
+        "auth ",
+    ),
+    ("Databricks token", "db dapi" + "0123456789abcdef0123456789abcdef", "0123456789abcdef", "db "),
+    (
+        "Discord webhook",
+        "https://discord.com/api/webhooks/123456789012345678/" + "AbCdEfGhIjKlMnOpQrStUvWx-yz_0123",
+        "AbCdEfGhIjKlMnOp",
+        "https://",
+    ),
+    (
         "private key block",
         "-----BEGIN RSA PRIVATE KEY-----\nMIIEow/IBAAK+CAQEA\n-----END RSA PRIVATE KEY-----\nafter",
         "MIIEow",

@@ -52,7 +52,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils._pytree import tree_map
 
 from workbench.errors import BadInput, describe_error, is_user_code, one_line, short_path
-from workbench.redact import scrub_text
+from workbench.redact import console_line, scrub_text
 from workbench.targets.base import Target
 from workbench.targets.redirect import DeviceRedirection, patched
 from workbench.workloads import SCRIPT_PREFIX
@@ -775,6 +775,12 @@ def _as_its_own_program(path: Path, args: list[str]) -> Iterator[io.StringIO]:
         with (
             contextlib.redirect_stdout(printed),
             contextlib.redirect_stderr(printed),
+            # The interpreter's original streams and raw writes to descriptors 1 and 2 are the
+            # script's output too: collected and scrubbed like the rest, never straight to the
+            # console of `workbench run`.
+            patched(sys, "__stdout__", printed),
+            patched(sys, "__stderr__", printed),
+            patched(os, "write", _collected_writes(printed)),
             _stdin(io.StringIO()),
         ):
             yield printed
@@ -787,6 +793,18 @@ def _as_its_own_program(path: Path, args: list[str]) -> Iterator[io.StringIO]:
         torch.set_default_dtype(torch_settings[0])
         torch.set_float32_matmul_precision(torch_settings[1])
         torch.use_deterministic_algorithms(torch_settings[2])
+
+
+def _collected_writes(printed: io.StringIO) -> Callable[[int, Any], int]:
+    original = os.write
+
+    def write(fd: int, data: Any) -> int:
+        if fd in (1, 2) and _the_script_asks():
+            printed.write(bytes(data).decode("utf-8", errors="replace"))
+            return len(data)
+        return original(fd, data)
+
+    return write
 
 
 @contextlib.contextmanager
@@ -1233,7 +1251,9 @@ def show_capture(capture: ScriptCapture, redirection: DeviceRedirection) -> None
     redirected or unmapped call by its line. On stderr, as a workload's attentions are: the
     command line keeps stdout for the report's path."""
     print(f"--- {capture.path.name} printed ---", file=sys.stderr)
-    print(capture.printed[:OUTPUT_CHARS].rstrip() or "(nothing)", file=sys.stderr)
+    # Line by line through console_line: the script's terminal escapes never reach the console.
+    for line in (capture.printed[:OUTPUT_CHARS].rstrip() or "(nothing)").splitlines():
+        print(console_line(line), file=sys.stderr)
     print(f"--- {describe_capture(capture)} ---", file=sys.stderr)
     for row in redirection.log.rows():
         kind = "redirected" if row["mapped"] else "not mapped"

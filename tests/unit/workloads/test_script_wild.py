@@ -491,3 +491,24 @@ def test_a_batch_size_whose_data_leaves_no_step_repeats_the_captured_samples(tmp
     other = load_script_workload(write_script(tmp_path / "b", broken), CPU)
     with pytest.raises(BadInput, match="too big"):
         other.batch(batch_size=500)
+
+
+def test_output_past_sys_stdout_is_collected_scrubbed_and_stripped_of_escapes(tmp_path, capfd):
+    """Must refuse to leak: `sys.__stdout__`, `os.write(1|2, ...)` and terminal escapes from a
+    script reach the console only through the scrubbed, stripped collection."""
+    token = "glpat-" + "xY3zA9bC7dE5fG1hJ2kL"
+    body = (
+        "import os, sys\n"
+        f"sys.__stdout__.write('dunder {token}\\n')\n"
+        f"os.write(1, b'raw fd {token}\\n')\n"
+        "os.write(2, b'\\x1b]0;title\\x07\\x1b[31mred\\x1b[0m\\n')\n" + TRAINS
+    )
+    capture, redirection = run_script(write_script(tmp_path, body), CPU)
+    assert "dunder" in capture.printed and "raw fd" in capture.printed
+    assert token not in capture.printed
+    from workbench.workloads.script import show_capture
+
+    show_capture(capture, redirection)
+    out, err = capfd.readouterr()
+    assert token not in out + err and "\x1b" not in out + err
+    assert "red" in err
