@@ -19,6 +19,7 @@ in-process, and a script that starts a process or joins a process group is refus
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
 import copy
 import ctypes
@@ -75,6 +76,8 @@ CAPTURE_STEPS = 5
 # A capture (5 steps, no compile) that runs longer is stopped: a script that sleeps or waits
 # on something that never comes must not hang the command (notebooks have their cell timeout).
 CAPTURE_TIME_LIMIT_S = 600.0
+# A training script larger than this is not a script (a data file named .py, a mistake).
+SCRIPT_MAX_BYTES = 16 * 2**20
 # The script's printed output kept for the notebook: the first characters of it.
 OUTPUT_CHARS = 20_000
 # Options through which a script takes its batch size: notebook 04's sweep sets them.
@@ -832,6 +835,9 @@ def run_script(
     BadInput saying which step it reached. With `compile_on_target` the script's torch.compile
     runs the target's compiler; without, it is answered with the model."""
     path, args = parse_script_spec(spec)
+    # Absolute before the run moves into the script's folder: a relative `sub/train.py` would
+    # then be looked for as `sub/sub/train.py`.
+    path = Path(os.path.abspath(path))
     check_script_file(spec, path)
     capture = ScriptCapture(path, args)
     memory = target.device_memory()
@@ -911,15 +917,28 @@ def _time_limit(seconds: float | None) -> Iterator[None]:
 
 
 def check_script_file(spec: str, path: Path) -> None:
-    """The script exists and parses (compiled, never run); else one sentence."""
+    """The script exists, is of a size a script has, is text Python reads, and parses
+    (compiled, never run); else one sentence."""
     if not path.is_file():
         raise BadInput(f"Workload {spec!r}: there is no file {str(path)!r}.")
+    size = path.stat().st_size
+    if size > SCRIPT_MAX_BYTES:
+        raise BadInput(
+            f"Workload {spec!r}: {path.name} is {size / 2**20:,.0f} MiB; a training script is "
+            f"read only up to {SCRIPT_MAX_BYTES // 2**20} MiB."
+        )
     source = path.read_bytes()
+    if source.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_LE)):
+        raise BadInput(
+            f"Workload {spec!r}: {path.name} is encoded as UTF-16 or UTF-32; Python reads "
+            "scripts as UTF-8 (save it as UTF-8)."
+        )
     try:
         compile(source, str(path), "exec")
     except SyntaxError as exc:
+        where = f"line {exc.lineno}" if exc.lineno else "it"
         raise BadInput(
-            f"Workload {spec!r}: {path.name} line {exc.lineno} has a syntax error ({exc.msg})."
+            f"Workload {spec!r}: {path.name} {where} has a syntax error ({exc.msg})."
         ) from None
 
 

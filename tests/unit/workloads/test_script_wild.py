@@ -512,3 +512,27 @@ def test_output_past_sys_stdout_is_collected_scrubbed_and_stripped_of_escapes(tm
     out, err = capfd.readouterr()
     assert token not in out + err and "\x1b" not in out + err
     assert "red" in err
+
+
+def test_an_oversized_or_utf16_script_is_one_sentence_naming_why(tmp_path):
+    big = tmp_path / "big.py"
+    with big.open("wb") as handle:
+        handle.truncate(17 * 2**20)  # sparse: no 17 MiB written
+    with pytest.raises(BadInput, match=r"big.py is 17 MiB; a training script is read only up"):
+        run_script(f"script:{big}", CPU)
+    wide = tmp_path / "wide.py"
+    wide.write_text("print('hi')\n", encoding="utf-16")
+    with pytest.raises(
+        BadInput, match="encoded as UTF-16 or UTF-32; Python reads scripts as UTF-8"
+    ):
+        run_script(f"script:{wide}", CPU)
+
+
+def test_a_relative_script_path_in_a_subfolder_is_run_from_where_it_is_named(tmp_path, monkeypatch):
+    """`plan --workload script:sub/x.py` looked for sub/sub/x.py: the path is made absolute
+    before the run moves into the script's folder."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "x.py").write_text(TRAINS)
+    monkeypatch.chdir(tmp_path)
+    capture, _ = run_script("script:sub/x.py", CPU)
+    assert capture.steps == 3 and capture.path == tmp_path / "sub" / "x.py"
