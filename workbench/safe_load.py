@@ -39,6 +39,18 @@ MAX_YAML_ALIASES = 64
 MAX_INT_DIGITS = 19  # every 64-bit integer
 
 
+def not_a_link(folder: Path, what: str) -> Path:
+    """`folder`, refused where it is a symbolic link: a folder the workbook writes into by
+    default (a run's compare/, reports/tensorboard, reports/wandb) may sit in a run folder a
+    teammate shared, and a planted link there would send the writes elsewhere."""
+    if folder.is_symlink():
+        raise BadInput(
+            f"{what} {folder} is a symbolic link; the workbook does not write through a link it "
+            "did not make (remove it, or name another folder)."
+        )
+    return folder
+
+
 def read_bounded(path: Path, what: str, max_bytes: int, *, follow_links: bool = True) -> str:
     """The file's UTF-8 text; one sentence for a missing, unreadable, oversized or binary file.
     With follow_links=False, a symbolic link (to /proc/self/environ, to a file outside a run

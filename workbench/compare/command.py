@@ -77,6 +77,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from workbench.compare import compare_runs
     from workbench.compare.records import CHANGED, IMPROVEMENT, REGRESSION
     from workbench.compare.report import write_comparison
+    from workbench.safe_load import not_a_link
 
     for name in ("step_gate", "compile_gate", "memory_gate"):
         if not 0 <= getattr(args, name) < 1:
@@ -99,7 +100,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )  # fmt: skip
     elif args.baseline_workload or args.candidate_workload:
         raise BadInput("--baseline-workload and --candidate-workload apply to --remeasure only.")
-    out = Path(args.out) if args.out else Path(comparison.runs[-1].path) / "compare"
+    out = (
+        Path(args.out)
+        if args.out
+        else not_a_link(Path(comparison.runs[-1].path) / "compare", "The compare folder")
+    )
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out {out} is a file; name a folder for compare.html.")
     for skipped in comparison.skipped:

@@ -25,6 +25,7 @@ from workbench.export.flatten import safe_key
 from workbench.export.records import VERDICT_RANK, NotebookRecord, RunRecord
 from workbench.export.safety import component, inside
 from workbench.redact import tracker_text
+from workbench.safe_load import not_a_link
 
 
 @dataclass
@@ -48,8 +49,10 @@ def export_run(run: RunRecord, logdir: Path) -> TensorBoardExport:
             "writing TensorBoard event files needs the tensorboard package, which is not "
             "installed here: pip install 'workbench[export]'."
         ) from None
-    # One plain name each (never `..` or a path): nothing is written outside the log dir.
-    target = inside(logdir / component(run.label), logdir)
+    # One plain name each (never `..` or a path): nothing is written outside the log dir, and
+    # neither it nor the run's folder in it may be a link planted there.
+    not_a_link(logdir, "The TensorBoard log dir")
+    target = inside(not_a_link(logdir / component(run.label), "The run's log folder"), logdir)
     if target.exists():
         return TensorBoardExport(target, False)
     try:

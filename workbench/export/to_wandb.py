@@ -31,6 +31,7 @@ from workbench.errors import BadInput
 from workbench.export.records import VERDICT_RANK, RunRecord
 from workbench.export.to_mlflow import run_description
 from workbench.redact import scrub_text
+from workbench.safe_load import not_a_link
 
 DEFAULT_PROJECT = "workbench"
 STEP = "step"  # the x-axis of every per-step series
@@ -94,6 +95,7 @@ def export_run(run: RunRecord, directory: Path, project: str = DEFAULT_PROJECT) 
     import wandb
 
     identifier = run_id(run)
+    not_a_link(directory / "wandb", "W&B's folder")
     before = existing(directory, identifier)
     if before is not None:
         return WandbExport(before, identifier, False)
@@ -120,7 +122,7 @@ def export_run(run: RunRecord, directory: Path, project: str = DEFAULT_PROJECT) 
                 dir=str(directory),
                 mode="offline",
                 id=identifier,
-                name=run.label,
+                name=scrub_text(run.label),
                 group=run.workload,
                 job_type="workbench",
                 tags=_tags(run),

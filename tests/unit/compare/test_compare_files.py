@@ -193,3 +193,19 @@ def test_collect_warns_of_a_damaged_run_and_shows_the_item(
         "expected an object"
     ]
     assert "mlp: pass; first run: nothing to compare with yet" in captured.out
+
+
+def test_a_compare_link_planted_in_the_newest_run_is_refused(tmp_path: Path, capsys) -> None:
+    """Must refuse: the newest run folder's compare/ is a link to another place (a teammate's
+    folder, a CI artefact): compare writes nothing there and says why; without the link it
+    writes compare/ in the run (must-pass)."""
+    base = write_run(tmp_path / "base", started="2026-11-01", seed=1)
+    new = write_run(tmp_path / "new", started="2026-11-02", seed=1)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (new / "compare").symlink_to(outside, target_is_directory=True)
+    assert main(["compare", str(base), str(new)]) == EXIT_BAD_INPUT
+    assert "compare folder" in capsys.readouterr().err and not list(outside.iterdir())
+    (new / "compare").unlink()
+    assert main(["compare", str(base), str(new)]) in (EXIT_OK, EXIT_REGRESSION)
+    assert (new / "compare" / "compare.html").is_file()

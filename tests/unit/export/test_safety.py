@@ -232,3 +232,30 @@ def test_the_lines_an_export_after_a_run_prints_are_scrubbed(tmp_path: Path) -> 
     said = "\n".join(lines)
     assert said.startswith("junit: ") and "junit.xml" in said
     assert token not in said and "\x1b" not in said and "\x07" not in said
+
+
+@pytest.mark.parametrize("planted", ["tensorboard", "tensorboard/20261201-run", "wandb"])
+def test_a_planted_link_where_an_export_writes_by_default_is_refused(
+    run_folder: Path, tmp_path: Path, planted: str
+) -> None:
+    """Must refuse: reports/tensorboard (or the run's folder in it) and reports/wandb that are
+    links to another place; nothing is written there. A real folder is written (the test
+    above)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    link = run_folder.parent / planted
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(outside, target_is_directory=True)
+    if planted.startswith("tensorboard"):
+        pytest.importorskip("tensorboard")
+        from workbench.export.to_tensorboard import export_run
+
+        with pytest.raises(BadInput, match="is a symbolic link"):
+            export_run(read_run(run_folder), run_folder.parent / "tensorboard")
+    else:
+        pytest.importorskip("wandb")
+        from workbench.export.to_wandb import export_run as export_wandb
+
+        with pytest.raises(BadInput, match="W&B's folder .* is a symbolic link"):
+            export_wandb(read_run(run_folder), run_folder.parent)
+    assert not list(outside.iterdir())
