@@ -23,6 +23,7 @@ items show as missing on the dashboard).
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 import pendulum
@@ -44,10 +45,15 @@ QUEUES = dict(
     if "=" in pair
 )
 
+# Every operator-supplied value enters a bash command quoted: a path holding `;` or spaces is
+# one word, never a second command. The item's target and index come from the environment.
+_WORKBENCH, _MATRIX, _ROOT = (shlex.quote(value) for value in (WORKBENCH, MATRIX, ROOT))
+
 # One item; once more if the workbook was killed (137 SIGKILL, 143 SIGTERM), never otherwise.
 RUN_ITEM = (
     "for attempt in 1 2; do "
-    f"{WORKBENCH} run --matrix {MATRIX} --target $ITEM_TARGET --index $ITEM_INDEX --out {ROOT}; "
+    f'{_WORKBENCH} run --matrix {_MATRIX} --target "$ITEM_TARGET" --index "$ITEM_INDEX" '
+    f"--out {_ROOT}; "
     "status=$?; "
     'if [ "$attempt" = 1 ] && { [ "$status" = 137 ] || [ "$status" = 143 ]; }; then '
     'echo "item killed (exit $status): running it once more" >&2; continue; fi; '
@@ -84,7 +90,7 @@ with DAG(
     collect = BashOperator(
         task_id="collect",
         trigger_rule="all_done",
-        bash_command=f"{WORKBENCH} collect {ROOT}",
+        bash_command=f"{_WORKBENCH} collect {_ROOT}",
     )
     for target, queue in QUEUES.items():
         items = BashOperator.partial(

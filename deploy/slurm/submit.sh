@@ -24,11 +24,25 @@ shift $(($# < 3 ? $# : 3))
 [ $# -gt 0 ] || set -- ""  # no TARGET: one array over every item
 here=$(cd "$(dirname "$0")" && pwd)
 WORKBENCH=${WORKBENCH:-workbench}
+# sbatch --export splits its list at commas: a value holding one would add variables of its own
+# (a matrix path "m,LD_PRELOAD=x.so"). Such a value is refused before anything is submitted.
+plain() {
+  case "$2" in
+    *,* | *$'\n'* | *\'* | *\"*)
+      echo "submit.sh: $1 '$2' holds a comma, quote or newline, which sbatch --export cannot carry; rename it." >&2
+      exit 2 ;;
+  esac
+}
+plain MATRIX "$matrix"
+plain ROOT "$root"
+plain WORKBENCH "$WORKBENCH"
 mkdir -p "$root"
 arrays=()
 for spec in "$@"; do
   IFS=: read -r target partition workbench <<<"$spec"
   workbench=${workbench:-$WORKBENCH}
+  plain TARGET "$target"
+  plain WORKBENCH "$workbench"
   options=(--parsable --chdir="$root")
   if [ -n "$target" ]; then
     count=$("$workbench" matrix "$matrix" --count --target "$target")

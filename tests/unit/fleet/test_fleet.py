@@ -248,7 +248,7 @@ def test_airflow_dag_maps_one_task_per_item_then_collects(tmp_path: Path) -> Non
     }
     assert {"partial", "expand"} <= calls
     assert 'trigger_rule="all_done"' in source
-    assert "--target $ITEM_TARGET --index $ITEM_INDEX" in source and '"retries": 0' in source
+    assert '--target "$ITEM_TARGET" --index "$ITEM_INDEX"' in source and '"retries": 0' in source
     # The parse-time item count uses only YAML: run that function on the CI matrix.
     function = next(
         node
@@ -266,11 +266,12 @@ def test_airflow_dag_maps_one_task_per_item_then_collects(tmp_path: Path) -> Non
     two.write_text(TWO_TARGETS + "  - {workload: tiny-cnn}\n")
     assert [indexes(str(two), t) for t in ("neuron", "cpu", "auto")] == [["0"], ["0"], ["0"]]
     # The retry is the task's shell command: run it with a stand-in workbook killed once.
+    names = {"MATRIX", "ROOT", "WORKBENCH", "RUN_ITEM", "_WORKBENCH"}
     settings = [
         node
         for node in tree.body
         if isinstance(node, ast.Assign)
-        and getattr(node.targets[0], "id", "") in ("MATRIX", "ROOT", "WORKBENCH", "RUN_ITEM")
+        and {getattr(n, "id", "") for n in ast.walk(node.targets[0])} & names
     ]
     fake, log = fake_workbook(tmp_path)
     env = {**os.environ, "WORKBENCH": str(fake), "WORKBENCH_MATRIX": "m.yaml"}
@@ -278,7 +279,7 @@ def test_airflow_dag_maps_one_task_per_item_then_collects(tmp_path: Path) -> Non
     with pytest.MonkeyPatch.context() as patch:
         for name in ("WORKBENCH", "WORKBENCH_MATRIX", "WORKBENCH_ROOT"):
             patch.setenv(name, env[name])
-        exec("import os\n" + "\n".join(map(ast.unparse, settings)), namespace)  # noqa: S102
+        exec("import os, shlex\n" + "\n".join(map(ast.unparse, settings)), namespace)  # noqa: S102
     for codes, expected, runs in (("137 0", 0, 2), ("2 0", 2, 1), ("143 143", 143, 2)):
         log.unlink(missing_ok=True)
         task_env = {**env, "WB_CODES": codes, "ITEM_TARGET": "cpu", "ITEM_INDEX": "1"}
@@ -288,6 +289,20 @@ def test_airflow_dag_maps_one_task_per_item_then_collects(tmp_path: Path) -> Non
         assert result.returncode == expected, (codes, result.stderr)
         calls = log.read_text().splitlines()
         assert calls == ["run --matrix m.yaml --target cpu --index 1 --out root"] * runs
+    # Must refuse to run a second command: a ROOT holding `;touch ...` is one quoted word.
+    marker = tmp_path / "injected"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WORKBENCH", str(fake))
+        patch.setenv("WORKBENCH_MATRIX", "m.yaml")
+        patch.setenv("WORKBENCH_ROOT", f"root;touch {marker}")
+        exec("import os, shlex\n" + "\n".join(map(ast.unparse, settings)), namespace)  # noqa: S102
+    log.unlink(missing_ok=True)
+    task_env = {**env, "WB_CODES": "0", "ITEM_TARGET": "cpu", "ITEM_INDEX": "1"}
+    subprocess.run(["bash", "-c", namespace["RUN_ITEM"]], env=task_env, capture_output=True)
+    assert not marker.exists()
+    assert log.read_text().splitlines() == [
+        f"run --matrix m.yaml --target cpu --index 1 --out root;touch {marker}"
+    ]
 
 
 def test_slurm_templates_are_valid_bash_and_pass_the_array_index() -> None:
@@ -299,6 +314,25 @@ def test_slurm_templates_are_valid_bash_and_pass_the_array_index() -> None:
     assert '--index "$SLURM_ARRAY_TASK_ID"' in array and "#SBATCH --exclusive" in array
     submit = (slurm / "submit.sh").read_text()
     assert '--dependency="afterany:$after"' in submit and "--array=" in submit
+
+
+def test_slurm_submission_refuses_a_value_sbatch_export_would_split(tmp_path: Path) -> None:
+    """Must refuse: a matrix path with a comma would add `LD_PRELOAD=...` to sbatch's
+    --export; submit.sh names it and submits nothing (a stand-in sbatch records any call)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "sbatch-calls"
+    (bin_dir / "sbatch").write_text(f'#!/bin/bash\necho "$@" >> {calls}\necho 1\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    matrix = tmp_path / "m,LD_PRELOAD=evil.so.yaml"
+    matrix.write_text("items:\n  - {workload: seed-mlp}\n")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    result = subprocess.run(
+        ["bash", str(DEPLOY / "slurm" / "submit.sh"), str(matrix), str(tmp_path / "root")],
+        env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 2 and "holds a comma, quote or newline" in result.stderr
+    assert not calls.exists()
 
 
 def test_dashboard_links_stay_inside_the_root_and_never_carry_a_scheme(tmp_path: Path) -> None:
