@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from workbench.errors import describe_error
+from workbench.redact import scrub_text
 from workbench.targets.base import Target
 from workbench.workload import Workload, move_inputs, named_float_tensors, state_sha256
 
@@ -39,7 +40,8 @@ def make_reference(workload: Workload, target: Target) -> dict[str, Any]:
         outputs = workload.forward(model, inputs)
         loss = workload.compute_loss(outputs, targets)
     return {
-        "workload": workload.spec or workload.name,
+        # Scrubbed as every file the workbook writes: a folder path may hold user:password@.
+        "workload": scrub_text(workload.spec or workload.name),
         "seed": workload.seed,
         "device": str(target.device),
         "torch": str(torch.__version__),

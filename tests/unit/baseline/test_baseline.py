@@ -769,3 +769,17 @@ def test_compiler_cache_counters_move_with_a_real_compile(tmp_path, monkeypatch)
     second = CounterDelta.between(after_first, target.compile_counters())
     assert cache_state(first) == "cold"
     assert cache_state(second) == "warm"
+
+
+def test_a_password_in_the_workloads_path_never_reaches_the_reference_artifact(tmp_path):
+    """A checkpoint folder named with user:password@ is scrubbed from the reports and, now,
+    from 01_baseline_reference.pt too."""
+    import dataclasses
+
+    secret = "hunter2pw99"
+    workload = dataclasses.replace(
+        load_workload("seed-mlp"), spec=f"hf:/mnt/https://bob:{secret}@host/ckpt"
+    )
+    summary = write_reference(workload, CpuTarget(), tmp_path / "ref.pt")
+    assert secret.encode() not in (tmp_path / "ref.pt").read_bytes()
+    assert "host/ckpt" in load_reference(summary.path)["workload"]
