@@ -12,11 +12,16 @@ PYTEST_ARGS ?=
 setup: $(STAMP)
 
 # torch is pinned to the CPU build that matches CI; an unpinned torch pulls a multi-GB CUDA build.
+# A line per stage and pip's own progress: the first set-up takes minutes on a busy machine.
 $(STAMP): pyproject.toml
+	@echo "setup [1/3]: creating $(VENV)"
 	$(PYTHON) -m venv $(VENV)
+	@echo "setup [2/3]: upgrading pip"
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "torch==2.13.0" -e ".[test]"
+	@echo "setup [3/3]: installing torch 2.13.0 (CPU build) and the workbook with its test tools"
+	$(BIN)/python -m pip install --progress-bar on "torch==2.13.0" -e ".[test]"
 	touch $(STAMP)
+	@echo "setup: done"
 
 run: $(STAMP)
 	$(BIN)/workbench run $(ARGS)
