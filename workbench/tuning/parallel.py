@@ -99,6 +99,9 @@ def rank_main(job: RankJob) -> None:
         # workload) must not take this launch for its own and join a second process group.
         with launcher_environment_hidden():
             workload = job.spec.load()
+            # A script workload makes a batch of another size by running the script again:
+            # made here, where the launch's variables are hidden, and kept for the step below.
+            workload.batch(batch_size=job.batch_size)
         model = target.data_parallel(workload.build_model(target.device))
         model.train()
         optimizer = workload.make_optimizer(model)
