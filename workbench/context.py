@@ -23,7 +23,7 @@ from workbench.compile_cache.cache import (
 )
 from workbench.errors import NotAnswered
 from workbench.params import NOTEBOOKS_DIR, coerce, notebook_parameters
-from workbench.questions import question
+from workbench.questions import Registered, question
 from workbench.results import save_result
 from workbench.scorecard import Verdict
 from workbench.targets import get_target, resolve_target_name
@@ -99,6 +99,18 @@ def _torch_version() -> str:
     return torch.__version__
 
 
+def _check_answerable(notebook: str, registered: Registered, workload: Workload) -> None:
+    """NotAnswered, with the reason, for a question this workload cannot answer."""
+    if workload.loss_stand_in and registered.needs_the_loss:
+        raise NotAnswered(
+            f"{notebook}: not answered: {workload.loss_stand_in}, and this question trains on it"
+        )
+    if workload.fixed_batch and registered.varies_the_batch:
+        raise NotAnswered(
+            f"{notebook}: not answered: {workload.fixed_batch}, and this question varies it"
+        )
+
+
 def start(notebook: str, namespace: dict[str, Any], *, with_workload: bool = True) -> RunContext:
     """Read the notebook's parameters from `namespace` (its globals), checked against the
     notebook's own parameters cell, so an edited or string-typed value fails here, clearly."""
@@ -111,10 +123,8 @@ def start(notebook: str, namespace: dict[str, Any], *, with_workload: bool = Tru
     spec = WorkloadSpec.from_params(params) if with_workload else None
     workload = spec.load() if spec else None
     registered = question(notebook)
-    if workload is not None and workload.loss_stand_in and registered and registered.needs_the_loss:
-        raise NotAnswered(
-            f"{notebook}: not answered: {workload.loss_stand_in}, and this question trains on it"
-        )
+    if workload is not None and registered is not None:
+        _check_answerable(notebook, registered, workload)
     out_dir = Path(params.get("out_dir") or ".").resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     # Wired before anything compiles: the caches read their folders on first use.

@@ -64,6 +64,9 @@ class Registered:
     # The question trains on the workload's own loss (its trajectory, its trials): a workload
     # whose loss stands in for one that cannot be recomputed leaves it not answered.
     needs_the_loss: bool = False
+    # The question varies the batch size (its sweep and search): a workload whose batch has one
+    # size only leaves it not answered.
+    varies_the_batch: bool = False
 
     def load(self) -> Question[Any, ..., Any, ..., ..., Any]:
         found = getattr(importlib.import_module(self.module), "QUESTION", None)
@@ -107,7 +110,11 @@ QUESTIONS = (
         needs_the_loss=True,
     ),
     Registered(
-        "04_retuning", "workbench.tuning.question", "workbench.tuning.reader", needs_the_loss=True
+        "04_retuning",
+        "workbench.tuning.question",
+        "workbench.tuning.reader",
+        needs_the_loss=True,
+        varies_the_batch=True,
     ),
     Registered("05_serving", "workbench.serving.question", "workbench.serving.reader"),
 )

@@ -126,9 +126,13 @@ def sweep(
     """Every (mode, batch size), modes in the order asked; and the seconds of timed calls."""
     points = []
     measured = 0.0
+    sizes = settings.batch_sizes
+    if workload.fixed_batch:
+        sizes = (workload.batch_size,)
+        log(f"serving batch {workload.batch_size} only: {workload.fixed_batch}")
     for mode in settings.modes:
         model = build_serving_model(workload, target)
-        for batch_size in settings.batch_sizes:
+        for batch_size in sizes:
             point, seconds = measure_point(
                 workload, target, model, batch_size, mode, settings, host
             )

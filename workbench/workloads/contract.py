@@ -243,6 +243,10 @@ class Workload:
     # own, which cannot be recomputed; empty for a real loss. Questions that train on the loss
     # are then not answered; the others say the stand-in in their verdict.
     loss_stand_in: str = ""
+    # Why the batch has one size only (a whole-graph batch: features and an N x N adjacency
+    # share no batch dimension); empty where batches of other sizes can be made. 04, which
+    # chooses a batch size, is then not answered; 05 serves that one size.
+    fixed_batch: str = ""
 
     def forward(self, model: Callable[..., Any], inputs: Inputs) -> Any:
         """The model (or its compiled forward) on a batch's inputs."""

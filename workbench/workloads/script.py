@@ -1057,6 +1057,7 @@ def load_script_workload(spec: str, target: Target, batch_size: int | None = Non
         ),
         spec=spec,
         batch_dim=batch_dim,
+        fixed_batch="" if batches.can_vary else whole_batch_reason(capture.inputs, batch_dim),
     )
     workload.script_run = script_record(capture, redirection)
     show_capture(capture, redirection)
@@ -1078,6 +1079,14 @@ class ScriptBatches:
         self.through_loader = self.flag is None and bool(capture.dataloaders)
         self.captured_size = _samples(capture.inputs, batch_dim)
         self.made: dict[int, Batch] = {self.captured_size: (capture.inputs, capture.targets)}
+
+    @property
+    def can_vary(self) -> bool:
+        """Whether batches of other sizes can be made: through the script, or by repeating
+        samples of inputs that keep a batch dimension."""
+        return bool(self.flag or self.through_loader) or not whole_batch_reason(
+            self.made[self.captured_size][0], self.batch_dim
+        )
 
     @property
     def how(self) -> str:
@@ -1171,6 +1180,28 @@ def _repeated(batch: Batch, size: int, batch_dim: int) -> Batch:
 def _samples(inputs: Inputs | None, batch_dim: int) -> int:
     tensors = input_tensors(inputs) if inputs is not None else []
     return int(tensors[0].shape[batch_dim]) if tensors and tensors[0].dim() > batch_dim else 1
+
+
+def whole_batch_reason(inputs: Inputs, batch_dim: int) -> str:
+    """Why the inputs hold one batch that has no size to vary (a graph's features beside its
+    N x N adjacency, or inputs that share no batch dimension); empty where they keep one."""
+    tensors = input_tensors(inputs)
+    if not tensors or tensors[0].dim() <= batch_dim:
+        return ""
+    count = tensors[0].shape[batch_dim]
+    for tensor in tensors:
+        shape = tuple(tensor.shape)
+        if len(shape) <= batch_dim or shape[batch_dim] != count:
+            return (
+                f"the script's inputs {[tuple(t.shape) for t in tensors]} share no batch "
+                "dimension, so its batch has one size"
+            )
+        if count > 1 and shape.count(count) > 1:
+            return (
+                f"the script's input of shape {shape} holds {count} along more than one "
+                "dimension (a whole graph with its adjacency), so its batch has one size"
+            )
+    return ""
 
 
 def with_batch_size(args: list[str], flag: str, size: int) -> list[str]:

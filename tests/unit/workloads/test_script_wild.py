@@ -5,6 +5,7 @@ the script's own objects, and copies of models that reach their layers through c
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -536,3 +537,27 @@ def test_a_relative_script_path_in_a_subfolder_is_run_from_where_it_is_named(tmp
     monkeypatch.chdir(tmp_path)
     capture, _ = run_script("script:sub/x.py", CPU)
     assert capture.steps == 3 and capture.path == tmp_path / "sub" / "x.py"
+
+
+def test_a_whole_graph_batch_has_one_size_and_04_is_not_answered_for_it():
+    """Must pass: a graph's features beside its N x N adjacency (pytorch/examples' GAT) have no
+    batch size to vary: the workload says so, 04 (which varies it) is not answered, 05 serves
+    that size. Must fail to be taken for one: per-sample inputs keep their batch dimension."""
+    from workbench.context import _check_answerable
+    from workbench.errors import NotAnswered
+    from workbench.questions import question
+    from workbench.workload import load_workload
+    from workbench.workloads.script import whole_batch_reason
+
+    graph = (torch.randn(50, 8), torch.ones(50, 50))
+    assert "holds 50 along more than one dimension" in whole_batch_reason(graph, 0)
+    assert "share no batch dimension" in whole_batch_reason(
+        (torch.randn(50, 8), torch.zeros(2, 300, dtype=torch.long)), 0
+    )
+    assert whole_batch_reason((torch.randn(16, 8), torch.randn(16, 3)), 0) == ""
+    workload = dataclasses.replace(load_workload("seed-mlp"), fixed_batch="a whole graph")
+    retuning, serving = question("04_retuning"), question("05_serving")
+    assert retuning is not None and serving is not None
+    with pytest.raises(NotAnswered, match="04_retuning: not answered: a whole graph"):
+        _check_answerable("04_retuning", retuning, workload)
+    _check_answerable("05_serving", serving, workload)  # answered, at the one size
