@@ -1002,10 +1002,9 @@ def _stand_in_loss(outputs: Any, _: torch.Tensor) -> torch.Tensor:
 def stand_in_attention(reason: str) -> str:
     """What every answered notebook says of a stand-in loss."""
     return (
-        f"{reason}: a stand-in, the mean of the model's output, drives the captured model's "
-        "training step (the forward, backward and optimizer step timed and listed are the "
-        "model's own; the loss's own ops are not listed); 03 and 04, which train on the loss, "
-        "are not answered"
+        f"{reason}: the model's own step is measured with the mean of its output as a "
+        "stand-in loss (the loss's own ops are not listed); 03 and 04, which train on the "
+        "loss, are not answered"
     )
 
 

@@ -89,6 +89,7 @@ def test_a_loss_that_is_not_a_weighted_sum_of_torch_losses_leaves_a_stand_in_and
     every verdict (its attentions), and the questions that train on the loss are not asked."""
     workload = load_script_workload(write_script(tmp_path, LOOP.replace("LOSS", loss)), CPU)
     assert reason in workload.loss_stand_in and workload.loss_stand_in in workload.attentions[0]
+    assert "stand-in loss" in workload.attentions[0]
     assert "03 and 04, which train on the loss, are not answered" in workload.attentions[0]
     inputs, targets = workload.batch()
     model = workload.build_model()
