@@ -16,6 +16,7 @@ import importlib
 import inspect
 import math
 import os
+import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -404,6 +405,14 @@ def _load_checkpoint(source: _Source, auto: Any) -> _Loaded:
                 ignore_mismatched_sizes=True,
                 trust_remote_code=source.trust_remote_code,
             )
+    except pickle.UnpicklingError:
+        # torch's own message is a paragraph; a pickled checkpoint holding objects other than
+        # tensors is refused by the weights-only loader, and loading it would run its code.
+        raise BadInput(
+            f"Workload {source.spec!r}: the weights in {source.folder} are a pickle that holds "
+            "more than tensors, which the weights-only loader refuses (loading it would run "
+            "code it names): save the checkpoint as safetensors."
+        ) from None
     except Exception as exc:
         raise BadInput(
             f"Workload {source.spec!r}: the weights in {source.folder} do not load into "

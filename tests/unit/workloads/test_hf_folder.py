@@ -186,3 +186,33 @@ def test_a_password_in_a_workload_path_is_scrubbed_from_the_run_name(
     checked = check_request(RunRequest(workload=f"hf:{folder}", only=["01"]))
     assert "hunter2pw" not in checked.workload_name
     assert checked.workload_name.endswith("@store/ckpt")  # the rest of the path stays
+
+
+class _RunsCode:
+    """Pickled, it would call `open(marker, "w")` on load."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (open, (str(self.marker), "w"))
+
+
+def test_a_legacy_pickle_holding_more_than_tensors_is_one_sentence_and_never_runs(
+    gpt2: Path, tmp_path: Path
+) -> None:
+    """Must refuse in one sentence (torch's own refusal is a paragraph), its code never run."""
+    import safetensors.torch
+    import torch
+
+    folder = tmp_path / "legacy"
+    folder.mkdir()
+    (folder / "config.json").write_text((gpt2 / "config.json").read_text())
+    weights = safetensors.torch.load_file(str(gpt2 / "model.safetensors"))
+    marker = tmp_path / "code-ran"
+    torch.save({**weights, "extra": _RunsCode(marker)}, folder / "pytorch_model.bin")
+    with pytest.raises(BadInput) as refused:
+        load_hf_workload(f"hf:{folder}", HfOptions())
+    message = str(refused.value)
+    assert "are a pickle that holds more than tensors" in message and "\n" not in message
+    assert "safetensors" in message and not marker.exists()
