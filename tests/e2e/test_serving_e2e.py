@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.workbench_process import run_workbench
+from workbench.serving.records import STORED_SAMPLES
 
 pytestmark = pytest.mark.e2e
 
@@ -51,13 +52,13 @@ def test_the_report_answers_the_slo_with_its_samples(serving_run: Path) -> None:
     assert data["slo"]["chosen"] in (1, 4) and data["slo"]["throughput"] > 0
     report = data["benchmark_report"]["batch_1_compiled"]
     assert {"latency_ms_p50", "latency_ms_p99", "latency_ms_p100", "throughput"} <= set(report)
-    assert report["n_samples"] == len(one["latency"]["times"])
-    # Under the bound on stored samples, every sample is kept, and the file and the page say so.
+    # Every sample counts in the report; the file keeps them all up to its bound (a fast
+    # machine measures more than the bound in the same windows), and the page says how many.
     stored = one["latency"]
-    assert stored["samples_stored"] == stored["samples_measured"] == len(stored["times"])
-    assert (
-        f"{len(stored['times']):,} of {len(stored['times']):,}" in data["sources"]["stored_samples"]
-    )
+    assert report["n_samples"] == stored["samples_measured"]
+    kept = min(stored["samples_measured"], STORED_SAMPLES)
+    assert stored["samples_stored"] == len(stored["times"]) == kept
+    assert f"{kept:,} of {stored['samples_measured']:,}" in data["sources"]["stored_samples"]
     assert data["closed_loop"] and data["open_loop"] and len(data["gaps"]["gaps"]) == 20
     assert data["verdict"]["status"] in ("pass", "attention") and data["verdict"]["rule"]
     page = (serving_run / "05_serving.html").read_text()

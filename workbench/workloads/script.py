@@ -429,12 +429,17 @@ class _Watch:
             raise _Stop
 
     def _after_loss_module(self, module: nn.Module, args: tuple[Any, ...], value: Any) -> None:
+        if torch.compiler.is_compiling():
+            return
         if isinstance(module, nn.modules.loss._Loss):
             self._term_seen(args, lambda: copy.deepcopy(module), type(module).__name__, value)
 
     def _after_forward(self, module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
-        # Every module's forward passes here: only the model's is kept. Traced inside a
-        # compile of the model, the test is a constant and the recording is never reached.
+        # Every module's forward passes here: only the model's is kept. Inside a compile of
+        # the model (01 timing the script's own compiled loop) nothing is recorded, and the
+        # compiler sees a constant test instead of the watch's state.
+        if torch.compiler.is_compiling():
+            return
         if module is self.capture.model:
             self._model_called(args, kwargs, output)
 
