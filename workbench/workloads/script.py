@@ -882,7 +882,9 @@ def run_script(
     # `import model` must find its own model.py, not this one's.
     for name in own:
         sys.modules.pop(name, None)
-    _check_capture(spec, capture, failure)
+    # Timing the script's own compiled loop (01) needs its steps, not its batch: inside the
+    # compiled model the watch records nothing.
+    _check_capture(spec, capture, failure, needs_batch=not compile_on_target)
     return capture, redirection
 
 
@@ -947,7 +949,9 @@ def check_script_file(spec: str, path: Path) -> None:
         ) from None
 
 
-def _check_capture(spec: str, capture: ScriptCapture, failure: str | None) -> None:
+def _check_capture(
+    spec: str, capture: ScriptCapture, failure: str | None, *, needs_batch: bool = True
+) -> None:
     """The one sentence for a run that failed, or that gave no model, batch or loss to re-run;
     nothing for a capture the notebooks can use."""
     reached = (
@@ -972,6 +976,8 @@ def _check_capture(spec: str, capture: ScriptCapture, failure: str | None) -> No
             f"(the workbook finds the model through the torch.optim optimizer that trains "
             f"it){by_hand}."
         )
+    if not needs_batch:
+        return
     if capture.mixed_inputs:
         raise BadInput(
             f"Workload {spec!r}: the script calls its model with positional and keyword inputs "
