@@ -23,6 +23,7 @@ from workbench.errors import (
     EXIT_BAD_INPUT,
     EXIT_BLOCKING_FINDINGS,
     EXIT_DRIFT,
+    EXIT_INCONCLUSIVE,
     EXIT_OK,
     EXIT_REGRESSION,
     BadInput,
@@ -542,9 +543,17 @@ def _in_package(name: str, help: str, package: str, handler: str, **more: Any) -
     )
 
 
-def _judging(judged: int, passed: str, failed: str) -> str:
-    """The exit codes of a command that judges: 0 (`passed`), bad input, `judged` (`failed`)."""
-    return exit_codes_line((EXIT_OK, EXIT_BAD_INPUT, judged), {EXIT_OK: passed, judged: failed})
+def _judging(
+    judged: int, passed: str, failed: str, undecided: tuple[int, str] | None = None
+) -> str:
+    """The exit codes of a command that judges: 0 (`passed`), bad input, `judged` (`failed`),
+    and an `undecided` code with its words where the command has one."""
+    codes = [EXIT_OK, EXIT_BAD_INPUT, judged]
+    wording = {EXIT_OK: passed, judged: failed}
+    if undecided is not None:
+        codes.append(undecided[0])
+        wording[undecided[0]] = undecided[1]
+    return exit_codes_line(codes, wording)
 
 
 COMMANDS: tuple[Command, ...] = (
@@ -587,7 +596,12 @@ COMMANDS: tuple[Command, ...] = (
         "one dashboard over a matrix ROOT: each item's latest verdict and its change",
         _collect_arguments,
         Deferred("workbench.fleet.command", "cmd_collect"),
-        epilog=_judging(EXIT_REGRESSION, "no item regressed", "an item regressed"),
+        epilog=_judging(
+            EXIT_REGRESSION,
+            "no item regressed",
+            "an item regressed",
+            (EXIT_INCONCLUSIVE, "no item regressed, some timings inconclusive"),
+        ),
     ),
     _in_package(
         "scan",
@@ -601,7 +615,12 @@ COMMANDS: tuple[Command, ...] = (
         "judge the newest run against a baseline run or the history of runs",
         "compare",
         "cmd_compare",
-        epilog=_judging(EXIT_REGRESSION, "no regression", "a regression (listed on stderr)"),
+        epilog=_judging(
+            EXIT_REGRESSION,
+            "no regression",
+            "a regression (listed on stderr)",
+            (EXIT_INCONCLUSIVE, "timings inconclusive (listed on stderr; see --inconclusive)"),
+        ),
     ),
     _in_package(
         "export-metrics",

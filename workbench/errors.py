@@ -20,6 +20,7 @@ EXIT_BAD_INPUT = 2
 EXIT_DRIFT = 3
 EXIT_BLOCKING_FINDINGS = 4
 EXIT_REGRESSION = 5
+EXIT_INCONCLUSIVE = 6
 EXIT_INTERRUPTED = 130
 
 
@@ -51,6 +52,15 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     # candidate environment of a rehearsal regressed (hold the pin).
     ExitCode(
         EXIT_REGRESSION, "EXIT_REGRESSION", "a regression", ("compare", "collect", "rehearse")
+    ),
+    # No regression, but a timing beyond its gate that no measured noise level can judge (a
+    # pair, a loaded machine, one value per run): a scheduler alerts on it; --inconclusive
+    # pass|fail turns it into 0 or 5.
+    ExitCode(
+        EXIT_INCONCLUSIVE,
+        "EXIT_INCONCLUSIVE",
+        "timings inconclusive and no regression",
+        ("compare", "collect"),
     ),
     # Ctrl-C or SIGTERM: the partial run is kept, `latest` untouched.
     ExitCode(EXIT_INTERRUPTED, "EXIT_INTERRUPTED", "interrupted"),

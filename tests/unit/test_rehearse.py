@@ -7,7 +7,7 @@ import shlex
 from pathlib import Path
 
 from workbench.compare.records import (
-    LOADED,
+    INCONCLUSIVE,
     ONE_SIDE,
     REGRESSION,
     UNCHANGED,
@@ -48,9 +48,9 @@ def test_a_regression_a_failed_notebook_or_no_run_holds_it():
     assert nothing.decision == HOLD and "did not finish (exit 3: killed)" in nothing.reasons[0]
 
 
-def test_loaded_timings_or_a_one_sided_notebook_leave_it_not_judged():
-    loaded = judge_pin(_comparison(_timing("infer/eager steady median", LOADED)), 0, "")
-    assert loaded.decision == NOT_JUDGED and "loaded machine" in loaded.reasons[0]
+def test_inconclusive_timings_or_a_one_sided_notebook_leave_it_not_judged():
+    unsettled = judge_pin(_comparison(_timing("infer/eager steady median", INCONCLUSIVE)), 0, "")
+    assert unsettled.decision == NOT_JUDGED and "--remeasure" in unsettled.reasons[0]
     alone = Change("scorecard", "03_numerics", None, "pass", ONE_SIDE, note="newest run only")
     assert judge_pin(_comparison(alone), 0, "").decision == NOT_JUDGED
 

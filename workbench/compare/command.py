@@ -7,10 +7,11 @@ import sys
 from pathlib import Path
 
 from workbench.compare.records import Gates
-from workbench.errors import EXIT_OK, EXIT_REGRESSION, BadInput
+from workbench.errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, BadInput
 from workbench.redact import console_line
 
 GATES = Gates()  # the defaults every gate option shows and uses
+INCONCLUSIVE_EXITS = ("report", "fail", "pass")
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -66,6 +67,21 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
             "a built-in workload name saved in it is rebuilt without this)",
         )
     parser.add_argument(
+        "--remeasure-seconds",
+        type=float,
+        default=None,
+        metavar="S",
+        help="with --remeasure: the most time spent on one configuration before its pairs, "
+        "still undecided, read inconclusive (60)",
+    )
+    parser.add_argument(
+        "--inconclusive",
+        choices=INCONCLUSIVE_EXITS,
+        default="report",
+        help="what a timing no measured noise level can judge does to the exit code: report "
+        "(exit 6, the default), fail (exit 5, as a regression) or pass (exit 0)",
+    )
+    parser.add_argument(
         "--p-value",
         type=float,
         default=GATES.p_value,
@@ -75,7 +91,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from workbench.compare import compare_runs
-    from workbench.compare.records import CHANGED, IMPROVEMENT, REGRESSION
+    from workbench.compare.records import CHANGED, IMPROVEMENT, INCONCLUSIVE, REGRESSION
     from workbench.compare.report import write_comparison
     from workbench.safe_load import not_a_link
 
@@ -89,17 +105,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
     gates = Gates(args.step_gate, args.compile_gate, args.memory_gate, args.p_value)
     comparison = compare_runs(args.runs, gates, args.allow_different_workloads)
     if args.remeasure:
-        from workbench.compare.remeasure import remeasure
+        from workbench.compare.remeasure import BUDGET_SECONDS, remeasure, replace_recorded
 
-        if len(comparison.runs) < 2:
-            raise BadInput("--remeasure needs two runs: a baseline and the newest.")
-        comparison.changes += remeasure(
+        budget = BUDGET_SECONDS if args.remeasure_seconds is None else args.remeasure_seconds
+        if budget <= 0:
+            raise BadInput(f"--remeasure-seconds {budget:g}: give a positive number of seconds.")
+        remeasured = remeasure(
             comparison.runs[-2], comparison.runs[-1], gates,
             log=lambda line: print(console_line(line), file=sys.stderr),
-            named=(args.baseline_workload, args.candidate_workload),
+            named=(args.baseline_workload, args.candidate_workload), budget_s=budget,
         )  # fmt: skip
-    elif args.baseline_workload or args.candidate_workload:
-        raise BadInput("--baseline-workload and --candidate-workload apply to --remeasure only.")
+        replace_recorded(comparison.changes, remeasured)
+        comparison.changes += remeasured
+    elif args.baseline_workload or args.candidate_workload or args.remeasure_seconds:
+        raise BadInput(
+            "--baseline-workload, --candidate-workload and --remeasure-seconds apply to "
+            "--remeasure only."
+        )
     out = (
         Path(args.out)
         if args.out
@@ -112,7 +134,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for change in comparison.changes:
         if change.status in (IMPROVEMENT, CHANGED):
             print(console_line(change.line()))
-        elif change.status == REGRESSION:
+        elif change.status in (REGRESSION, INCONCLUSIVE):
             print(console_line(change.line()), file=sys.stderr)
     try:
         page = write_comparison(comparison, out)
@@ -120,4 +142,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise BadInput(f"cannot write the comparison to {out}: {exc.strerror or exc}.") from None
     print(console_line(comparison.headline()))
     print(console_line(f"report: {page}"))
-    return EXIT_REGRESSION if comparison.regressions else EXIT_OK
+    return exit_code(bool(comparison.regressions), bool(comparison.inconclusive), args.inconclusive)
+
+
+def exit_code(regressed: bool, inconclusive: bool, policy: str = "report") -> int:
+    """5 on a regression; on timings nothing could judge, 6, or 5 or 0 as `policy` asks."""
+    if regressed:
+        return EXIT_REGRESSION
+    if inconclusive:
+        return {"report": EXIT_INCONCLUSIVE, "fail": EXIT_REGRESSION, "pass": EXIT_OK}[policy]
+    return EXIT_OK

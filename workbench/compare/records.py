@@ -7,26 +7,30 @@ from typing import Any, Final, Literal
 
 REGRESSION: Final = "regression"
 IMPROVEMENT: Final = "improvement"
-WITHIN_GATE: Final = "within gate"  # moved less than the magnitude gate
-NOISE: Final = "not significant"  # beyond the gate, but the rank test cannot tell it from noise
+WITHIN_GATE: Final = "within gate"  # moved less than the magnitude gate, and nothing could hide
+# Beyond the gate, inside a noise level the runs measured (a history's prediction interval).
+WITHIN_NOISE: Final = "within measured noise"
+# Beyond the gate, and no measured noise level can tell it from noise (a pair cannot measure
+# run-to-run variation, a loaded machine, one value per run): what would settle it is named.
+INCONCLUSIVE: Final = "inconclusive"
 CHANGED: Final = "changed"  # a setting or a set that differs, neither better nor worse
 UNCHANGED: Final = "unchanged"
 NOT_COMPARABLE: Final = "not comparable"  # missing on one side, or measured with other threads
-# Beyond gate and test, not beyond the runs' own spread.
-RUN_TO_RUN: Final = "within run-to-run variation"
-LOADED: Final = "loaded; not judged"  # measured while other work competed for the machine
+REPORTED: Final = "shown, not gated"  # by rule never judged (one slowest step is not a measure)
+REMEASURED: Final = "replaced by the remeasure"  # --remeasure timed it again; its verdict stands
 ONE_SIDE: Final = "on one side only"  # a notebook that ran in one of the two runs, not both
 # What a comparison says of one metric, one definition.
 ChangeStatus = Literal[
     "regression",
     "improvement",
     "within gate",
-    "not significant",
+    "within measured noise",
+    "inconclusive",
     "changed",
     "unchanged",
     "not comparable",
-    "within run-to-run variation",
-    "loaded; not judged",
+    "shown, not gated",
+    "replaced by the remeasure",
     "on one side only",
 ]
 
@@ -101,6 +105,10 @@ class Comparison:
         return [c for c in self.changes if c.status == REGRESSION]
 
     @property
+    def inconclusive(self) -> list[Change]:
+        return [c for c in self.changes if c.status == INCONCLUSIVE]
+
+    @property
     def improvements(self) -> list[Change]:
         return [c for c in self.changes if c.status == IMPROVEMENT]
 
@@ -121,9 +129,11 @@ class Comparison:
             names = [c.name for c in self.with_status(ONE_SIDE) if c.note.startswith(side)]
             if names:
                 text += f"; not compared, in the {side} only: {', '.join(names)}"
-        loaded = self.with_status(LOADED)
-        if loaded:
-            text += f"; {len(loaded)} timing(s) measured loaded, not judged"
+        if self.inconclusive:
+            text += (
+                f"; {len(self.inconclusive)} inconclusive (beyond the gate, not beyond the noise "
+                "it can measure)"
+            )
         if self.improvements:
             text += f"; {len(self.improvements)} improvement(s)"
         if self.environment:

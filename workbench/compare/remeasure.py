@@ -6,12 +6,20 @@ workloads timed turn about, on the same machine at the same time, can.
 
 Each configuration (step kind and mode) both runs measured is rebuilt from each run's own
 parameters (its workload spec and settings, read from 01_baseline.json), warmed, then timed in
-REMEASURE_PAIRS pairs: in each pair one block of steps of each side, the order alternating
-(baseline first, then newest first: ABBA), each block about BLOCK_SECONDS long (at least
-MIN_BLOCK_STEPS steps) and timed by its median step. The change is the median of the pairs'
-ratios; it counts when it is beyond the step-time gate and a two-sided sign test on the pairs
-is below the comparison's p-value (a pair is one coin toss: slower or faster, however loaded the
-machine was during it).
+pairs: in each pair one block of steps of each side, the order alternating (ABBA), each block
+about BLOCK_SECONDS long (at least MIN_BLOCK_STEPS steps) and timed by its median step. The
+change is the median of the pairs' ratios, and the pairs go on until it is decided (a sequential
+test, as Pinpoint adds repeats while its answer is "unknown"): at each look (LOOKS pairs), a
+distribution-free confidence interval for the median ratio (the sign test's order statistics),
+at the comparison's p-value shared out over the looks (Bonferroni), says
+- a regression (or improvement): the median beyond the step-time gate and the interval clear of 1;
+- within the gate: the interval inside the gate on both sides;
+- otherwise more pairs, until the time budget per configuration is spent: then inconclusive,
+  with the interval reached.
+On a loaded machine (read during the warm-up) both sides run with one thread: with as many
+threads as cores beside other busy processes, OpenMP's barriers wait on preempted threads and a
+step took 30-70x longer, a noise no test settles; the note says so. The verdict replaces the
+recorded steady best, median and throughput of that configuration.
 """
 
 from __future__ import annotations
@@ -24,10 +32,12 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from workbench.baseline.reader import RESULT_FILE as BASELINE_FILE
+from workbench.compare import stats
 from workbench.compare.records import (
     IMPROVEMENT,
-    NOISE,
+    INCONCLUSIVE,
     REGRESSION,
+    REMEASURED,
     WITHIN_GATE,
     Change,
     ChangeStatus,
@@ -35,8 +45,8 @@ from workbench.compare.records import (
     RunInfo,
 )
 from workbench.compare.runs import load_run
-from workbench.compare.stats import median
-from workbench.compare.timing import configs_of
+from workbench.compare.stats import median, median_interval
+from workbench.compare.timing import REMEASURED_METRICS, configs_of
 from workbench.errors import BadInput
 from workbench.params import NOTEBOOKS_DIR, coerce, notebook_parameters
 from workbench.results import load_result
@@ -53,17 +63,23 @@ if TYPE_CHECKING:
     from workbench.baseline.measure import PreparedStep
 
 
-REMEASURE_PAIRS = 20
-BLOCK_SECONDS = 0.03
+# Pair counts at which the interval is read: spaced out, so the p-value shared among them stays
+# usable, and enough of them that an easy answer stops early.
+LOOKS = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+BLOCK_SECONDS = 0.05
 MIN_BLOCK_STEPS = 3
 WARMUP_STEPS = 3
+BUDGET_SECONDS = 60.0  # per configuration; --remeasure-seconds
 REMEASURE_RULE = (
-    f"both runs' workloads rebuilt from their 01_baseline.json parameters and timed again on "
-    f"this machine now, interleaved: {REMEASURE_PAIRS} pairs of one block of steps per side "
-    f"(about {BLOCK_SECONDS * 1e3:g} ms and at least {MIN_BLOCK_STEPS} steps each, timed by "
-    f"the median step, order alternating), after {WARMUP_STEPS} warm-up "
-    "steps; a change counts beyond the step-time gate with a two-sided sign test on the pairs "
-    "below the p-value (asv continuous and Conbench-style paired re-measuring)"
+    "`--remeasure` rebuilds both runs' workloads from their 01_baseline.json parameters and "
+    "times them again on this machine now, interleaved: pairs of one block of steps per side "
+    f"(about {BLOCK_SECONDS * 1e3:g} ms and at least {MIN_BLOCK_STEPS} steps each, timed by the "
+    f"median step, order alternating), after {WARMUP_STEPS} warm-up steps, until the median pair "
+    "ratio is decided: beyond the step-time gate with its confidence interval (the sign test's "
+    "order statistics, the p-value shared over the looks at "
+    f"{', '.join(map(str, LOOKS))} pairs) clear of 1, or that interval inside the gate; "
+    f"inconclusive when the time budget ({BUDGET_SECONDS:g} s per configuration by default) "
+    "ends first. Its verdict replaces the recorded steady best, median and throughput"
 )
 
 
@@ -76,6 +92,9 @@ class PairedTiming:
     base: list[float]
     new: list[float]
     steps_per_block: int
+    threads: int
+    seconds: float = 0.0
+    interval: tuple[float, float] | None = None
 
     @property
     def ratios(self) -> list[float]:
@@ -84,14 +103,27 @@ class PairedTiming:
 
 def sign_test(ratios: list[float]) -> float:
     """Two-sided exact sign test of pair ratios against no change (ties dropped)."""
-    above = sum(r > 1 for r in ratios)
-    below = sum(r < 1 for r in ratios)
-    n = above + below
-    if n == 0:
-        return 1.0
-    fewer = min(above, below)
-    tail = sum(math.comb(n, k) for k in range(fewer + 1)) / 2**n
-    return min(1.0, 2 * tail)
+    return stats.sign_test(ratios)
+
+
+def decide(
+    ratios: list[float], gates: Gates
+) -> tuple[ChangeStatus | None, tuple[float, float] | None]:
+    """The verdict the pairs so far support (None: not yet), and the median ratio's interval at
+    the p-value shared over the looks."""
+    interval = median_interval(ratios, 1 - gates.p_value / len(LOOKS))
+    if interval is None:
+        return None, None
+    low, high = interval
+    ratio = median(ratios)
+    upper, lower = 1 + gates.step_time, 1 / (1 + gates.step_time)
+    if low > 1 and ratio >= upper:
+        return REGRESSION, interval
+    if high < 1 and ratio <= lower:
+        return IMPROVEMENT, interval
+    if lower < low and high < upper:
+        return WITHIN_GATE, interval
+    return None, interval
 
 
 def _parameters(run: RunInfo, named: str | None, option: str) -> tuple[dict[str, Any], str]:
@@ -146,45 +178,65 @@ def _block(step: Callable[[], Any], target: Target, steps: int) -> float:
 
 
 def time_in_pairs(
-    base: PreparedStep, new: PreparedStep, target: Target, pairs: int = REMEASURE_PAIRS
-) -> PairedTiming:
-    """`pairs` pairs of blocks, the order alternating; each block sized from the warm-up to
-    about BLOCK_SECONDS on its faster side, the same step count on both sides."""
+    base: PreparedStep,
+    new: PreparedStep,
+    target: Target,
+    gates: Gates,
+    budget_s: float = BUDGET_SECONDS,
+) -> tuple[PairedTiming, ChangeStatus | None]:
+    """Pairs of blocks, the order alternating, until decide() answers or the budget is spent;
+    each block sized from the warm-up to about BLOCK_SECONDS on its faster side, the same step
+    count on both sides."""
+    started = perf_counter()
     warm = [_block(side.step, target, WARMUP_STEPS) for side in (base, new)]
     steps = max(MIN_BLOCK_STEPS, math.ceil(BLOCK_SECONDS / max(min(warm), 1e-9)))
-    base_times, new_times = [], []
-    for index in range(pairs):
-        if index % 2 == 0:
-            b = _block(base.step, target, steps)
-            n = _block(new.step, target, steps)
+    timing = PairedTiming(base.kind, base.mode, [], [], steps, torch_threads())
+    status: ChangeStatus | None = None
+    while len(timing.base) < LOOKS[-1]:
+        if len(timing.base) % 2 == 0:
+            timing.base.append(_block(base.step, target, steps))
+            timing.new.append(_block(new.step, target, steps))
         else:
-            n = _block(new.step, target, steps)
-            b = _block(base.step, target, steps)
-        base_times.append(b)
-        new_times.append(n)
-    return PairedTiming(base.kind, base.mode, base_times, new_times, steps)
+            timing.new.append(_block(new.step, target, steps))
+            timing.base.append(_block(base.step, target, steps))
+        if len(timing.base) in LOOKS:
+            status, timing.interval = decide(timing.ratios, gates)
+            if status is not None or perf_counter() - started > budget_s:
+                break
+    timing.seconds = perf_counter() - started
+    return timing, status
 
 
-def judge_pairs(timing: PairedTiming, gates: Gates, load_words: str) -> Change:
-    """The remeasured change: median pair ratio against the gate, then the sign test."""
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def judge_pairs(
+    timing: PairedTiming, status: ChangeStatus | None, gates: Gates, load_words: str
+) -> Change:
+    """The remeasured change: decided, or inconclusive with the interval the budget reached."""
     ratios = timing.ratios
     ratio = median(ratios)
-    p_value = sign_test(ratios)
-    status: ChangeStatus
-    if abs(ratio - 1) < gates.step_time:
-        status = WITHIN_GATE
-    elif p_value >= gates.p_value:
-        status = NOISE
-    else:
-        status = REGRESSION if ratio > 1 else IMPROVEMENT
     slower = sum(r > 1 for r in ratios)
+    interval = (
+        f"{timing.interval[0]:.3f} to {timing.interval[1]:.3f}" if timing.interval else "none yet"
+    )
     note = (
         f"remeasured here, interleaved: {len(ratios)} pairs of {timing.steps_per_block} step(s) "
-        f"per side, the newest slower in {slower} of them; {load_words}"
+        f"per side in {timing.seconds:.0f} s, {timing.threads} thread(s), the newest slower in "
+        f"{slower} of them; median ratio's interval {interval}; {load_words}"
     )
+    if status is None:
+        status = INCONCLUSIVE
+        note += (
+            "; the time budget ended before the pairs decided: raise --remeasure-seconds, or "
+            "remeasure on a quieter runner"
+        )
     return Change("timing", f"{timing.kind}/{timing.mode} steady median (remeasured)",
-                  median(timing.base), median(timing.new), status, "s", ratio, p_value,
-                  gates.step_time, note)  # fmt: skip
+                  median(timing.base), median(timing.new), status, "s", ratio,
+                  sign_test(ratios), gates.step_time, note)  # fmt: skip
 
 
 def remeasure(
@@ -193,9 +245,12 @@ def remeasure(
     gates: Gates,
     log: Callable[[str], None] = print,
     named: tuple[str | None, str | None] = (None, None),
+    budget_s: float = BUDGET_SECONDS,
 ) -> list[Change]:
     """Every configuration both runs measured, timed again here in pairs, one Change each;
     `named` are the workloads the command line names for each side (see _parameters)."""
+    import torch
+
     from workbench.baseline.measure import prepare_step
     from workbench.workload import WorkloadSpec
 
@@ -209,18 +264,53 @@ def remeasure(
     target = get_target(new_target)
     base_workload = WorkloadSpec.from_params(base_params).load()
     new_workload = WorkloadSpec.from_params(new_params).load()
+    threads = torch.get_num_threads()
     changes = []
-    for kind, mode in sorted(_configs(base_run) & _configs(new_run)):
-        base_step = prepare_step(base_workload, target, kind, mode)
-        new_step = prepare_step(new_workload, target, kind, mode)
-        log(
-            f"remeasuring {kind}/{mode}: {REMEASURE_PAIRS} interleaved pairs, {base_run.label} "
-            f"against {new_run.label}"
-        )
-        probe = HostLoadProbe()
-        with probe:
-            timing = time_in_pairs(base_step, new_step, target)
-        host = probe.result
-        words = f"machine: {host.sentence()}" if host is not None else "machine: not read"
-        changes.append(judge_pairs(timing, gates, words))
+    try:
+        for kind, mode in sorted(_configs(base_run) & _configs(new_run)):
+            base_step = prepare_step(base_workload, target, kind, mode)
+            new_step = prepare_step(new_workload, target, kind, mode)
+            _one_thread_when_loaded(base_step, target, threads)
+            log(
+                f"remeasuring {kind}/{mode}: interleaved pairs until decided (at most "
+                f"{budget_s:g} s), {base_run.label} against {new_run.label}"
+            )
+            probe = HostLoadProbe()
+            with probe:
+                timing, status = time_in_pairs(base_step, new_step, target, gates, budget_s)
+            host = probe.result
+            words = f"machine: {host.sentence()}" if host is not None else "machine: not read"
+            change = judge_pairs(timing, status, gates, words)
+            log(f"  {change.status}: {len(timing.ratios)} pairs, median ratio {change.ratio:.3f}")
+            changes.append(change)
+    finally:
+        torch.set_num_threads(threads)
     return changes
+
+
+def _one_thread_when_loaded(step: PreparedStep, target: Target, threads: int) -> None:
+    """One thread for both sides where other processes are busy now (see the module's note)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    probe = HostLoadProbe()
+    with probe:
+        _block(step.step, target, WARMUP_STEPS)
+    if probe.result is not None and probe.result.loaded:
+        torch.set_num_threads(1)
+
+
+def replace_recorded(changes: list[Change], remeasured: list[Change]) -> None:
+    """The remeasured verdict stands for the recorded metrics it timed again: their status says
+    so and points at it."""
+    for new in remeasured:
+        config = new.name.split(" ", 1)[0]
+        for change in changes:
+            if change.area != "timing" or not change.name.startswith(f"{config} "):
+                continue
+            if change.name.split(" ", 1)[1] in REMEASURED_METRICS:
+                change.note = (
+                    f"recorded: {change.status}; replaced by '{new.name}': {new.status}"
+                    + (f"; {change.note}" if change.note else "")
+                )
+                change.status = REMEASURED

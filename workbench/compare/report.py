@@ -9,9 +9,11 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
+from workbench.compare.noise import NOISE_RULE
 from workbench.compare.plots import timing_series
 from workbench.compare.records import (
     IMPROVEMENT,
+    INCONCLUSIVE,
     REGRESSION,
     Change,
     Comparison,
@@ -19,7 +21,6 @@ from workbench.compare.records import (
     comparison_data,
 )
 from workbench.compare.remeasure import REMEASURE_RULE
-from workbench.compare.timing import HISTORY_SPREAD_RUNS, LOAD_RULE, PAIR_RULE
 from workbench.markup import cell_text as _fmt
 from workbench.markup import escaped as _e
 from workbench.results import write_json_atomic, write_text_atomic
@@ -32,8 +33,10 @@ td, th { border: 1px solid #d0d7de; padding: 0.3em 0.7em; text-align: left; vert
 .headline { padding: 0.7em 1em; border-left: 8px solid; font-size: 1.1em; }
 .bad { border-color: #c62828; background: #fdecea; }
 .good { border-color: #2e8b3a; background: #eaf6ec; }
+.unknown { border-color: #b26a00; background: #fff4e0; }
 td.regression { color: #c62828; font-weight: 600; }
 td.improvement { color: #2e8b3a; font-weight: 600; }
+td.inconclusive { color: #b26a00; font-weight: 600; }
 .note { color: #57606a; }
 """
 
@@ -119,21 +122,33 @@ def _rule(gates: Gates) -> str:
     return (
         f"A timing is a regression when it is worse by more than its gate (steady state and "
         f"throughput {gates.step_time:.0%}, first call {gates.compile_time:.0%}, memory "
-        f"{gates.memory:.0%}) and, where raw samples exist, a Mann-Whitney U test on them gives "
-        f"p < {gates.p_value}, the runs' interquartile ranges do not overlap, and it is beyond "
-        "run-to-run variation: against a history of "
-        f"{HISTORY_SPREAD_RUNS} or more earlier runs, outside the band their values spread over; "
-        f"with fewer, {PAIR_RULE}. A timing measured while the machine was loaded: "
-        f"{LOAD_RULE} ({REMEASURE_RULE}); timings taken with different thread counts are not "
-        "comparable. An op that newly falls back, a numerics run that newly fails and a "
-        "notebook verdict that became a blocker are regressions too."
+        f"{gates.memory:.0%}), beyond its noise and, where raw samples exist, a Mann-Whitney U "
+        f"test on them gives p < {gates.p_value}: {NOISE_RULE}. {REMEASURE_RULE}. Timings "
+        "taken with different thread counts are not comparable. An op that newly falls back, a "
+        "numerics run that newly fails and a notebook verdict that became a blocker are "
+        "regressions too."
     )
+
+
+def _headline_class(comparison: Comparison) -> str:
+    if comparison.regressions:
+        return "bad"
+    return "unknown" if comparison.inconclusive else "good"
 
 
 def render(comparison: Comparison) -> str:
     """The page, answer first: the headline, then what moved beyond noise, then the evidence."""
     flagged = [c for c in comparison.changes if c.status in (REGRESSION, IMPROVEMENT)]
-    others = [c for c in comparison.changes if c.status not in (REGRESSION, IMPROVEMENT)]
+    unsettled = comparison.inconclusive
+    others = [
+        c for c in comparison.changes if c.status not in (REGRESSION, IMPROVEMENT, INCONCLUSIVE)
+    ]
+    unsettled_section = (
+        "<h2>Inconclusive: beyond the gate, not beyond the noise this comparison can measure</h2>"
+        + _change_rows(unsettled)
+        if unsettled
+        else ""
+    )
     flagged_table = (
         _change_rows(flagged)
         if flagged
@@ -146,10 +161,11 @@ def render(comparison: Comparison) -> str:
 <html lang="en"><head><meta charset="utf-8"><title>Workbench comparison</title>
 <style>{_STYLE}</style></head><body>
 <h1>Runs compared</h1>
-<p class="headline {"bad" if comparison.regressions else "good"}">{_e(comparison.headline())}</p>
+<p class="headline {_headline_class(comparison)}">{_e(comparison.headline())}</p>
 <p>{_e(_rule(comparison.gates))}</p>
 <h2>What changed beyond noise</h2>
 {flagged_table}
+{unsettled_section}
 <h2>Timings over the runs</h2>
 {timing_figure_html(comparison)}
 <h2>Runs (oldest first; the last is judged)</h2>
@@ -158,8 +174,8 @@ def render(comparison: Comparison) -> str:
 {_environment_table(comparison)}
 <h2>What a sample costs, per run, on the hardware it ran on</h2>
 {_cost_table(comparison)}
-<details><summary>Every other metric compared ({len(others)}: within gate, unchanged, not
-significant, within run-to-run variation, loaded, not comparable or on one side
+<details><summary>Every other metric compared ({len(others)}: within gate, within measured
+noise, unchanged, shown and not gated, replaced by the remeasure, not comparable or on one side
 only)</summary>
 {_change_rows(others)}</details>
 {skipped_section}

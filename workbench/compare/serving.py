@@ -1,15 +1,14 @@
 """Notebook 05's serving numbers, run against run: per batch size and mode, the latency tail and
 the throughput, and the host-gap median between device executions.
 
-Judged by the rules compare/timing.py applies to step time, with its own functions: beyond the
-step-time gate, a Mann-Whitney U test on the raw samples below the p-value, the two runs'
-interquartile ranges apart, and then beyond the machine's run-to-run variation: outside the
-history band from HISTORY_SPREAD_RUNS earlier runs on, beyond the pair allowance below that. The
-tail is a p99 only where every run compared has the samples to support one, else the slowest
-call ("max latency"), as notebook 05 itself reports it. Both come from the raw samples the
-result file stores (serving.records.STORED_SAMPLES per series at most, evenly spaced in time). A
-point measured on a loaded machine is not judged; earlier ones measured loaded are left out, and
-said so.
+Judged by compare/noise.py's rule, as step time is: beyond the step-time gate and beyond the noise
+level measured for the metric (a history's prediction interval; a pair's allowance, inside which a
+change is inconclusive), a Mann-Whitney U test on the raw samples below the p-value, the two
+runs' interquartile ranges apart. Calls and gaps under noise.SHORT_CALL_S are judged only from a
+history: identical runs differed by +76% and +97% in p99 there. The tail is a p99 only where every
+run compared has the samples to support one; otherwise the slowest call ("max latency") is shown,
+never gated. Both come from the raw samples the result file stores
+(serving.records.STORED_SAMPLES per series at most, evenly spaced in time).
 """
 
 from __future__ import annotations
@@ -17,36 +16,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from workbench.compare.records import (
-    IMPROVEMENT,
-    LOADED,
-    NOISE,
-    NOT_COMPARABLE,
-    REGRESSION,
-    WITHIN_GATE,
-    Change,
-    ChangeStatus,
-    Gates,
-)
+from workbench.compare.noise import SHORT_CALL_S, Reading, Rule, judge
+from workbench.compare.records import Change, Gates
 from workbench.compare.runs import Run
-from workbench.compare.stats import mann_whitney_u, median
-from workbench.compare.timing import Shift, quartiles_apart, run_to_run
+from workbench.compare.stats import median
 from workbench.serving.reader import RESULT_FILE as SERVING_FILE
 from workbench.serving.records import BatchPoint, GapSeries
-from workbench.timing import HostLoad, early_stopping_estimate, samples_for_percentile
+from workbench.timing import early_stopping_estimate, samples_for_percentile
 
 AREA = "serving"
 TAIL_QUANTILE = 0.99
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One run's side of one metric: its value, the raw samples it comes from, its machine."""
-
-    label: str
-    value: float | None
-    samples: list[float]
-    host: HostLoad | None = None
 
 
 @dataclass(frozen=True)
@@ -88,52 +67,48 @@ def gaps_of(run: Run) -> GapSeries | None:
     return data.gaps if data and data.gaps and data.gaps.gaps else None
 
 
-def judge_samples(
-    name: str,
-    unit: str,
-    lower_is_better: bool,
-    newest: Sample,
-    earlier: list[Sample],
+def _rule(
+    metric: ServingMetric,
     gates: Gates,
-) -> Change:
-    """One metric of the newest run against the earlier ones, by step time's rules."""
-    series = [s.value for s in earlier] + [newest.value]
-    base_value = next((s.value for s in reversed(earlier) if s.value is not None), None)
-    if newest.host is not None and newest.host.loaded:
-        note = f"measured while the machine was loaded: {newest.host.shares()}"
-        return Change(AREA, name, base_value, newest.value, LOADED, unit, note=note,
-                      series=series)  # fmt: skip
-    kept = [s for s in earlier if s.value is not None and not (s.host and s.host.loaded)]
-    left_out = [f"{s.label} was measured loaded" for s in earlier if s.host and s.host.loaded]
-    values = [s.value for s in kept if s.value is not None]
-    if newest.value is None or not values or min(values) <= 0:
-        status: ChangeStatus = LOADED if left_out and not values else NOT_COMPARABLE
-        return Change(AREA, name, base_value, newest.value, status, unit,
-                      note="; ".join(left_out), series=series)  # fmt: skip
-    base = values[-1] if len(values) == 1 else median(values)
-    ratio = newest.value / base
-    base_samples = [t for s in kept for t in s.samples]
-    p_value = mann_whitney_u(newest.samples, base_samples)[1]
-    notes = ["rank test on raw samples", *left_out]
-    worse = ratio > 1 if lower_is_better else ratio < 1
-    if abs(ratio - 1) < gates.step_time:
-        status = WITHIN_GATE
-    elif p_value >= gates.p_value:
-        status = NOISE
-    else:
-        status = REGRESSION if worse else IMPROVEMENT
-    if status in (REGRESSION, IMPROVEMENT) and not quartiles_apart(newest.samples, base_samples):
-        status = NOISE
-        notes.append("the runs' interquartile ranges overlap (a burst of load, not a shift)")
-    shift = Shift(newest.value, ratio, lower_is_better, newest.samples, base_samples)
-    status = run_to_run(status, shift, values, notes)
-    return Change(AREA, name, base, newest.value, status, unit, ratio, p_value,
-                  gates.step_time, "; ".join(notes), series)  # fmt: skip
+    short: bool,
+    estimate: Callable[[list[float]], float | None],
+) -> Rule:
+    return Rule(
+        metric.name,
+        metric.unit,
+        metric.lower_is_better,
+        gates.step_time,
+        estimate,  # type: ignore[arg-type]
+        repeated_only=short,
+        gated=metric is not MAX,
+    )
 
 
 def _tail_metric(points: list[BatchPoint]) -> ServingMetric:
     needed = samples_for_percentile(TAIL_QUANTILE)
     return P99 if all(len(_times(p)) >= needed for p in points) else MAX
+
+
+def _short(points: list[BatchPoint]) -> bool:
+    """Whether the calls are too short to judge from one run against another."""
+    medians = [median(_times(p)) for p in points if _times(p)]
+    return bool(medians) and min(medians) < SHORT_CALL_S
+
+
+def _reading(label: str, metric: ServingMetric, point: BatchPoint) -> Reading:
+    host = point.latency.host if point.latency else None
+    return Reading(label, metric.value(point), _times(point), host)
+
+
+def _estimate(metric: ServingMetric, point: BatchPoint) -> Callable[[list[float]], float | None]:
+    if metric is THROUGHPUT:
+        # Calls per second over the stored calls: a bootstrap of the latencies moves it as the
+        # calls' own spread does.
+        ratio = (point.throughput or 0.0) * median(_times(point)) if _times(point) else 0.0
+        return lambda times: ratio / median(times) if times else None
+    if metric is P99:
+        return lambda times: early_stopping_estimate(sorted(times), TAIL_QUANTILE)
+    return lambda times: max(times) if times else None
 
 
 def serving_changes(runs: list[Run], gates: Gates) -> list[Change]:
@@ -147,32 +122,31 @@ def serving_changes(runs: list[Run], gates: Gates) -> list[Change]:
         present = [(run, found[key]) for run, found in pairs if key in found]
         if not present:
             continue
-        tail = _tail_metric([point, *(p for _, p in present)])
-        for metric in (tail, THROUGHPUT):
-
-            def side(label: str, p: BatchPoint, metric: ServingMetric = metric) -> Sample:
-                host = p.latency.host if p.latency else None
-                return Sample(label, metric.value(p), _times(p), host)
-
-            changes.append(
-                judge_samples(
-                    f"batch {key[0]} {key[1]} {metric.name}",
-                    metric.unit,
-                    metric.lower_is_better,
-                    side(newest_run.label, point),
-                    [side(run.label, p) for run, p in present],
-                    gates,
-                )
+        every = [point, *(p for _, p in present)]
+        short = _short(every)
+        for metric in (_tail_metric(every), THROUGHPUT):
+            rule = _rule(metric, gates, short, _estimate(metric, point))
+            change = judge(
+                rule,
+                AREA,
+                _reading(newest_run.label, metric, point),
+                [_reading(run.label, metric, p) for run, p in present],
+                gates,
             )
+            change.name = f"batch {key[0]} {key[1]} {metric.name}"
+            changes.append(change)
     newest_gaps = gaps_of(newest_run)
     earlier_gaps = [(run.label, gaps) for run in previous if (gaps := gaps_of(run)) is not None]
     if newest_gaps is not None and earlier_gaps:
-        change = judge_samples(
-            GAP_NAME,
-            "s",
-            True,
-            Sample(newest_run.label, median(newest_gaps.gaps), newest_gaps.gaps),
-            [Sample(label, median(g.gaps), g.gaps) for label, g in earlier_gaps],
+        short = (
+            min(median(g.gaps) for g in [newest_gaps, *(g for _, g in earlier_gaps)]) < SHORT_CALL_S
+        )
+        gap_rule = Rule(GAP_NAME, "s", True, gates.step_time, median, repeated_only=short)
+        change = judge(
+            gap_rule,
+            AREA,
+            Reading(newest_run.label, median(newest_gaps.gaps), newest_gaps.gaps),
+            [Reading(label, median(g.gaps), g.gaps) for label, g in earlier_gaps],
             gates,
         )
         # A gap that grew is read with what fills it in the newest run.

@@ -1,4 +1,6 @@
-"""The statistics a comparison rests on: medians and a two-sided Mann-Whitney U test.
+"""The statistics a comparison rests on: medians, a two-sided Mann-Whitney U test, Student's t
+for a history's prediction interval, a bootstrap for an estimate's own noise, and the sign test
+with its interval for the median of paired ratios.
 
 The U test compares whole samples by rank, so a burst of slow steps moves it far less than it
 moves a mean; it needs no assumption about the shape of step-time distributions, which are
@@ -9,7 +11,8 @@ for the sample sizes a baseline keeps (tens of steady-state steps per run).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import random
+from collections.abc import Callable, Sequence
 
 
 def median(values: Sequence[float]) -> float:
@@ -54,3 +57,115 @@ def mann_whitney_u(a: Sequence[float], b: Sequence[float]) -> tuple[float, float
     z = (abs(u1 - mean_u) - 0.5) / math.sqrt(variance)
     p = math.erfc(max(z, 0.0) / math.sqrt(2))
     return u1, min(1.0, p)
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), by its continued fraction (modified
+    Lentz), which converges fast for x < (a + 1) / (a + b + 2); the symmetry I_x(a, b) =
+    1 - I_{1-x}(b, a) covers the rest."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - _incomplete_beta(b, a, 1.0 - x)
+    log_front = (
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    fraction = d
+    for m in range(1, 300):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            fraction *= c * d
+        if abs(c * d - 1.0) < 1e-12:
+            break
+    return math.exp(log_front) * fraction / a
+
+
+def student_t_cdf(t: float, df: float) -> float:
+    tail = 0.5 * _incomplete_beta(df / 2, 0.5, df / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+def student_t_quantile(probability: float, df: float) -> float:
+    """The t value below which `probability` of Student's t with `df` degrees of freedom lies
+    (bisection on the CDF: no SciPy in a comparison's imports)."""
+    if not 0.0 < probability < 1.0:
+        raise ValueError("a quantile needs a probability strictly between 0 and 1")
+    low, high = -1e6, 1e6
+    for _ in range(200):
+        middle = (low + high) / 2
+        if student_t_cdf(middle, df) < probability:
+            low = middle
+        else:
+            high = middle
+        if high - low < 1e-9 * max(1.0, abs(middle)):
+            break
+    return (low + high) / 2
+
+
+def stdev(values: Sequence[float]) -> float:
+    """The sample standard deviation (Bessel's n - 1); 0 for fewer than two values."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean = sum(values) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+
+
+def bootstrap_log_sd(
+    samples: Sequence[float], estimate: Callable[[list[float]], float], resamples: int = 200
+) -> float:
+    """How much an estimate of these samples (a median, a low quantile) moves by which samples
+    happened to be drawn: the standard deviation of its logarithm over `resamples` resamples
+    with replacement, seeded so that one comparison always reads the same."""
+    values = [v for v in samples if v > 0]
+    if len(values) < 2:
+        return 0.0
+    rng = random.Random(len(values))
+    logs = []
+    for _ in range(resamples):
+        drawn = [values[rng.randrange(len(values))] for _ in values]
+        found = estimate(drawn)
+        if found > 0:
+            logs.append(math.log(found))
+    return stdev(logs)
+
+
+def sign_test(ratios: Sequence[float]) -> float:
+    """Two-sided exact sign test of pair ratios against no change (ties dropped)."""
+    above = sum(r > 1 for r in ratios)
+    below = sum(r < 1 for r in ratios)
+    n = above + below
+    if n == 0:
+        return 1.0
+    fewer = min(above, below)
+    tail = sum(math.comb(n, k) for k in range(fewer + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def median_interval(values: Sequence[float], confidence: float) -> tuple[float, float] | None:
+    """A distribution-free confidence interval for the median: the order statistics the sign
+    test's binomial puts at least `confidence` between (None when too few values reach it)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    alpha = 1.0 - confidence
+    # The largest k with P(Binomial(n, 1/2) < k) <= alpha / 2: [x_(k), x_(n-k+1)] (1-based).
+    k, cumulative = 0, 0.0
+    while k < n:
+        cumulative += math.comb(n, k) / 2**n
+        if cumulative > alpha / 2:
+            break
+        k += 1
+    if k == 0:
+        return None
+    return ordered[k - 1], ordered[n - k]

@@ -35,6 +35,7 @@ class ItemRow:
     headlines: list[str] = field(default_factory=list)  # "01_baseline: ..." per notebook
     runs: int = 0
     regressions: int = 0
+    inconclusive: int = 0  # timings beyond their gate that no measured noise level could judge
     change: str = ""  # the comparison headline, or why there is none
     comparison: str | None = None  # compare.html, relative to ROOT
     incomplete: list[str] = field(default_factory=list)
@@ -86,6 +87,7 @@ def _item_row(root: Path, folder: Path, name: str, workload: str, target: str) -
         return row
     out = write_comparison(comparison, newest.path / "compare").parent
     row.regressions = len(comparison.regressions)
+    row.inconclusive = len(comparison.inconclusive)
     row.change = comparison.headline()
     row.comparison = os.path.relpath(out / "compare.html", root)
     return row

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from workbench.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, BadInput
+from workbench.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput
 from workbench.redact import console_line
 
 # Where array engines put the task's index, in the order they are looked up.
@@ -105,4 +105,6 @@ def cmd_collect(args: argparse.Namespace) -> int:
     data = dashboard_data(rows)
     print(console_line(f"fleet verdict: {data['verdict']}; {data['headline']}"))
     print(console_line(f"dashboard: {page}"))
-    return EXIT_REGRESSION if any(r.regressions for r in rows) else EXIT_OK
+    from workbench.compare.command import exit_code
+
+    return exit_code(any(r.regressions for r in rows), any(r.inconclusive for r in rows))

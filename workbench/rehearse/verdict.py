@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from workbench.compare.records import LOADED, ONE_SIDE, Comparison
+from workbench.compare.records import ONE_SIDE, Comparison
 
 MOVE: Final = "move the pin"
 HOLD: Final = "hold the pin"
@@ -15,8 +15,8 @@ RULE = (
     "hold the pin when the candidate's run did not finish or a notebook failed in it, or when "
     "`workbench compare` finds a regression (a timing beyond its gate and noise, an op that "
     "newly falls back, a numerics run or acceptance gate that newly fails, a verdict that became "
-    "a blocker); not judged when nothing regressed but timings were measured on a loaded machine "
-    "or a notebook ran on one side only; move the pin otherwise"
+    "a blocker); not judged when nothing regressed but timings were inconclusive (beyond their "
+    "gate, not beyond the noise the two runs can measure) or a notebook ran on one side only; move the pin otherwise"
 )
 SHOWN_REASONS = 5
 
@@ -42,11 +42,12 @@ def judge_pin(
     if held:
         return PinVerdict(HOLD, _cut(held))
     doubts = []
-    loaded = comparison.with_status(LOADED)
-    if loaded:
+    unsettled = comparison.inconclusive
+    if unsettled:
         doubts.append(
-            f"{len(loaded)} timing(s) were measured on a loaded machine and not judged: rerun "
-            "the rehearsal on an idle machine before moving"
+            f"{len(unsettled)} timing(s) moved beyond their gate but not beyond the noise two "
+            f"runs can measure (first: {unsettled[0].name}): rerun the rehearsal on an idle "
+            "machine, or compare its runs with --remeasure, before moving"
         )
     one_side = comparison.with_status(ONE_SIDE)
     if one_side:

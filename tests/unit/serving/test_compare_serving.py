@@ -1,28 +1,30 @@
-"""compare's serving judge, by step time's rules: a planted slowdown of the tail or the host gap
-is a regression, one within the run-to-run allowance or the history band is not, and a run
-measured loaded is not judged."""
+"""compare's serving judge, by step time's rules (compare/noise.py): a planted slowdown of the
+tail is a regression, one within the pair's allowance is inconclusive, and a run measured loaded
+is judged only beyond what its load explains."""
 
 from __future__ import annotations
 
 from tests.fixtures.run_folders import loaded_host, quiet_host, samples
-from workbench.compare.records import LOADED, REGRESSION, RUN_TO_RUN, WITHIN_GATE, Gates
-from workbench.compare.serving import Sample, judge_samples
+from workbench.compare import noise
+from workbench.compare.records import INCONCLUSIVE, REGRESSION, WITHIN_GATE, Gates
+from workbench.compare.stats import median
 
 
-def side(label: str, median: float, seed: int, loaded: bool = False) -> Sample:
-    times = samples(seed, median, n=200, spread=0.01)
+def side(label: str, middle: float, seed: int, loaded: bool = False) -> noise.Reading:
+    times = samples(seed, middle, n=200, spread=0.01)
     host = loaded_host() if loaded else quiet_host()
-    return Sample(label, sorted(times)[len(times) // 2], times, host)
+    return noise.Reading(label, median(times), times, host)
 
 
-def judge(newest: Sample, earlier: list[Sample]):
-    return judge_samples("batch 1 compiled p99 latency", "s", True, newest, earlier, Gates())
+def judge(newest: noise.Reading, earlier: list[noise.Reading]):
+    rule = noise.Rule("batch 1 compiled p99 latency", "s", True, Gates().step_time, median)
+    return noise.judge(rule, "serving", newest, earlier, Gates())
 
 
 def test_a_pair_flags_a_doubled_tail_and_allows_run_to_run_variation() -> None:
     base = side("base", 0.001, 1)
     assert judge(side("new", 0.002, 2), [base]).status == REGRESSION
-    assert judge(side("new", 0.0011, 2), [base]).status == RUN_TO_RUN  # 10%: within 50%
+    assert judge(side("new", 0.0011, 2), [base]).status == INCONCLUSIVE  # 10%: within 50%
     assert judge(side("new", 0.001, 2), [base]).status == WITHIN_GATE
 
 
@@ -32,6 +34,6 @@ def test_a_history_flags_what_leaves_its_band() -> None:
     assert slower.status == REGRESSION and slower.ratio is not None and slower.ratio > 1.15
 
 
-def test_a_loaded_newest_run_is_not_judged() -> None:
+def test_a_loaded_newest_run_is_judged_only_beyond_its_load() -> None:
     change = judge(side("new", 0.002, 2, loaded=True), [side("base", 0.001, 1)])
-    assert change.status == LOADED and "loaded" in change.note
+    assert change.status == INCONCLUSIVE and "loaded" in change.note
