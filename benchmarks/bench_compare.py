@@ -1,18 +1,21 @@
-"""How well `workbench compare` tells a real slowdown from noise on this machine, and what it costs.
+"""How well `workbench compare` tells a real slowdown from noise, quiet and beside two busy loops,
+in each of its modes, and what it costs.
 
     .venv/bin/python benchmarks/bench_compare.py
 
-Detection power: a workload whose forward spins for a fixed time (plus a small Linear) is measured
-by notebook 01's own measuring code (first call, adaptive warm-up, 30 steady steps, eager training
-step); each run is written as a run folder in the result-file format `workbench run` writes. For a
-planted slowdown of 0%, 5%, 10%, 25% and 100% (2x) of the step (of the whole step, as the first
-base runs measure it, not of the busy wait alone), PAIRS pairs of runs (baseline, slowed) are
-compared and the share flagged as a regression is printed. Runs are interleaved (base, slow,
-base, slow...) so that a change in machine load hits both sides alike. Each slowed run is also
-compared against the 4 latest base runs, as a nightly run is against the nights before: there
-the earlier runs' own spread measures the machine's run-to-run variation. Aim: 0% flags nothing;
-2x flags every pair (a pair allows for run-to-run variation it cannot measure, so smaller changes
-are left to a history); 10% and 25% are flagged against the latest base runs.
+Detection: a workload whose forward runs a fixed number of small matrix products (computation,
+so a busy machine slows it as it slows a real model) is measured by notebook 01's own measuring
+code (first call, adaptive warm-up, 30 steady steps, eager training step); each run is written as
+a run folder in the result-file format `workbench run` writes. A slowdown is planted as more
+products per forward: +10%, +30% and 2x of the step's work. In each condition (a quiet machine;
+beside two processes spinning on the CPU, as a shared 2-core CI runner is) and for each level:
+- pairs: PAIRS pairs (baseline, candidate), measured one after the other and compared as a pair;
+- history: each candidate against the NIGHTS latest baseline runs, as a nightly run is;
+- remeasure: the two workloads timed again, interleaved in pairs until decided (the machinery of
+  `compare --remeasure`, budget REMEASURE_BUDGET_S per comparison).
+Each comparison's answer is the exit code a CI job would see: regression (5), inconclusive (6) or
+pass (0). The aims: no regression on identical code in any mode (false alarms: 0), no planted
+slowdown passed silently (exit 0), and the smallest slowdown caught in each mode stated.
 
 Cost: `compare_runs` plus writing compare.html/compare.json in this process (its imports already
 paid), on two runs and on a history of 20; then `workbench compare` of two runs as a user runs it,
@@ -22,102 +25,176 @@ package's import) in alternating pairs. Aim: the whole command within 1.5x of th
 
 from __future__ import annotations
 
+import multiprocessing
 import shutil
-import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from notebook_wall_time import WORKBENCH, paired_medians
-from torch import nn
 
-from workbench.baseline.measure import run_baseline
-from workbench.baseline.reader import RESULT_FILE
+from workbench.baseline.measure import prepare_step, run_baseline
 from workbench.baseline.records import EAGER, TRAIN, BaselineSettings, result_data
 from workbench.compare import compare_runs
-from workbench.compare.records import LOADED
+from workbench.compare.command import exit_code
+from workbench.compare.records import Gates
+from workbench.compare.remeasure import one_thread_when_loaded, time_in_pairs
 from workbench.compare.report import write_comparison
-from workbench.compare.timing import steady_samples
+from workbench.errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION
 from workbench.results import save_result
 from workbench.summary import NotebookOutcome, RunSummary, write_summary
 from workbench.targets import get_target
 from workbench.timing import WarmupRule
-from workbench.workload import Workload
 
 # The tests' workload builders serve the benchmarks too: the repository root goes on the path.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.fixtures.user_workloads import classifier_workload  # noqa: E402
+from tests.fixtures.planted_steps import products_workload  # noqa: E402
 
-PAIRS = 5
-LEVELS = (0.0, 0.05, 0.10, 0.25, 1.0)
-BASE_SLEEP_S = 0.02
+PRODUCTS = 120  # a few milliseconds of training step on one core
+PAIRS = 3
+LEVELS = (0.0, 0.10, 0.30, 1.0)
+NIGHTS = 4
 HISTORY = 20
-NIGHTS = 4  # base runs a slowed run is also compared against, as a nightly run is
+REMEASURE_BUDGET_S = 40.0
 COMMAND_PAIRS = 5  # `workbench compare` against `import workbench`, each in a fresh process
 COMMAND_AIM = 1.5
 STEAL_LIMIT = 0.02  # above this share of CPU time stolen by the hypervisor, the figures are noise
 SETTINGS = BaselineSettings(
     steady_steps=30, warmup=WarmupRule(6, 0.1, 30), kinds=(TRAIN,), modes=(EAGER,)
 )
+ANSWER = {EXIT_REGRESSION: "regression", EXIT_INCONCLUSIVE: "inconclusive", EXIT_OK: "pass"}
 
 
-class Sleeper(nn.Module):
-    """A step of known length: the planted slowdown scales a busy wait (time.sleep would add the
-    scheduler's wake-up latency, tens of milliseconds on a loaded machine, to every step)."""
-
-    def __init__(self, sleep_s: float) -> None:
-        super().__init__()
-        self.linear = nn.Linear(32, 4)
-        self.sleep_s = sleep_s
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        end = time.perf_counter() + self.sleep_s
-        while time.perf_counter() < end:
-            pass
-        return self.linear(x)
+def products(level: float) -> int:
+    return round(PRODUCTS * (1 + level))
 
 
-def workload(extra_s: float) -> Workload:
-    def sleeper() -> nn.Module:
-        return Sleeper(BASE_SLEEP_S + extra_s)
-
-    return classifier_workload(sleeper, "sleeper", features=32, classes=4, batch_size=16)
-
-
-def measured_run(folder: Path, extra_s: float, index: int) -> Path:
-    """One run whose forward busy-waits `extra_s` longer than the base step's."""
-    result = run_baseline(workload(extra_s), get_target("cpu"), SETTINGS, log=lambda _: None)
+def measured_run(folder: Path, level: float, index: int) -> Path:
+    """One run of the workload with `level` more work per step, as `workbench run` writes it."""
+    workload = products_workload(products(level))
+    result = run_baseline(workload, get_target("cpu"), SETTINGS, log=lambda _: None)
     folder.mkdir(parents=True)
     save_result(folder, "01_baseline", result_data(result), target=result.target)
     summary = RunSummary(
-        workload="sleeper",
+        workload="products",
         target="cpu",
-        started_at=f"2026-01-01T00:{index // 60:02d}:{index % 60:02d}",
+        started_at=f"2026-01-01T{index // 3600:02d}:{index // 60 % 60:02d}:{index % 60:02d}",
         notebooks=[NotebookOutcome("01_baseline", "ok", result="01_baseline.json")],
     )
     write_summary(folder / "summary.json", summary)
     return folder
 
 
-def _steady_median(run: Path) -> float:
-    data = RESULT_FILE.load(run / "01_baseline.json")
-    return statistics.median(steady_samples(data.configs[0]))
-
-
-def flagged(*runs: Path) -> bool:
+def answer(*runs: Path) -> str:
+    """What a CI job running `workbench compare` on these runs would read from its exit code."""
     comparison = compare_runs(list(runs))
-    return any(
-        c.area == "timing" and c.name.endswith("steady median") for c in comparison.regressions
-    )
+    return ANSWER[exit_code(bool(comparison.regressions), bool(comparison.inconclusive))]
 
 
-def loaded(*runs: Path) -> bool:
-    """Whether compare left the steady median unjudged because a side was measured loaded."""
-    return any(
-        c.name.endswith("steady median") for c in compare_runs(list(runs)).with_status(LOADED)
+def remeasured(level: float) -> tuple[str, str]:
+    """The remeasure's answer on the base workload against one with `level` more work."""
+    target = get_target("cpu")
+    threads = torch.get_num_threads()
+    base = prepare_step(products_workload(PRODUCTS), target, TRAIN, EAGER)
+    new = prepare_step(products_workload(products(level)), target, TRAIN, EAGER)
+    try:
+        one_thread_when_loaded(base, target, threads)
+        timing, status = time_in_pairs(base, new, target, Gates(), REMEASURE_BUDGET_S)
+    finally:
+        torch.set_num_threads(threads)
+    ratios = sorted(timing.ratios)
+    name = (
+        ANSWER[EXIT_REGRESSION]
+        if status == "regression"
+        else (ANSWER[EXIT_OK] if status == "within gate" else ANSWER[EXIT_INCONCLUSIVE])
     )
+    detail = f"{ratios[len(ratios) // 2]:.2f}x in {len(ratios)} pairs, {timing.seconds:.0f} s"
+    return name, detail
+
+
+def _spin(stop: float) -> None:
+    while time.monotonic() < stop:
+        pass
+
+
+@contextmanager
+def busy_loops(count: int) -> Iterator[None]:
+    stop = time.monotonic() + 3600
+    loops = [multiprocessing.Process(target=_spin, args=(stop,)) for _ in range(count)]
+    for loop in loops:
+        loop.start()
+    try:
+        yield
+    finally:
+        for loop in loops:
+            loop.terminate()
+            loop.join()
+
+
+def condition(
+    root: Path, name: str, start: int
+) -> tuple[dict[float, dict[str, Counter[str]]], int]:
+    """Every level in every mode, in the machine's present state; the answers by level and mode."""
+    index = start
+    history = []
+    for night in range(NIGHTS):
+        history.append(measured_run(root / f"{name}-night{night}", 0.0, index))
+        index += 1
+    found: dict[float, dict[str, Counter[str]]] = {}
+    for level in LEVELS:
+        modes: dict[str, Counter[str]] = {"pair": Counter(), "history": Counter()}
+        for pair in range(PAIRS):
+            base = measured_run(root / f"{name}-{level}-{pair}-base", 0.0, index)
+            new = measured_run(root / f"{name}-{level}-{pair}-new", level, index + 1)
+            index += 2
+            modes["pair"][answer(base, new)] += 1
+            modes["history"][answer(*history[-NIGHTS:], new)] += 1
+            history.append(base)
+        verdict, detail = remeasured(level)
+        modes["remeasure"] = Counter({verdict: 1})
+        found[level] = modes
+        print(
+            f"  {'identical' if level == 0 else f'+{level:.0%}':>9}: "
+            + "; ".join(f"{mode} {_counts(counts)}" for mode, counts in modes.items())
+            + f" ({detail})",
+            flush=True,
+        )
+    return found, index
+
+
+def _counts(counts: Counter[str]) -> str:
+    return ", ".join(f"{counts[a]} {a}" for a in ANSWER.values() if counts[a]) or "none"
+
+
+def summary(results: dict[str, dict[float, dict[str, Counter[str]]]]) -> None:
+    for name, found in results.items():
+        alarms = sum(found[0.0][mode]["regression"] for mode in found[0.0])
+        judged = sum(sum(found[0.0][mode].values()) for mode in found[0.0])
+        silent = sum(found[level][mode]["pass"] for level in LEVELS[1:] for mode in found[level])
+        planted = sum(
+            sum(found[level][mode].values()) for level in LEVELS[1:] for mode in found[level]
+        )
+        smallest = {
+            mode: next(
+                (
+                    f"{level:.0%}"
+                    for level in LEVELS[1:]
+                    if found[level][mode]["regression"] == sum(found[level][mode].values())
+                ),
+                "none",
+            )
+            for mode in found[0.0]
+        }
+        print(
+            f"{name}: false alarms on identical code {alarms}/{judged}; planted slowdowns passed "
+            f"silently (exit 0) {silent}/{planted}; smallest planted slowdown caught every time: "
+            + ", ".join(f"{mode} {level}" for mode, level in smallest.items())
+        )
 
 
 def cpu_ticks() -> tuple[int, int]:
@@ -132,7 +209,7 @@ def whole_command(runs: list[Path], out: Path) -> None:
     only imports the package; exit 5 (a regression found) is a finished comparison too."""
     command = [WORKBENCH, "compare", *map(str, runs), "--out", str(out)]
     reference = [sys.executable, "-c", "import workbench"]
-    seconds, start_s, ratios = paired_medians(command, reference, COMMAND_PAIRS, ok=(0, 5))
+    seconds, start_s, ratios = paired_medians(command, reference, COMMAND_PAIRS, ok=(0, 5, 6))
     print(
         f"  `workbench compare` of 2 runs, process start to exit: {seconds:.2f} s against "
         f"{start_s:.2f} s for `python -c 'import workbench'`, {seconds / start_s:.1f}x (median "
@@ -144,37 +221,17 @@ def whole_command(runs: list[Path], out: Path) -> None:
 def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-compare-"))
     steal_before, total_before = cpu_ticks()
+    results = {}
     try:
-        # A slowdown is planted as a share of the whole step (busy wait, Linear, backward,
-        # optimizer and the loop), so the base step is measured first, on NIGHTS runs.
-        # Each slowed run is also judged as a nightly run is: against the latest base runs.
-        history = [measured_run(root / f"night{night}", 0.0, night) for night in range(NIGHTS)]
-        count = NIGHTS
-        step_s = statistics.median(_steady_median(run) for run in history)
-        print(
-            f"planted slowdown of a {step_s * 1e3:.2f} ms step (median of {NIGHTS} base runs' "
-            f"steady medians; {BASE_SLEEP_S * 1e3:.0f} ms of it a busy wait), {PAIRS} pairs "
-            "each (5% gate, p < 0.01; a pair also beyond its run-to-run allowance):"
-        )
-        for level in LEVELS:
-            hits = nightly_hits = unjudged = 0
-            for pair in range(PAIRS):
-                base = measured_run(root / f"l{level}-p{pair}-base", 0.0, count)
-                slow = measured_run(root / f"l{level}-p{pair}-new", level * step_s, count + 1)
-                count += 2
-                history.append(base)
-                hits += flagged(base, slow)
-                nightly_hits += flagged(*history[-NIGHTS:], slow)
-                unjudged += loaded(base, slow)
-            print(
-                f"  slowdown {level:4.0%}: {hits}/{PAIRS} pairs flagged ({hits / PAIRS:.0%}); "
-                f"against the {NIGHTS} latest base runs: {nightly_hits}/{PAIRS}; "
-                f"pairs measured loaded, not judged: {unjudged}/{PAIRS}"
-            )
-        while len(history) < HISTORY:
-            history.append(measured_run(root / f"extra{len(history)}", 0.0, count))
-            count += 1
-        for label, runs in (("2 runs", history[:2]), (f"{HISTORY} runs", history[:HISTORY])):
+        print(f"planted slowdowns of a {PRODUCTS}-product training step, {PAIRS} pairs per level:")
+        print("quiet machine:")
+        results["quiet"], index = condition(root, "quiet", 0)
+        print("beside two busy loops:")
+        with busy_loops(2):
+            results["beside two busy loops"], index = condition(root, "busy", index)
+        summary(results)
+        history = sorted(p for p in root.iterdir() if p.name.startswith("quiet-"))[:HISTORY]
+        for label, runs in (("2 runs", history[:2]), (f"{len(history)} runs", history)):
             out = root / f"out-{len(runs)}"
             start = time.perf_counter()
             write_comparison(compare_runs(runs), out)

@@ -28,6 +28,9 @@ class Finding:
 
     status: Status
     reason: str
+    # Which of its notebook's checks (the reader module's CHECKS) found it: the name a CI's test
+    # history follows from run to run. "" for a finding outside them (the workload's own).
+    check: str = ""
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from workbench.checks import Baseline
 from workbench.errors import BadInput
 from workbench.markup import cut_at_word
 from workbench.results import MeasuredOn
@@ -576,13 +577,23 @@ def baseline_verdict(result: BaselineResult) -> Verdict:
     for config in result.configs:
         name = f"{KIND_LABELS[config.kind]} ({config.mode})"
         if config.failure is not None:
-            findings.append(Finding(BLOCKER, config.failure.summary()))
+            findings.append(Finding(BLOCKER, config.failure.summary(), Baseline.STEP))
         if config.nonfinite_step is not None:
             findings.append(
-                Finding(BLOCKER, f"{name}: loss becomes NaN/Inf at step {config.nonfinite_step}")
+                Finding(
+                    BLOCKER,
+                    f"{name}: loss becomes NaN/Inf at step {config.nonfinite_step}",
+                    Baseline.FINITE,
+                )
             )
         if config.steady_recompiles:
-            findings.append(Finding(BLOCKER, f"{name}: {config.steady_recompile_sentence()}"))
+            findings.append(
+                Finding(
+                    BLOCKER,
+                    f"{name}: {config.steady_recompile_sentence()}",
+                    Baseline.RECOMPILE,
+                )
+            )
         # Other load explains an unsettled warm-up or a noisy steady state, so it leads.
         if config.load_sentence():
             findings.append(
@@ -590,21 +601,29 @@ def baseline_verdict(result: BaselineResult) -> Verdict:
                     ATTENTION,
                     f"{name}: timed on a loaded machine ({config.load_sentence()}), so no "
                     "speed-up or payback is claimed from it",
+                    Baseline.QUIET,
                 )
             )
         if config.warmup_converged is False:
-            findings.append(Finding(ATTENTION, f"{name}: warm-up hit its cap without settling"))
+            findings.append(
+                Finding(ATTENTION, f"{name}: warm-up hit its cap without settling", Baseline.WARMUP)
+            )
         if config.steady is not None and config.steady.relative_iqr > FLUCTUATION_SEVERE:
             findings.append(
                 Finding(
                     ATTENTION,
                     f"{name}: noisy steady state "
                     f"(IQR {config.steady.relative_iqr:.0%} of the median)",
+                    Baseline.STEADY,
                 )
             )
     if result.reference.error:
         findings.append(
-            Finding(ATTENTION, f"reference artifact not written: {result.reference.error}")
+            Finding(
+                ATTENTION,
+                f"reference artifact not written: {result.reference.error}",
+                Baseline.REFERENCE,
+            )
         )
     return judge(
         findings,

@@ -18,8 +18,10 @@ The noise level is measured where it can be:
   sampling noise (a bootstrap of its samples), so three runs that agree by chance do not make a
   band of zero width. Both directions are judged.
 - a pair (fewer earlier runs): nothing measures the variation between runs, so the band is
-  PAIR_ALLOWANCE (twice the largest difference measured between identical runs on a quiet
-  machine) or the two values' sampling noise where wider; what lies inside it is inconclusive.
+  1 + PAIR_ALLOWANCE (beyond the largest difference measured between identical runs) or the two
+  values' sampling noise where wider; what lies inside it is inconclusive.
+A change inside a measured band is "within noise" only where that band is narrow (at most
+PASS_BAND_GATES gates): a wider one could hide a slowdown of its width, so it is inconclusive.
 - a metric measured once per run (first call) or too short to time alone (serving calls under
   SHORT_CALL_S) is judged only from repeated measurements: a history, or `--remeasure`.
 - load: other processes taking a share s of the CPU slow a run by at most 1 / (1 - s); a change
@@ -58,9 +60,13 @@ from workbench.compare.stats import (
 from workbench.timing import HostLoad, quantile
 
 HISTORY_RUNS = 3
-# A pair's allowance for the run-to-run variation it cannot measure: twice the largest
-# difference measured between identical runs one after the other on a quiet machine (+24%).
-PAIR_ALLOWANCE = 0.5
+# A pair's allowance for the run-to-run variation it cannot measure: beyond the largest difference
+# measured between identical runs of one workload, in their fastest steps, on a quiet 2-core VM
+# (3.7 to 5.6 ms, 1.5x) and beside busy loops (1.2-1.5x): a factor of 2.
+PAIR_ALLOWANCE = 1.0
+# A measured band this much wider than the gate (as a factor less one) is too wide to clear a
+# change beyond the gate: what it calls noise could hide a slowdown of its width.
+PASS_BAND_GATES = 3.0
 SAMPLING_Z = 3.0  # a pair's sampling band: this many bootstrap standard deviations of the ratio
 SHORT_CALL_S = 100e-6  # serving calls shorter than this are judged from repeated measurements
 MAX_LOAD_SHARE = 0.95  # above this share of the CPU taken by others, the bound is not worth it
@@ -166,8 +172,8 @@ def _pair_band(rule: Rule, newest: Reading, base: Reading) -> Band:
     )
     factor = max(1 + PAIR_ALLOWANCE, sampling)
     words = (
-        f"two runs cannot measure run-to-run variation: allowed {factor - 1:.0%} (identical runs "
-        "on a quiet machine differed by up to 24%)"
+        f"two runs cannot measure run-to-run variation: allowed {factor:.2g}x (identical runs "
+        "differed by up to 1.5x in their fastest steps)"
     )
     return Band(factor, False, words)
 
@@ -273,7 +279,7 @@ def _decide(case: _Case, gates: Gates, p_value: float | None) -> ChangeStatus:
             return WITHIN_GATE
         notes.append(
             f"within the gate, but the baseline was measured loaded "
-            f"({'; '.join(_load_words(r) for r in case.earlier if r.share)}): a slowdown of up "
+            f"({_loaded_earlier(case)}): a slowdown of up "
             f"to {load_explains(hiding):.2f}x could hide in it; settle with {SETTLE}"
         )
         return INCONCLUSIVE
@@ -285,6 +291,11 @@ def _decide(case: _Case, gates: Gates, p_value: float | None) -> ChangeStatus:
         notes.append(
             f"measured loaded ({_load_words(case.newest) if case.worse else 'the baseline'}): "
             f"load explains up to {explained:.2f}x on top of the noise band"
+        )
+    elif hiding:
+        notes.append(
+            f"the baseline was measured loaded ({_loaded_earlier(case)}): it may read faster or "
+            "slower than its code"
         )
     if case.factor > allowed:
         if p_value is not None and p_value >= gates.p_value:
@@ -298,12 +309,16 @@ def _decide(case: _Case, gates: Gates, p_value: float | None) -> ChangeStatus:
             return INCONCLUSIVE
         notes.append(f"beyond the noise: {band.words}")
         return REGRESSION if case.worse else IMPROVEMENT
-    if band.measured and not pushing:
+    if band.measured and not pushing and band.factor - 1 <= PASS_BAND_GATES * rule.gate:
         notes.append(f"a {case.factor:.2f}x change is inside {band.words}")
         return WITHIN_NOISE
     notes.append(f"a {case.factor:.2f}x change is inside what noise allows here ({band.words}); "
                  f"settle with {SETTLE}")  # fmt: skip
     return INCONCLUSIVE
+
+
+def _loaded_earlier(case: _Case) -> str:
+    return "; ".join(_load_words(r) for r in case.earlier if r.share)
 
 
 def _band(case: _Case, p_value: float) -> Band:
@@ -323,10 +338,11 @@ NOISE_RULE = (
     f"{HISTORY_RUNS} or more earlier runs, the prediction interval their values give one more "
     "run (Student's t at the p-value, log scale, at least the newest value's own sampling "
     "noise); against one earlier run, which cannot measure run-to-run variation, an allowance "
-    f"of {PAIR_ALLOWANCE:.0%}; first calls and serving calls under {SHORT_CALL_S * 1e6:g} us "
+    f"of {1 + PAIR_ALLOWANCE:g}x; first calls and serving calls under {SHORT_CALL_S * 1e6:g} us "
     "only from a history. Other processes taking a share s of the CPU explain a slowdown of up "
     "to 1 / (1 - s) on top. Beyond the gate and the noise: a regression or an improvement; "
-    "within the gate: no change; beyond the gate inside a measured band: within noise; beyond "
-    "the gate where nothing measured the noise: inconclusive (exit 6), settled by "
+    "within the gate: no change; beyond the gate inside a measured band no wider than "
+    f"{PASS_BAND_GATES:g} gates: within noise; beyond the gate where nothing measured the noise, "
+    "or inside a wider band: inconclusive (exit 6), settled by "
     f"{SETTLE}"
 )

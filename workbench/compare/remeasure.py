@@ -270,7 +270,7 @@ def remeasure(
         for kind, mode in sorted(_configs(base_run) & _configs(new_run)):
             base_step = prepare_step(base_workload, target, kind, mode)
             new_step = prepare_step(new_workload, target, kind, mode)
-            _one_thread_when_loaded(base_step, target, threads)
+            one_thread_when_loaded(base_step, target, threads)
             log(
                 f"remeasuring {kind}/{mode}: interleaved pairs until decided (at most "
                 f"{budget_s:g} s), {base_run.label} against {new_run.label}"
@@ -288,7 +288,7 @@ def remeasure(
     return changes
 
 
-def _one_thread_when_loaded(step: PreparedStep, target: Target, threads: int) -> None:
+def one_thread_when_loaded(step: PreparedStep, target: Target, threads: int) -> None:
     """One thread for both sides where other processes are busy now (see the module's note)."""
     import torch
 

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from workbench import scorecard
+from workbench.checks import Coverage
 from workbench.coverage.capture import (
     PHASES,
     CallSite,
@@ -331,10 +332,12 @@ COVERAGE_RULE = (
 )
 
 
-def _per_flavour(report: CoverageReport, verdict: str, status: Status, words: str) -> list[Finding]:
+def _per_flavour(
+    report: CoverageReport, verdict: str, status: Status, words: str, check: str
+) -> list[Finding]:
     """One finding per flavour with ops of `verdict`: "3 op(s) <words> on <flavour>"."""
     return [
-        Finding(status, f"{summary.distinct[verdict]} op(s) {words} on {summary.label}")
+        Finding(status, f"{summary.distinct[verdict]} op(s) {words} on {summary.label}", check)
         for summary in report.summaries().values()
         if summary.distinct[verdict]
     ]
@@ -345,27 +348,41 @@ def coverage_verdict(report: CoverageReport, scan: ScanReport | None) -> scoreca
     findings = []
     if report.reference.failure:
         findings.append(
-            Finding(BLOCKER, f"the step failed mid-capture ({report.reference.failure.phase})")
+            Finding(
+                BLOCKER,
+                f"the step failed mid-capture ({report.reference.failure.phase})",
+                Coverage.CAPTURE,
+            )
         )
-    findings += _per_flavour(report, FALLS_BACK, BLOCKER, "fall back or fail")
+    findings += _per_flavour(report, FALLS_BACK, BLOCKER, "fall back or fail", Coverage.FALLBACK)
     custom = {f.op for f in report.flags if f.kind == CUSTOM_OP}
     if custom:
         findings.append(
-            Finding(BLOCKER, f"custom op(s) with no Neuron kernel: {', '.join(sorted(custom))}")
+            Finding(
+                BLOCKER,
+                f"custom op(s) with no Neuron kernel: {', '.join(sorted(custom))}",
+                Coverage.CUSTOM,
+            )
         )
     if scan is not None and scan.blocking:
-        findings.append(Finding(BLOCKER, f"scan: {len(scan.blocking)} blocking finding(s)"))
+        findings.append(
+            Finding(BLOCKER, f"scan: {len(scan.blocking)} blocking finding(s)", Coverage.SCAN)
+        )
     serious = [f for f in report.flags if f.severity in (HIGH, MEDIUM) and f.kind != CUSTOM_OP]
     if serious:
         kinds = sorted({f.kind for f in serious})
         findings.append(
-            Finding(ATTENTION, f"{len(serious)} high or medium risk flag(s): {', '.join(kinds)}")
+            Finding(
+                ATTENTION,
+                f"{len(serious)} high or medium risk flag(s): {', '.join(kinds)}",
+                Coverage.RISK,
+            )
         )
     if not report.shapes.stable:
-        findings.append(Finding(ATTENTION, report.shapes.status()))
+        findings.append(Finding(ATTENTION, report.shapes.status(), Coverage.SHAPES))
     elif report.shapes.unrolls:
-        findings.append(Finding(ATTENTION, report.shapes.unrolled_status()))
-    findings += _per_flavour(report, UNKNOWN, ATTENTION, "with unknown support")
+        findings.append(Finding(ATTENTION, report.shapes.unrolled_status(), Coverage.SHAPES))
+    findings += _per_flavour(report, UNKNOWN, ATTENTION, "with unknown support", Coverage.UNKNOWN)
     return judge(
         findings, COVERAGE_RULE, "every op is supported on the chosen flavours; no blocking finding"
     )

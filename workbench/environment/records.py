@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from workbench.checks import Environment
 from workbench.environment.drift import CRITICAL, Drift, worst_severity
 from workbench.environment.releases import ReleaseMatch
 from workbench.scorecard import ATTENTION, BLOCKER, Finding, Status, Verdict, judge
@@ -21,11 +22,19 @@ def environment_verdict(release: ReleaseMatch, drifts: Sequence[Drift] | None) -
     for drift in drifts or []:
         status: Status = BLOCKER if drift.severity == CRITICAL else ATTENTION
         findings.append(
-            Finding(status, f"{drift.severity} drift: {drift.key} {drift.old} -> {drift.new}")
+            Finding(
+                status,
+                f"{drift.severity} drift: {drift.key} {drift.old} -> {drift.new}",
+                Environment.DRIFT,
+            )
         )
     if release.status in ("partial", "unknown-combination"):
         findings.append(
-            Finding(ATTENTION, f"release check {release.status}: {release.explanation}")
+            Finding(
+                ATTENTION,
+                f"release check {release.status}: {release.explanation}",
+                Environment.RELEASE,
+            )
         )
     if drifts is None:
         settled = "no pinned manifest to compare with"

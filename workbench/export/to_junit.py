@@ -1,17 +1,21 @@
 """A run's scorecard as JUnit XML, the test report every CI system reads (the shape of Jenkins
 xUnit's junit-10.xsd, which pytest's xunit2 and GitLab also follow).
 
-One <testsuite> per run; in it one <testcase> per notebook and one per finding of its verdict's
-rule. A blocker is a <failure>, an attention a <skipped> with its reason, a notebook that did not
-finish an <error>; a pass has no child. So the workbook's gate shows as tests: red where the
-move is blocked, yellow (skipped) where a person should look.
+One <testsuite> per run; in it one <testcase> per notebook and one per check its verdict's rule
+makes (workbench.checks), whether or not the check found anything, plus one for findings outside
+them. A blocker is a <failure>, an attention a <skipped> with its reason, a notebook that did not
+finish an <error> and its checks <skipped> with that reason; a check that found nothing has no
+child. So the workbook's gate shows as tests: red where the move is blocked, yellow (skipped)
+where a person should look, and the same tests every night whatever the machine's load made the
+findings.
 
 CI systems (Jenkins, GitLab, GitHub's test reporters) follow a test from build to build by its
 classname and name, so both stay the same from one night's run of a workload on a target to the
 next: the classname is `workbench.<workload>.<target>.<notebook>`, never the run folder, and a
 finding's test name is its sentence with the measured numbers masked (`IQR N% of the median`),
-keeping the numbers of its subject, the part before its first colon (`batch 8 eager`). The
-numbers themselves are in the message, the system-out and the suite's properties.
+keeping the numbers of its subject, the part before its first colon (`batch 8 eager`), for a
+result file written before checks were named. The numbers themselves are in the message, the
+system-out and the suite's properties.
 """
 
 from __future__ import annotations
@@ -21,12 +25,13 @@ import socket
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from workbench.checks import CHECKS, OTHER
 from workbench.errors import BadInput
 from workbench.export.records import NotebookRecord, RunRecord
 from workbench.markup import cut_at_word
 from workbench.redact import tracker_text
 from workbench.results import write_text_atomic
-from workbench.scorecard import ATTENTION, BLOCKER
+from workbench.scorecard import ATTENTION, BLOCKER, Finding, worst
 
 DEFAULT_NAME = "junit.xml"
 NAME_MAX = 200  # a finding's sentence as a test name, cut at a word
@@ -84,15 +89,44 @@ def _notebook_cases(suite: ET.Element, run: RunRecord, notebook: NotebookRecord)
     if verdict is not None:
         lines += [f"verdict: {verdict.status}: {verdict.reason}", f"rule: {verdict.rule}"]
     ET.SubElement(case, "system-out").text = _text("\n".join(lines))
-    if verdict is None:
-        return
+    checks = CHECKS.get(notebook.notebook)
+    if checks is not None:
+        _check_cases(suite, f"{classname_}.checks", notebook, checks)
+    elif verdict is not None:
+        _finding_cases(suite, f"{classname_}.findings", verdict.findings)
+
+
+def _check_cases(
+    suite: ET.Element, classname_: str, notebook: NotebookRecord, checks: tuple[str, ...]
+) -> None:
+    """One testcase per check, in every run: failed or skipped by its findings, passed without
+    any, skipped with the reason where the notebook did not judge."""
+    found: dict[str, list[Finding]] = {check: [] for check in (*checks, OTHER)}
+    verdict = notebook.verdict
+    for finding in verdict.findings if verdict else []:
+        found[finding.check if finding.check in found else OTHER].append(finding)
+    for check, findings in found.items():
+        case = _case(suite, classname_, check)
+        if verdict is None or notebook.status != "ok":
+            why = f"{notebook.notebook} did not judge ({notebook.status})"
+            ET.SubElement(case, "skipped", type="not judged", message=_text(why))
+            continue
+        if not findings:
+            continue
+        reasons = "; ".join(f.reason for f in findings)
+        _judged(case, worst(f.status for f in findings), reasons)
+        ET.SubElement(case, "system-out").text = _text("\n".join(f.reason for f in findings))
+
+
+def _finding_cases(suite: ET.Element, classname_: str, findings: list[Finding]) -> None:
+    """A result file from before checks were named: one testcase per finding."""
     names: set[str] = set()
-    for finding in verdict.findings:
+    for finding in findings:
         name = stable_name(finding.reason)
         while name in names:  # two findings in the same words are still two tests
             name += " (again)"
         names.add(name)
-        case = _case(suite, f"{classname_}.findings", name)
+        case = _case(suite, classname_, name)
         _judged(case, finding.status, finding.reason)
         ET.SubElement(case, "system-out").text = _text(finding.reason)
 

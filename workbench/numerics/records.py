@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from workbench import scorecard
+from workbench.checks import Numerics
 from workbench.errors import BadInput
 from workbench.numerics.acceptance_records import (
     AcceptanceRule,
@@ -494,14 +495,14 @@ def notebook_verdict(result: NumericsResult) -> scorecard.Verdict:
         findings.append(recommended)
     loop = result.script_loop
     if loop is not None and not loop.passed:
-        findings.append(Finding(ATTENTION, loop.sentence()))
+        findings.append(Finding(ATTENTION, loop.sentence(), Numerics.LOOP))
     for run in result.chosen_runs:
         if run.verdict is None:
             continue
         if run.verdict.status == BLOCKER:
-            findings.append(Finding(BLOCKER, run.verdict.reason))
+            findings.append(Finding(BLOCKER, run.verdict.reason, Numerics.RUNS))
         elif run.verdict.status in (ATTENTION, COULD_NOT_RUN):
-            findings.append(Finding(ATTENTION, run.verdict.reason))
+            findings.append(Finding(ATTENTION, run.verdict.reason, Numerics.RUNS))
     judged = sum(run.verdict is not None for run in result.chosen_runs)
     return judge(
         findings,

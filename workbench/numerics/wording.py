@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from workbench.checks import Numerics
 from workbench.numerics.acceptance_records import GATE_ORDER, GateResult
 from workbench.numerics.recipes import CAST, LOSS_SCALE_INIT
 from workbench.numerics.statuses import (
@@ -131,7 +132,7 @@ def convergence_finding(result: NumericsResult) -> Finding | None:
     study = result.recommended_convergence
     if study is None or study.passed is not False:
         return None
-    return Finding(ATTENTION, f"convergence of {study.label}: {study.note}")
+    return Finding(ATTENTION, f"convergence of {study.label}: {study.note}", Numerics.CONVERGENCE)
 
 
 def headline(result: NumericsResult) -> str:

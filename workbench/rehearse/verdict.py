@@ -16,7 +16,8 @@ RULE = (
     "`workbench compare` finds a regression (a timing beyond its gate and noise, an op that "
     "newly falls back, a numerics run or acceptance gate that newly fails, a verdict that became "
     "a blocker); not judged when nothing regressed but timings were inconclusive (beyond their "
-    "gate, not beyond the noise the two runs can measure) or a notebook ran on one side only; move the pin otherwise"
+    "gate, not beyond the noise the two runs can measure) or a notebook ran on one side only; "
+    "move the pin otherwise"
 )
 SHOWN_REASONS = 5
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from workbench.checks import Serving
 from workbench.errors import BadInput
 from workbench.results import MeasuredOn
 from workbench.safe_load import shown
@@ -593,19 +594,20 @@ def serving_verdict(result: ServingResult) -> Verdict:
     findings = []
     ok = [p for p in result.points if p.status == "ok"]
     if not ok:
-        findings.append(Finding(BLOCKER, "no batch size could be served"))
+        findings.append(Finding(BLOCKER, "no batch size could be served", Serving.SERVES))
     for point in result.points:
         if point.status != "ok":
-            findings.append(Finding(ATTENTION, f"{point.name}: {point.error}"))
+            findings.append(Finding(ATTENTION, f"{point.name}: {point.error}", Serving.POINTS))
             continue
         if point.window_compiles:
-            findings.append(Finding(BLOCKER, f"{point.name}: {tail_cause(point)}"))
+            findings.append(Finding(BLOCKER, f"{point.name}: {tail_cause(point)}", Serving.WINDOW))
         if not point.stable:
             findings.append(
                 Finding(
                     ATTENTION,
                     f"{point.name}: the windows never agreed within "
                     f"{result.settings.stability:.0%} in {result.settings.window_budget_s:g} s",
+                    Serving.AGREE,
                 )
             )
         if point.latency is not None and point.latency.loaded and point.latency.host:
@@ -613,18 +615,25 @@ def serving_verdict(result: ServingResult) -> Verdict:
                 Finding(
                     ATTENTION,
                     f"{point.name}: timed on a loaded machine ({point.latency.host.shares()})",
+                    Serving.QUIET,
                 )
             )
     if result.slo is not None and result.slo.chosen is None and ok:
-        findings.append(Finding(BLOCKER, result.slo.sentence(result.throughput_unit)))
+        findings.append(Finding(BLOCKER, result.slo.sentence(result.throughput_unit), Serving.SLO))
     if result.slo is not None and result.open_loop and result.highest_rate is None:
         findings.append(
-            Finding(ATTENTION, "no open-loop request rate held the SLO, even the lowest tried")
+            Finding(
+                ATTENTION,
+                "no open-loop request rate held the SLO, even the lowest tried",
+                Serving.OPEN_LOOP,
+            )
         )
     if result.gaps is not None and result.gaps.flagged:
-        findings.append(Finding(ATTENTION, f"host gaps: {result.gaps.sentence()}"))
+        findings.append(Finding(ATTENTION, f"host gaps: {result.gaps.sentence()}", Serving.GAPS))
     for problem in result.problems:
-        findings.append(Finding(ATTENTION, f"{problem.section}: {problem.sentence}"))
+        findings.append(
+            Finding(ATTENTION, f"{problem.section}: {problem.sentence}", Serving.SECTIONS)
+        )
     return judge(
         findings,
         SERVING_RULE,

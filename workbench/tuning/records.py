@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from workbench.baseline.records import EAGER, MODES
+from workbench.checks import Retuning
 from workbench.errors import BadInput
 from workbench.planning.instances import get_instance
 from workbench.planning.planner import Plan, plan_data
@@ -257,13 +258,14 @@ def _fit_findings(result: RetuneResult) -> list[Finding]:
     lead = "no batch size was measured to fit" if compiler else "no batch size fits"
     plan = result.plan
     if plan is None or plan.fits_one_rank or plan.chosen is None:
-        return [Finding(BLOCKER, f"{lead}: {result.search.stopped}")]
+        return [Finding(BLOCKER, f"{lead}: {result.search.stopped}", Retuning.FIT)]
     return [
         Finding(
             ATTENTION,
             f"{lead}: {result.search.stopped}; the plan predicts one core cannot hold "
             f"the model and lays it out as {plan.chosen.layout.name} on "
             f"{plan.instance.name}: retune per rank of that layout",
+            Retuning.FIT,
         )
     ]
 
@@ -295,7 +297,7 @@ def _broken_findings(result: RetuneResult) -> list[Finding]:
         )
     if result.accumulation is not None and not result.accumulation.passed:
         found.append("accumulated micro-batches differ from one big batch's gradients")
-    return [Finding(ATTENTION, reason) for reason in found]
+    return [Finding(ATTENTION, reason, Retuning.RAN) for reason in found]
 
 
 def _unsettled_findings(result: RetuneResult) -> list[Finding]:
@@ -307,7 +309,7 @@ def _unsettled_findings(result: RetuneResult) -> list[Finding]:
         "{count} ran while the machine was loaded, so no choice or speed-up read from them is "
         "claimed as clean: {names}",
     )
-    return [Finding(ATTENTION, reason) for reason in reasons]
+    return [Finding(ATTENTION, reason, Retuning.SETTLED) for reason in reasons]
 
 
 def result_data(result: RetuneResult) -> dict[str, Any]:

@@ -113,7 +113,7 @@ def _damage(run: Path) -> None:
     (run / "summary.json").write_text(json.dumps(summary))
 
 
-@pytest.mark.parametrize(("slowdown", "exit_code"), [(1.0, EXIT_OK), (2.0, EXIT_REGRESSION)])
+@pytest.mark.parametrize(("slowdown", "exit_code"), [(1.0, EXIT_OK), (2.5, EXIT_REGRESSION)])
 def test_a_scan_skips_a_damaged_run_with_a_warning_and_judges_the_others(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], slowdown: float, exit_code: int
 ) -> None:

@@ -10,9 +10,10 @@ import xmlschema
 
 from tests.fixtures.export_runs import FINDINGS, OUTSIDE, write_export_run
 from tests.fixtures.run_folders import write_run
+from workbench.checks import CHECKS, OTHER, Baseline, Coverage
 from workbench.export.records import read_run
 from workbench.export.to_junit import junit_xml, stable_name, write_junit
-from workbench.scorecard import Finding
+from workbench.scorecard import Finding, Verdict
 
 SCHEMA = Path(__file__).resolve().parents[2] / "fixtures" / "junit" / "junit-10.xsd"
 
@@ -27,13 +28,24 @@ def test_a_case_per_notebook_and_per_finding_blocker_fails_attention_skips(tmp_p
     path = write_junit([run], tmp_path / "junit.xml")
     schema.validate(str(path))
     suite = ET.parse(path).getroot().find("testsuite")
-    cases = {c.get("name"): c for c in suite.findall("testcase")}
+    cases = {
+        c.get("name"): c for c in suite.findall("testcase") if ".checks" not in c.get("classname")
+    }
     assert set(cases) == {"01_baseline", "02_op_coverage", OUTSIDE, *(f.reason for f in FINDINGS)}
     assert cases[OUTSIDE].find("failure").get("message") == FINDINGS[0].reason
     assert cases[FINDINGS[0].reason].find("failure") is not None
     assert cases[FINDINGS[1].reason].find("skipped").get("message") == FINDINGS[1].reason
     assert list(cases["01_baseline"]) == [cases["01_baseline"].find("system-out")]  # a pass
-    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("5", "2", "1")
+    # Each known notebook's checks are tests of their own, passing where nothing was found.
+    checks = [c for c in suite.findall("testcase") if c.get("classname").endswith(".checks")]
+    assert len(checks) == len(Baseline.ALL) + len(Coverage.ALL) + 2  # and "other findings" each
+    assert all(list(c) == [] for c in checks)
+    expected_tests = 5 + len(checks)
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == (
+        str(expected_tests),
+        "2",
+        "1",
+    )
 
 
 def test_attention_is_skipped_with_its_reason_and_several_runs_share_one_file(tmp_path, schema):
@@ -102,3 +114,37 @@ def test_a_finding_keeps_the_numbers_of_its_subject_and_masks_the_measured_ones(
     assert stable_name("batch 1 eager: slow") != stable_name("batch 8 eager: slow")
     assert stable_name("23 op(s) fall back on Trn2") == "N op(s) fall back on Trn2"
     assert stable_name("layer 0.weight: off by 1.5e-05") == "layer 0.weight: off by N"
+
+
+def test_each_check_is_the_same_testcase_every_night_whatever_the_load_found(tmp_path, schema):
+    """Two runs of identical code, one measured beside other load: its warm-up hit the cap and
+    its steady state was noisy. The same tests in both; the loaded night skips two of them with
+    their reasons, the quiet one passes them; a notebook that did not finish skips its checks."""
+    quiet = read_run(write_run(tmp_path / "quiet", started="2026-12-01T02:00:00+00:00"))
+    loaded = read_run(write_run(tmp_path / "loaded", started="2026-12-02T02:00:00+00:00"))
+    found = [
+        Finding("attention", "training step (eager): warm-up hit its cap without settling",
+                Baseline.WARMUP),
+        Finding("attention", "training step (eager): noisy steady state (IQR 41% of the median)",
+                Baseline.STEADY),
+        Finding("attention", "workload: its loss stands in for the script's"),
+    ]  # fmt: skip
+    loaded.notebooks[0].verdict = Verdict("attention", found[0].reason, "rule", found)
+    texts = [junit_xml([run]) for run in (quiet, loaded)]
+    for text in texts:
+        schema.validate(text)
+    assert _names(texts[0]) == _names(texts[1])
+    classname = "workbench.seed-mlp.cpu.01_baseline.checks"
+    assert {(classname, check) for check in (*CHECKS["01_baseline"], OTHER)} <= _names(texts[0])
+    root = ET.fromstring(texts[1])
+    warmup = root.find(f"testsuite/testcase[@name='{Baseline.WARMUP}']/skipped")
+    assert warmup is not None and "warm-up hit its cap" in warmup.get("message")
+    other = root.find(f"testsuite/testcase[@name='{OTHER}']/skipped")
+    assert other is not None and "stands in" in other.get("message")
+    quiet_root = ET.fromstring(texts[0])
+    assert list(quiet_root.find(f"testsuite/testcase[@name='{Baseline.WARMUP}']")) == []
+    quiet.notebooks[0].status = "timeout"
+    failed = ET.fromstring(junit_xml([quiet]))
+    skipped = failed.find(f"testsuite/testcase[@name='{Baseline.STEP}']/skipped")
+    assert skipped is not None and "did not judge (timeout)" in skipped.get("message")
+    assert _names(ET.tostring(failed, encoding="unicode")) == _names(texts[0])
