@@ -53,7 +53,9 @@ def test_matrix_items_run_into_root_and_collect_shows_every_item(tmp_path: Path)
     assert cnn.state == INCOMPLETE and cnn.incomplete == ["20991231-000000-half"]
 
     result = workbench("collect", "root", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
+    # Two real runs of identical code: a pair cannot measure run-to-run variation, so a timing
+    # beyond its gate is inconclusive (6); never a regression (5).
+    assert result.returncode in (0, 6), result.stderr
     page = (tmp_path / "root" / "index.html").read_text()
     assert network_references(page) == [] and "<b>" not in page
     data = json.loads((tmp_path / "root" / "matrix.json").read_text())

@@ -184,8 +184,8 @@ def test_collect_exits_5_when_an_item_regressed(tmp_path: Path, capsys) -> None:
     write_run(root / "seed-mlp-auto" / "night1", started="2026-11-01T02:00:00", seed=1)
     write_run(root / "seed-mlp-auto" / "night2", started="2026-11-02T02:00:00", seed=2)
     assert main(["collect", str(root)]) == 0
-    # Two earlier runs are a short history: only a change beyond run-to-run variation counts.
-    write_run(root / "seed-mlp-auto" / "night3", started="2026-11-03T02:00:00", seed=3, step=0.02)
+    # Two earlier runs are a short history: only a change beyond a pair's 2x allowance counts.
+    write_run(root / "seed-mlp-auto" / "night3", started="2026-11-03T02:00:00", seed=3, step=0.025)
     assert main(["collect", str(root)]) == 5
     assert "regress" in capsys.readouterr().out
     item = json.loads((root / "matrix.json").read_text())["items"][0]
