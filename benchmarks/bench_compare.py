@@ -39,22 +39,20 @@ from pathlib import Path
 import torch
 from notebook_wall_time import WORKBENCH, paired_medians
 
-from workbench.baseline.measure import prepare_step, run_baseline
-from workbench.baseline.records import EAGER, TRAIN, BaselineSettings, result_data
+from workbench.baseline.measure import prepare_step
+from workbench.baseline.records import EAGER, TRAIN
 from workbench.compare import compare_runs
 from workbench.compare.command import exit_code
 from workbench.compare.records import Gates
 from workbench.compare.remeasure import one_thread_when_loaded, time_in_pairs
 from workbench.compare.report import write_comparison
 from workbench.errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION
-from workbench.results import save_result
-from workbench.summary import NotebookOutcome, RunSummary, write_summary
 from workbench.targets import get_target
-from workbench.timing import WarmupRule
 
 # The tests' workload builders serve the benchmarks too: the repository root goes on the path.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.fixtures.planted_steps import products_workload  # noqa: E402
+from tests.fixtures.run_folders import measured_run as measured_folder  # noqa: E402
 
 PRODUCTS = 120  # a few milliseconds of training step on one core
 PAIRS = 3
@@ -65,9 +63,6 @@ REMEASURE_BUDGET_S = 40.0
 COMMAND_PAIRS = 5  # `workbench compare` against `import workbench`, each in a fresh process
 COMMAND_AIM = 1.5
 STEAL_LIMIT = 0.02  # above this share of CPU time stolen by the hypervisor, the figures are noise
-SETTINGS = BaselineSettings(
-    steady_steps=30, warmup=WarmupRule(6, 0.1, 30), kinds=(TRAIN,), modes=(EAGER,)
-)
 ANSWER = {EXIT_REGRESSION: "regression", EXIT_INCONCLUSIVE: "inconclusive", EXIT_OK: "pass"}
 
 
@@ -77,18 +72,8 @@ def products(level: float) -> int:
 
 def measured_run(folder: Path, level: float, index: int) -> Path:
     """One run of the workload with `level` more work per step, as `workbench run` writes it."""
-    workload = products_workload(products(level))
-    result = run_baseline(workload, get_target("cpu"), SETTINGS, log=lambda _: None)
-    folder.mkdir(parents=True)
-    save_result(folder, "01_baseline", result_data(result), target=result.target)
-    summary = RunSummary(
-        workload="products",
-        target="cpu",
-        started_at=f"2026-01-01T{index // 3600:02d}:{index // 60 % 60:02d}:{index % 60:02d}",
-        notebooks=[NotebookOutcome("01_baseline", "ok", result="01_baseline.json")],
-    )
-    write_summary(folder / "summary.json", summary)
-    return folder
+    started = f"2026-01-01T{index // 3600:02d}:{index // 60 % 60:02d}:{index % 60:02d}"
+    return measured_folder(folder, products_workload(products(level)), started)
 
 
 def answer(*runs: Path) -> str:

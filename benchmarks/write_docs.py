@@ -107,10 +107,13 @@ BENCHMARKS = (
     Benchmark(
         "bench_compare.py",
         ("benchmarks/bench_compare.py",),
-        "How often `workbench compare` flags a planted slowdown (0% to 2x of the step), in "
-        "pairs and against a history of 4 runs, what a comparison of 2 and of 20 runs "
-        "costs in-process (aim under 2 s), and `workbench compare` of 2 runs from process start "
-        "to exit against `python -c 'import workbench'` (aim within 1.5x).",
+        "How well `workbench compare` tells a planted slowdown (+10%, +30%, 2x of the step's "
+        "work) from noise, quiet and beside two busy loops, as a pair, against a history of 4 "
+        "runs and by `--remeasure`: false alarms on identical code (aim 0), planted slowdowns "
+        "passed silently with exit 0 (aim 0), the smallest slowdown caught in each mode; what a "
+        "comparison of 2 and of 20 runs costs in-process (aim under 2 s), and `workbench "
+        "compare` of 2 runs from process start to exit against `python -c 'import workbench'` "
+        "(aim within 1.5x).",
     ),
     Benchmark(
         "bench_cli.py",

@@ -150,9 +150,7 @@ def render(comparison: Comparison) -> str:
         else ""
     )
     flagged_table = (
-        _change_rows(flagged)
-        if flagged
-        else "<p>Nothing: no metric moved beyond its gate, noise and run-to-run variation.</p>"
+        _change_rows(flagged) if flagged else "<p>Nothing moved beyond its gate and its noise.</p>"
     )
     skipped = "".join(f"<li>{_e(s)}</li>" for s in comparison.skipped)
     skipped_section = f"<h2>Run folders skipped</h2><ul>{skipped}</ul>" if skipped else ""

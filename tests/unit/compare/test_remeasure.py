@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.fixtures.run_folders import samples, write_run
+from tests.fixtures.planted_steps import products
+from tests.fixtures.run_folders import measured_run, samples, write_run
 from workbench.cli import main
 from workbench.compare import compare_runs
 from workbench.compare.records import (
@@ -141,3 +142,17 @@ def test_remeasure_catches_a_planted_10_percent_on_a_quiet_machine(tmp_path: Pat
     base = _run(tmp_path / "base", PACED, "2026-11-01")
     slower = _remeasured(base, _run(tmp_path / "p10", PLUS_10, "2026-11-02"), (PACED, PLUS_10))
     assert slower.status == REGRESSION and 1.03 < slower.ratio < 1.3, slower.line()
+
+
+@pytest.mark.serial  # starts busy processes of its own
+def test_an_identical_pair_measured_beside_busy_loops_is_never_a_regression_nor_a_silent_pass(
+    tmp_path: Path, two_busy_loops: None
+) -> None:
+    """Two runs of one workload really measured by notebook 01's code beside two busy loops: the
+    pair exits 6 (inconclusive), or 0 only where every timing was judged within its gate."""
+    base = measured_run(tmp_path / "base", products(), "2026-11-01T02:00:00", steady_steps=20)
+    same = measured_run(tmp_path / "same", products(), "2026-11-02T02:00:00", steady_steps=20)
+    code = main(["compare", str(base), str(same), "--out", str(tmp_path / "out")])
+    comparison = compare_runs([base, same])
+    assert code != 5 and not comparison.regressions, [c.line() for c in comparison.regressions]
+    assert code == 6 or not comparison.inconclusive
