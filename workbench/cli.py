@@ -222,11 +222,60 @@ def cmd_prewarm(args: argparse.Namespace) -> int:
     return prewarm(args.workload, args.target, args.compile_cache, args.steps, args.param or [])
 
 
+def _interpreter(given: str | None) -> Path | None:
+    """A virtualenv folder or an interpreter, as rehearse names them; None: this one."""
+    if given is None:
+        return None
+    from workbench.rehearse.environments import interpreter
+
+    return interpreter("python", given)
+
+
+def _stderr_line(line: str) -> None:
+    print(console_line(line), file=sys.stderr, flush=True)
+
+
 def cmd_env_pin(args: argparse.Namespace) -> int:
     from workbench.environment.manifest import pin
 
-    manifest, lock = pin(Path(args.out), force=args.force)
+    manifest, lock = pin(
+        Path(args.out),
+        force=args.force,
+        python=_interpreter(args.python),
+        hashes=not args.no_hashes,
+        log=_stderr_line,
+    )
     print(f"pinned: {manifest} and {lock}")
+    return EXIT_OK
+
+
+def cmd_env_restore(args: argparse.Namespace) -> int:
+    from workbench.environment.restore import restore
+
+    python = _interpreter(args.python)
+    assert python is not None  # required by the parser
+    result = restore(Path(args.manifest), python, dry_run=args.dry_run, log=_stderr_line)
+    plan = result.plan
+    for line in plan.lines():
+        print(console_line(line))
+    print(console_line(f"checked: {result.driver}"))
+    if args.dry_run:
+        print(
+            f"dry run: {len(plan.install)} to install (each file fetched and its hash "
+            f"verified), {len(plan.remove)} to remove, {plan.unchanged} already pinned; "
+            "nothing changed"
+        )
+        return EXIT_OK
+    if result.remaining:
+        for line in result.remaining:
+            print(console_line(f"still differs: {line}"), file=sys.stderr)
+        print(f"restore incomplete: {len(result.remaining)} difference(s) remain")
+        return EXIT_DRIFT
+    print(
+        f"restored: {len(plan.install)} installed (hash verified), {len(plan.remove)} removed, "
+        f"{plan.unchanged} already pinned; pinned again and diffed: the environment matches "
+        f"{args.manifest}"
+    )
     return EXIT_OK
 
 
@@ -448,6 +497,33 @@ def _env_pin_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--force", action="store_true", help="replace an existing manifest and lock at --out"
     )
+    parser.add_argument(
+        "--python",
+        metavar="PY_OR_VENV",
+        help="the environment to pin: a virtualenv folder or a python interpreter (default: "
+        "the one running the workbook)",
+    )
+    parser.add_argument(
+        "--no-hashes",
+        action="store_true",
+        help="a plain name==version lock, without fetching each file to hash it (faster; "
+        "`env restore` then refuses it)",
+    )
+
+
+def _env_restore_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("manifest", help="the manifest `workbench env pin` wrote")
+    parser.add_argument(
+        "--python",
+        metavar="PY_OR_VENV",
+        required=True,
+        help="the environment to restore: a virtualenv folder or a python interpreter",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check and print the plan (every file fetched and verified), change nothing",
+    )
 
 
 def _env_diff_arguments(parser: argparse.ArgumentParser) -> None:
@@ -643,11 +719,11 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "env",
-        "pin the environment or diff two manifests",
+        "pin the environment, diff two manifests, or restore a pinned one",
         subcommands=(
             Command(
                 "pin",
-                "write a manifest and a requirements-style lock",
+                "write a manifest and a hash-pinned lock of this or another environment",
                 _env_pin_arguments,
                 cmd_env_pin,
             ),
@@ -656,6 +732,20 @@ COMMANDS: tuple[Command, ...] = (
                 "list changes between two manifests, by severity",
                 _env_diff_arguments,
                 cmd_env_diff,
+            ),
+            Command(
+                "restore",
+                "make an environment match a pinned manifest exactly (hash-verified), and prove it",
+                _env_restore_arguments,
+                cmd_env_restore,
+                epilog=exit_codes_line(
+                    (EXIT_OK, EXIT_BAD_INPUT, EXIT_DRIFT),
+                    {
+                        EXIT_OK: "restored and verified (or a dry run)",
+                        EXIT_BAD_INPUT: "refused before any change",
+                        EXIT_DRIFT: "differences remain after the restore",
+                    },
+                ),
             ),
         ),
     ),

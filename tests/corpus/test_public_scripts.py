@@ -21,7 +21,9 @@ pytestmark = pytest.mark.corpus
 
 MANIFEST_DATA = json.loads(MANIFEST.read_text())
 ITEMS = MANIFEST_DATA["items"]
-PLAIN_TIMEOUT_S = 120
+# A guard against a hang, not a speed check: the LBFGS item took 120 s on a 2-core runner busy
+# with the rest of the suite (about 40 s alone).
+PLAIN_TIMEOUT_S = 400
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 

@@ -709,10 +709,10 @@ def test_hardening_md_lists_exactly_these_cases():
 
 def test_pin_replaces_a_manifest_only_with_force(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert main(["env", "pin", "--out", "env.json"]) == 0
+    assert main(["env", "pin", "--out", "env.json", "--no-hashes"]) == 0
     first = (tmp_path / "env.json").read_text()
-    assert main(["env", "pin", "--out", "env.json"]) == 2
+    assert main(["env", "pin", "--out", "env.json", "--no-hashes"]) == 2
     assert (tmp_path / "env.json").read_text() == first, "the pinned manifest is kept"
-    assert main(["env", "pin", "--out", "env.json", "--force"]) == 0
+    assert main(["env", "pin", "--out", "env.json", "--force", "--no-hashes"]) == 0
     assert json.loads((tmp_path / "env.json").read_text())["kind"] == json.loads(first)["kind"]
     assert "pass --force" in capsys.readouterr().err

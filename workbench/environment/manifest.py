@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, cast
 
+from workbench.environment import probe
 from workbench.environment.companions import check_imports
+from workbench.environment.lock import Fetched, hash_pins, lock_text, pip_command
+from workbench.environment.probe import facts
 from workbench.errors import BadInput
 from workbench.redact import redact_environment, redact_value, scrub_data, scrub_text
 from workbench.results import write_json_atomic, write_text_atomic
@@ -40,24 +43,41 @@ MANIFEST_SCHEMA_VERSION = 1
 
 
 _TOOL_TIMEOUT_S = 10
+PROBE_TIMEOUT_S = 60
 
 
-def normalize_name(name: str) -> str:
-    """PEP 503 name: `PyYAML` and `pyyaml`, `torch_xla` and `torch-xla` are one package."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+def _is_this_interpreter(python: Path | None) -> bool:
+    """Whether `python` is the running interpreter. Not by resolving links: every virtualenv's
+    python links to one base interpreter, and what differs is the environment around it."""
+    return python is None or Path(python).absolute() == Path(sys.executable).absolute()
 
 
-def _installed_packages() -> dict[str, str]:
-    from importlib import metadata  # here: readers of a pinned manifest never list packages
-
-    packages: dict[str, str] = {}
-    for dist in metadata.distributions():
-        name = dist.metadata["Name"]
-        # The first distribution found on sys.path is the one `import` uses; later ones are
-        # shadowed copies.
-        if name and normalize_name(name) not in packages:
-            packages[normalize_name(name)] = dist.version
-    return dict(sorted(packages.items()))
+def interpreter_facts(python: Path | None = None) -> dict[str, Any]:
+    """An interpreter's version, platform, packages and editable installs (probe.facts), read in
+    this process for the running interpreter and by running the probe in any other."""
+    if _is_this_interpreter(python):
+        return facts()
+    try:
+        done = subprocess.run(
+            [str(python), "-I", probe.__file__],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BadInput(f"--python {python} could not be run: {exc}.") from None
+    try:
+        found = json.loads(done.stdout) if done.returncode == 0 else None
+    except json.JSONDecodeError:
+        found = None
+    if not isinstance(found, dict) or not isinstance(found.get("packages"), dict):
+        last = next((ln for ln in reversed(done.stderr.splitlines()) if ln.strip()), "")
+        raise BadInput(
+            f"--python {python} did not describe its packages ({last.strip() or 'no output'}); "
+            "name a Python 3.8 or newer interpreter."
+        )
+    return found
 
 
 def _cpu_model() -> str:
@@ -194,30 +214,31 @@ def _neuron_section() -> dict[str, Any]:
     }
 
 
-def capture_manifest() -> dict[str, Any]:
-    """A JSON-able description of this environment, with every secret removed."""
+def capture_manifest(
+    python: Path | None = None,
+    hashes: bool = False,
+    log: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
+    """A JSON-able description of an environment (the running one, or `python`'s), with every
+    secret removed; with `hashes` (as `pin` asks), the sha256 of the files its index serves for
+    each pinned version (lock.hash_pins), and why a version has none: fetching them takes tens
+    of seconds, which notebook 00's record of the environment does not spend."""
     # Imported here: the readers of a pinned manifest (compare, drift) never capture one.
     import platform
 
     import psutil
 
+    found = interpreter_facts(python)
+    own = _is_this_interpreter(python)
     libc_name, libc_version = platform.libc_ver()
-    packages = _installed_packages()
-    manifest = {
+    packages: dict[str, str] = found["packages"]
+    editable: dict[str, str] = found.get("editable") or {}
+    manifest: dict[str, Any] = {
         "kind": MANIFEST_KIND,
         "schema_version": MANIFEST_SCHEMA_VERSION,
         "captured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "python": {
-            "version": platform.python_version(),
-            "implementation": platform.python_implementation(),
-            "executable": sys.executable,
-        },
-        "platform": {
-            "system": platform.system(),
-            "release": platform.release(),
-            "machine": platform.machine(),
-            "platform": platform.platform(),
-        },
+        "python": found["python"],
+        "platform": found["platform"],
         "libc": {"name": libc_name or None, "version": libc_version or None},
         "cpu": {
             "model": _cpu_model(),
@@ -225,36 +246,63 @@ def capture_manifest() -> dict[str, Any]:
             "memory_total_bytes": psutil.virtual_memory().total,
         },
         "packages": packages,
+        "editable": editable,
         # Installed is not importable: a companion built for another torch fails at import.
-        "imports": {check.package: check.status for check in check_imports(packages)},
-        "torch": _torch_section(),
+        # Checked in this interpreter only: another one's imports are its own to run.
+        "imports": (
+            {check.package: check.status for check in check_imports(packages)} if own else {}
+        ),
+        "torch": _torch_section() if own else None,
         "neuron": _neuron_section(),
         "environment": redact_environment(os.environ),
     }
+    if hashes:
+        pins = {name: v for name, v in packages.items() if name not in editable}
+        pip = pip_command(Path(found["python"]["executable"]), "pip" in packages)
+        fetched = hash_pins(pip, pins, log)
+        manifest["hashes"] = fetched.hashes
+        manifest["unhashed"] = fetched.failed
     # Secret values can also surface in paths, tool output or command lines.
     return cast(dict[str, Any], scrub_data(manifest))
 
 
 def _lock_text(manifest: dict[str, Any], manifest_name: str) -> str:
     python, host = manifest["python"], manifest["platform"]["platform"]
-    lines = [
-        f"# workbench environment lock, captured {manifest['captured_at']} ({manifest_name})",
-        f"# python {python['version']} ({python['implementation']}) on {host}",
-        "# Local version tags (+cpu, +cu128) need their index, e.g.",
-        "# --extra-index-url https://download.pytorch.org/whl/cpu ; Neuron packages need",
-        "# --extra-index-url https://pip.repos.neuron.amazonaws.com",
-        "# workbench itself is not pinned: install it from its checkout with `pip install -e .`",
+    header = [
+        f"workbench environment lock, captured {manifest['captured_at']} ({manifest_name})",
+        f"python {python['version']} ({python['implementation']}) on {host}",
     ]
-    lines += [
-        f"{name}=={version}"
-        for name, version in sorted(manifest["packages"].items())
-        if name != "workbench"
+    editable = manifest.get("editable") or {}
+    if "hashes" not in manifest:
+        header += [
+            "pinned without hashes (--no-hashes): `pip install -r` installs these versions but",
+            "cannot verify the files; `workbench env restore` needs a hash-pinned lock",
+        ]
+        lines = [f"# {line}" for line in header]
+        lines += [
+            f"{name}=={version}"
+            for name, version in sorted(manifest["packages"].items())
+            if name not in editable
+        ]
+        return "\n".join(lines) + "\n"
+    header += [
+        "hash-pinned: `pip install --no-deps --require-hashes -r` this file installs exactly",
+        "these files; `workbench env restore` also removes what it does not list",
     ]
-    return "\n".join(lines) + "\n"
+    fetched = Fetched(manifest["hashes"], manifest.get("unhashed") or {})
+    return lock_text(header, manifest["packages"], fetched, editable)
 
 
-def pin(out_path: str | Path, *, force: bool = False) -> tuple[Path, Path]:
-    """Write the manifest to `out_path` and a `name==version` lock `<stem>.lock.txt` beside it.
+def pin(
+    out_path: str | Path,
+    *,
+    force: bool = False,
+    python: Path | None = None,
+    hashes: bool = True,
+    log: Callable[[str], None] = lambda _: None,
+) -> tuple[Path, Path]:
+    """Write the manifest of `python`'s environment (default: this one) to `out_path` and its
+    lock `<stem>.lock.txt` beside it, hash-pinned unless `hashes` is False.
 
     An existing manifest or lock is a pinned, known-good environment: it is replaced only with
     `force`. Every problem with the path is a BadInput, found before anything is written.
@@ -275,7 +323,8 @@ def pin(out_path: str | Path, *, force: bool = False) -> tuple[Path, Path]:
             f"{existing[0]} already exists; pass --force to replace the pinned environment, "
             "or choose another --out."
         )
-    manifest = capture_manifest()
+    _check_writable(manifest_path)
+    manifest = capture_manifest(python, hashes, log)
     try:
         write_json_atomic(manifest_path, manifest)
         write_text_atomic(lock_path, scrub_text(_lock_text(manifest, manifest_path.name)))
@@ -285,6 +334,24 @@ def pin(out_path: str | Path, *, force: bool = False) -> tuple[Path, Path]:
             "writable place."
         ) from None
     return manifest_path, lock_path
+
+
+def _check_writable(path: Path) -> None:
+    """Refuse a place the manifest cannot be written before the capture spends its time: the
+    nearest folder that exists must be a writable folder."""
+    parent = path.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    try:
+        if not parent.is_dir():
+            raise OSError(f"{parent} is not a folder")
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as exc:
+        raise BadInput(
+            f"--out {path} cannot be written ({parent}: {exc.strerror or exc}); choose a "
+            "writable place."
+        ) from None
 
 
 # The fields a manifest diff reads, with their types (safe_load's shapes); others are not read.

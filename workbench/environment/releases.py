@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Literal
 
-from workbench.environment.manifest import normalize_name
+from workbench.environment.probe import normalize_name
 from workbench.targets.detect import FLAVOUR_XLA
 
 # How the installed Neuron stack matches a published release, one definition.

@@ -27,7 +27,8 @@ class Environment:
     torch: str
 
 
-def _interpreter(role: str, given: str) -> Path:
+def interpreter(role: str, given: str) -> Path:
+    """The interpreter a virtualenv folder, a path or a name on PATH gives; BadInput otherwise."""
     path = Path(given).expanduser()
     if path.is_dir():
         found = next(
@@ -62,7 +63,7 @@ def _install_hint(python: Path) -> str:
 def resolve(role: str, given: str) -> Environment:
     """The interpreter `given` names, checked to run the workbench; BadInput says how to
     install it there where it cannot."""
-    python = _interpreter(role, given)
+    python = interpreter(role, given)
     try:
         done = subprocess.run(
             [str(python), "-c", _CHECK],

@@ -89,7 +89,7 @@ def test_planted_secrets_reach_neither_manifest_nor_lock(
 ) -> None:
     _plant_secrets(monkeypatch)
     manifest = capture_manifest()
-    manifest_path, lock_path = pin(tmp_path / "env.json")
+    manifest_path, lock_path = pin(tmp_path / "env.json", hashes=False)
     written = [json.dumps(manifest), manifest_path.read_text(), lock_path.read_text()]
     for text in written:
         for secret in PLANTED:
@@ -184,7 +184,7 @@ def test_failing_neuron_ls_is_recorded_with_its_message(
 
 
 def test_pin_writes_manifest_and_sorted_lock(tmp_path: Path) -> None:
-    manifest_path, lock_path = pin(tmp_path / "pins" / "trn1.json")
+    manifest_path, lock_path = pin(tmp_path / "pins" / "trn1.json", hashes=False)
     assert lock_path == tmp_path / "pins" / "trn1.lock.txt"
     manifest = load_manifest(manifest_path)
     lines = lock_path.read_text().splitlines()
@@ -457,7 +457,7 @@ def test_pin_scrubs_secrets_by_content_from_manifest_and_lock(tmp_path, monkeypa
 
     monkeypatch.setenv("NEURON_CC_FLAGS", "--auto-cast=none --password hunter2pin")
     monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "https://pypi.example/simple?token=tokpin123")
-    manifest, lock = pin(tmp_path / "env.json")
+    manifest, lock = pin(tmp_path / "env.json", hashes=False)
     written = manifest.read_text() + lock.read_text()
     assert "hunter2pin" not in written and "tokpin123" not in written
     flags = json.loads(manifest.read_text())["environment"]["NEURON_CC_FLAGS"]
