@@ -33,7 +33,10 @@ def test_pin_writes_manifest_and_lock(pinned):
     manifest = json.loads((pinned / "env.json").read_text())
     assert manifest["packages"]["torch"].startswith("2.")
     lock = (pinned / "env.lock.txt").read_text().splitlines()
-    assert f"torch=={manifest['packages']['torch']}" in lock
+    # Hash-pinned, in pip's --require-hashes format: the file the index serves for torch.
+    at = lock.index(f"torch=={manifest['packages']['torch']} \\")
+    assert lock[at + 1].strip().startswith("--hash=sha256:")
+    assert manifest["hashes"]["torch"] and not manifest["unhashed"]
 
 
 def test_diff_exit_codes_follow_the_worst_severity(pinned):
@@ -78,6 +81,12 @@ def test_fail_on_drift_fails_notebook_00_after_showing_the_drift(pinned, tmp_pat
         "run", "--only", "00", "--out", "shown", "-p", f"pinned_manifest={pin}", cwd=tmp_path
     )
     assert shown.returncode == 0, "drift is reported, not fatal, unless fail_on_drift is set"
+    # The way back: the restore command, what it can verify, what pip cannot restore.
+    page = (tmp_path / "shown" / "00_environment.html").read_text()
+    assert "How does this environment go back to the pinned one?" in page
+    assert f"workbench env restore {pin} --python" in page
+    assert "pinned versions has the hash of its file" in page
+    assert "machine image (AMI) or Deep Learning Container" in page
     record = json.loads((tmp_path / "shown" / "00_environment.json").read_text())
     assert any(
         d["key"] == "packages.torch" and d["severity"] == "critical"

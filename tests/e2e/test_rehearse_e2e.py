@@ -74,3 +74,25 @@ def test_an_interpreter_without_the_workbench_says_how_to_install_it(tmp_path):
     assert "cannot run the workbench" in done.stderr
     assert f"{bare / 'bin' / 'python'} -m pip install -e" in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_rollback_rehearsal_judges_the_pinned_environment_against_the_current(tmp_path):
+    """`--reverse`: the environment in use now (the candidate, after an upgrade) runs first and
+    the pinned one is judged against it, with the same notebooks."""
+    if not (CANDIDATE / "bin" / "python").exists():
+        pytest.skip(f"{CANDIDATE} is not built (make setup)")
+    out = tmp_path / "rollback"
+    done = subprocess.run(
+        [WORKBENCH, "rehearse", "--reverse", "--pinned", str(PINNED), "--candidate",
+         str(CANDIDATE), "--target", "cpu", "--only", "00,01", "-p", "steady_steps=5", "-p",
+         "modes=eager", "-p", "kinds=infer", "-p", "warmup_max_steps=10", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=REPO_ROOT,
+    )  # fmt: skip
+    assert done.returncode in (0, 5), done.stderr
+    assert (out / "current" / "summary.json").exists() and (
+        out / "pinned" / "summary.json"
+    ).exists()
+    assert done.stdout.startswith("rollback rehearsal (moving back to the pinned environment): ")
+    text = _text((out / "rehearse.html").read_text())
+    assert "Rolling back from torch 2.13.0" in text and "to the pinned torch 2.9.0" in text
+    assert re.search(r"critical\s+packages\.torch\s+2\.13\.0\S*\s+2\.9\.0", text)

@@ -80,3 +80,15 @@ def test_the_install_command_it_suggests_is_shell_quoted(tmp_path):
     assert shlex.split(hint)[0] == str(python)  # one word, as a shell reads it
     plain = _install_hint(tmp_path / "venv" / "bin" / "python")
     assert plain.startswith(f"{tmp_path}/venv/bin/python -m pip install")  # nothing to quote
+
+
+def test_a_rollback_rehearsal_labels_the_current_environment_first():
+    comparison = _comparison(_timing("train/eager steady median", REGRESSION, 1.3))
+    sides = (
+        Environment("current", "candidate", Path("/candidate/bin/python"), "2.13.0"),
+        Environment("pinned", "pinned", Path("/pinned/bin/python"), "2.9.0"),
+    )
+    page = render(sides, comparison, judge_pin(comparison, 0, ""))
+    assert "Rolling back from torch 2.13.0 (in use now) to the pinned torch 2.9.0" in page
+    assert "<th>current</th><th>pinned</th>" in page
+    assert "href='current/index.html'" in page and "Moving the pin" not in page

@@ -12,12 +12,14 @@ __all__ = [
     "import_failures",
     "match_release",
     "pin",
+    "way_back",
 ]
 
 if TYPE_CHECKING:
     from workbench.environment.drift import drift_from, enforce_no_critical_drift, import_failures
     from workbench.environment.manifest import capture_manifest, pin
     from workbench.environment.releases import match_release
+    from workbench.environment.rollback import way_back
 
 __getattr__ = lazy_exports(
     __name__,
@@ -28,5 +30,6 @@ __getattr__ = lazy_exports(
         "capture_manifest": "workbench.environment.manifest",
         "pin": "workbench.environment.manifest",
         "match_release": "workbench.environment.releases",
+        "way_back": "workbench.environment.rollback",
     },
 )

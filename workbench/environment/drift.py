@@ -159,9 +159,16 @@ def diff_manifests(old: dict[str, Any], new: dict[str, Any]) -> list[Drift]:
     """Every difference between two manifests, critical first, then by key. Import checks are
     left out: `import_failures` judges each manifest's own."""
     old_flat, new_flat = _flatten(old), _flatten(new)
+    # A manifest pinned from another interpreter (`env pin --python`) has no torch section: its
+    # torch settings were not read, so they cannot have drifted (its torch version still can).
+    uncaptured = ("torch",) if old.get("torch") is None or new.get("torch") is None else ()
     drifts = []
     for key in sorted((old_flat.keys() | new_flat.keys()) - _IGNORED_KEYS):
-        if key.startswith("imports."):
+        # Import checks are judged per manifest; a lock's hashes and editable installs are the
+        # pin's own record of its files, not a property of the environment to drift.
+        if key.startswith(("imports.", "hashes.", "unhashed.", "editable.")):
+            continue
+        if key.partition(".")[0] in uncaptured:
             continue
         before, after = old_flat.get(key), new_flat.get(key)
         if before == after:

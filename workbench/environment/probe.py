@@ -10,11 +10,12 @@ direct_url.json), which a restore leaves alone.
 from __future__ import annotations
 
 import json
-import platform
 import re
 import sys
-from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from importlib import metadata
 
 
 def normalize_name(name: str) -> str:
@@ -37,6 +38,11 @@ def _editable_location(dist: metadata.Distribution) -> str | None:
 
 def facts() -> dict[str, Any]:
     """This interpreter: its version, platform, installed distributions and editable ones."""
+    # Imported here: the readers of a pinned manifest and of result files import this module
+    # for normalize_name alone, and never list packages.
+    import platform
+    from importlib import metadata
+
     packages: dict[str, str] = {}
     editable: dict[str, str] = {}
     for dist in metadata.distributions():

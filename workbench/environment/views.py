@@ -10,6 +10,7 @@ from IPython.display import display
 from workbench import markup as show
 from workbench.environment.drift import CRITICAL, Drift, worst_severity
 from workbench.environment.releases import ReleaseMatch
+from workbench.environment.rollback import Rollback
 
 # The packages a migration decision turns on, shown first; the full list is in the result file.
 KEY_PACKAGES = (
@@ -139,5 +140,62 @@ def drift_report(drifts: Sequence[Drift] | None) -> None:
         show.table(
             [[d.severity, d.key, d.old, d.new, d.reason] for d in drifts],
             headers=["severity", "what", "pinned", "now", "why"],
+        )
+    )
+
+
+def rollback_report(way_back: Rollback | None) -> None:
+    """How to return to the pinned environment, what that can verify, what pip cannot restore."""
+    if way_back is None:
+        display(
+            show.banner(
+                "No pinned manifest given: there is no recorded environment to go back to "
+                "(`workbench env pin --out pinned.json`, then -p pinned_manifest=pinned.json).",
+                "info",
+            )
+        )
+        return
+    if way_back.verifiable:
+        verified = (
+            f"Every one of the {way_back.pinned} pinned versions has the hash of its file: a "
+            "restore installs exactly those files or refuses before changing anything."
+        )
+        kind = "ok"
+    elif not way_back.hashed:
+        verified = (
+            "The pin holds no hashes (pinned with --no-hashes): `workbench env restore` refuses "
+            "it; pin the known-good environment again with hashes."
+        )
+        kind = "warn"
+    else:
+        verified = (
+            f"{way_back.hashed} of {way_back.pinned} pinned versions have a hash; a restore that "
+            "needs one of the others refuses it (below, why each has none)."
+        )
+        kind = "warn"
+    display(show.banner(verified, kind))
+    display(
+        show.key_values(
+            {
+                "check first (changes nothing)": way_back.dry_run,
+                "restore": way_back.command,
+                "it would install": f"{way_back.to_install} pinned version(s)",
+                "it would remove": f"{way_back.to_remove} package(s) the pin does not list",
+            },
+            caption="Rolling back with pip",
+        )
+    )
+    if way_back.unhashed:
+        display(
+            show.table(
+                sorted(way_back.unhashed.items()),
+                headers=["package", "why the pin has no hash"],
+                caption="Pinned without a hash",
+            )
+        )
+    display(
+        show.table(
+            [[line] for line in way_back.not_pip],
+            headers=["pip cannot restore these: restore them with the OS or the image"],
         )
     )

@@ -15,12 +15,13 @@ import argparse
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
 from workbench.errors import EXIT_OK, EXIT_REGRESSION, BadInput
 from workbench.redact import console_line
-from workbench.rehearse.environments import Environment, resolve
+from workbench.rehearse.environments import CURRENT, ROLLBACK, Environment, resolve
 from workbench.rehearse.verdict import HOLD, PinVerdict, judge_pin
 
 LOG_TAIL_LINES = 3
@@ -40,6 +41,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         required=True,
         metavar="PY_OR_VENV",
         help="the environment to move to (a newer torch, torch-neuronx or Neuron SDK)",
+    )
+    group.add_argument(
+        "--reverse",
+        action="store_true",
+        help="a rollback rehearsal: the candidate (the environment in use now, after an "
+        "upgrade) runs first and the pinned one is judged against it, so going back is checked "
+        "with the same notebooks as going forward",
     )
     output = parser.add_argument_group("where the results go")
     output.add_argument(
@@ -111,22 +119,28 @@ def cmd_rehearse(args: argparse.Namespace, check_run_options: Callable[[list[str
 
     pinned = resolve("pinned", args.pinned)
     candidate = resolve("candidate", args.candidate)
+    base, moving = pinned, candidate
+    if args.reverse:
+        base, moving = replace(candidate, role=CURRENT), replace(pinned, role=ROLLBACK)
     options = run_options(args)
     check_run_options(options)
     out = _out_folder(args.out)
-    pinned_run, pinned_exit, pinned_tail = run_in(pinned, options, out)
-    if not (pinned_run / "summary.json").exists():
+    base_run, base_exit, base_tail = run_in(base, options, out)
+    if not (base_run / "summary.json").exists():
         raise BadInput(
-            f"the pinned environment's run did not finish (exit {pinned_exit}: {pinned_tail}); "
-            f"nothing to rehearse against (log: {out / 'pinned.log'})."
+            f"the {base.role} environment's run did not finish (exit {base_exit}: {base_tail}); "
+            f"nothing to rehearse against (log: {out / f'{base.role}.log'})."
         )
-    candidate_run, candidate_exit, candidate_tail = run_in(candidate, options, out)
+    moving_run, moving_exit, moving_tail = run_in(moving, options, out)
     comparison = None
-    if (candidate_run / "summary.json").exists():
-        comparison = compare_runs([pinned_run, candidate_run])
+    if (moving_run / "summary.json").exists():
+        comparison = compare_runs([base_run, moving_run])
         write_comparison(comparison, out / "compare")
-    verdict: PinVerdict = judge_pin(comparison, candidate_exit, candidate_tail)
-    page = write_rehearsal(out, (pinned, candidate), comparison, verdict)
-    print(console_line(f"{verdict.decision}: {'; '.join(verdict.reasons)}"))
+    verdict: PinVerdict = judge_pin(comparison, moving_exit, moving_tail)
+    page = write_rehearsal(out, (base, moving), comparison, verdict)
+    said = f"{verdict.decision}: {'; '.join(verdict.reasons)}"
+    if args.reverse:
+        said = f"rollback rehearsal (moving back to the pinned environment): {said}"
+    print(console_line(said))
     print(console_line(f"report: {page}"))
     return EXIT_REGRESSION if verdict.decision == HOLD else EXIT_OK

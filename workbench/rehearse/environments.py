@@ -19,9 +19,14 @@ CHECK_TIMEOUT_S = 120  # importing torch in a cold venv takes seconds, never min
 _CHECK = "import workbench.cli, torch; print(torch.__version__)"
 
 
+# The roles of a rollback rehearsal (`--reverse`): the environment in use now first, then the
+# pinned one it would go back to.
+CURRENT, ROLLBACK = "current", "pinned"
+
+
 @dataclass(frozen=True)
 class Environment:
-    role: str  # "pinned" or "candidate"
+    role: str  # "pinned" or "candidate"; CURRENT or ROLLBACK in a rollback rehearsal
     given: str  # as the user named it
     python: Path
     torch: str

@@ -16,7 +16,7 @@ from workbench.compare.report import timing_figure_html
 from workbench.markup import banner, stylesheet, table
 from workbench.markup import cell_text as _fmt
 from workbench.markup import escaped as _e
-from workbench.rehearse.environments import Environment
+from workbench.rehearse.environments import ROLLBACK, Environment
 from workbench.rehearse.verdict import HOLD, MOVE, PinVerdict
 from workbench.results import write_text_atomic
 
@@ -30,7 +30,7 @@ _BANNER = {MOVE: "ok", HOLD: "fail"}
 VERSION_KEYS = ("torch", "torch-xla", "torch-neuronx", "neuronx-cc", "workbench")
 
 
-def _change_table(changes: list[Change], stack: str) -> str:
+def _change_table(changes: list[Change], stack: str, labels: tuple[str, str]) -> str:
     if not changes:
         return (
             "<p>No metric of this area was compared (its notebook did not run on both sides).</p>"
@@ -50,7 +50,7 @@ def _change_table(changes: list[Change], stack: str) -> str:
         ]
         for c in moved
     ]
-    headers = ["what", "pinned", "candidate", "unit", "ratio", "judged", "how", "stack changes"]
+    headers = ["what", *labels, "unit", "ratio", "judged", "how", "stack changes"]
     shown = table(rows, headers).html_text if rows else "<p>No change beyond its gate.</p>"
     if not quiet:
         return shown
@@ -61,7 +61,7 @@ def _change_table(changes: list[Change], stack: str) -> str:
     )
 
 
-def _stack_section(comparison: Comparison | None) -> str:
+def _stack_section(comparison: Comparison | None, labels: tuple[str, str]) -> str:
     if comparison is None or not comparison.environment:
         return (
             "<p>Notebook 00 did not record a change that matters between the two environments "
@@ -71,7 +71,7 @@ def _stack_section(comparison: Comparison | None) -> str:
         [d["severity"], d["key"], _fmt(d["old"]), _fmt(d["new"]), d.get("reason", "")]
         for d in comparison.environment
     ]
-    return table(rows, ["severity", "what", "pinned", "candidate", "why it matters"]).html_text
+    return table(rows, ["severity", "what", *labels, "why it matters"]).html_text
 
 
 def _environment_rows(
@@ -97,8 +97,14 @@ def render(
     comparison: Comparison | None,
     verdict: PinVerdict,
 ) -> str:
-    pinned, candidate = environments
-    heading = f"Moving the pin from torch {pinned.torch} to torch {candidate.torch}"
+    first, second = environments
+    labels = (first.role, second.role)
+    if second.role == ROLLBACK:
+        heading = (
+            f"Rolling back from torch {first.torch} (in use now) to the pinned torch {second.torch}"
+        )
+    else:
+        heading = f"Moving the pin from torch {first.torch} to torch {second.torch}"
     decision = banner(
         f"{verdict.decision.upper()}: {'; '.join(verdict.reasons)}",
         _BANNER.get(verdict.decision, "warn"),
@@ -110,23 +116,26 @@ def render(
         "<h2>The two environments</h2>",
         _environment_rows(environments, comparison),
         "<h2>What changed in the stack</h2>",
-        _stack_section(comparison),
+        _stack_section(comparison, labels),
     ]
     if comparison is not None:
         stack = environment_note(comparison.environment)
         named = {area for _, areas in SECTIONS for area in areas}
         for title, areas in SECTIONS:
             chosen = [c for c in comparison.changes if c.area in areas]
-            parts += [f"<h2>{_e(title)}</h2>", _change_table(chosen, stack)]
+            parts += [f"<h2>{_e(title)}</h2>", _change_table(chosen, stack, labels)]
         rest = [c for c in comparison.changes if c.area not in named]
-        parts += ["<h2>Verdicts, notebooks and retuning</h2>", _change_table(rest, stack)]
-        parts += ["<h2>Timings, pinned then candidate</h2>", timing_figure_html(comparison)]
+        parts += ["<h2>Verdicts, notebooks and retuning</h2>", _change_table(rest, stack, labels)]
+        parts += [
+            f"<h2>Timings, {first.role} then {second.role}</h2>",
+            timing_figure_html(comparison),
+        ]
         parts.append(
             "<p class='note'>Every metric with its evidence: "
             "<a href='compare/compare.html'>compare.html</a> and "
             "<a href='compare/compare.json'>compare.json</a>; the runs: "
-            "<a href='pinned/index.html'>pinned</a>, "
-            "<a href='candidate/index.html'>candidate</a>.</p>"
+            f"<a href='{first.role}/index.html'>{first.role}</a>, "
+            f"<a href='{second.role}/index.html'>{second.role}</a>.</p>"
         )
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     body = "\n".join(parts)

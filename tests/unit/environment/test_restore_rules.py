@@ -71,3 +71,15 @@ def test_the_probe_runs_in_another_interpreter(tmp_path: Path) -> None:
     assert found["packages"]["torch"].startswith("2.")
     with pytest.raises(BadInput, match="could not be run"):
         interpreter_facts(tmp_path / "no-python")
+
+
+def test_a_pins_hashes_and_another_interpreters_unread_torch_settings_are_not_drift() -> None:
+    from workbench.environment.drift import diff_manifests
+    from workbench.environment.manifest import capture_manifest
+
+    here = capture_manifest()
+    pinned = {**here, "hashes": {"torch": ["ab" * 32]}, "unhashed": {}, "torch": None}
+    assert diff_manifests(pinned, here) == []  # must pass: the same environment
+    older = {**pinned, "packages": {**here["packages"], "torch": "1.13.1"}}
+    keys = {d.key: d.severity for d in diff_manifests(older, here)}
+    assert keys == {"packages.torch": "critical"}  # must fail: its torch version still drifts
