@@ -55,8 +55,8 @@ from workbench.compare.stats import (
     mann_whitney_u,
     median,
     stdev,
-    student_t_quantile,
 )
+from workbench.student_t import t_quantile
 from workbench.timing import HostLoad, quantile
 
 HISTORY_RUNS = 3
@@ -155,7 +155,7 @@ def _history_band(rule: Rule, newest: Reading, values: list[float], p_value: flo
     logs = [math.log(v) for v in values]
     n = len(logs)
     spread = max(stdev(logs), _sampling_sd(rule, newest))
-    t = student_t_quantile(1 - p_value / 2, n - 1)
+    t = t_quantile(1 - p_value / 2, n - 1)
     factor = math.exp(t * spread * math.sqrt(1 + 1 / n))
     words = (
         f"the {n} earlier runs' prediction interval for one more run: x/{factor:.3g} (Student's "

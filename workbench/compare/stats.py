@@ -1,6 +1,6 @@
-"""The statistics a comparison rests on: medians, a two-sided Mann-Whitney U test, Student's t
-for a history's prediction interval, a bootstrap for an estimate's own noise, and the sign test
-with its interval for the median of paired ratios.
+"""The statistics a comparison rests on: medians, a two-sided Mann-Whitney U test, a bootstrap
+for an estimate's own noise, and the sign test with its interval for the median of paired
+ratios (Student's t is workbench.student_t).
 
 The U test compares whole samples by rank, so a burst of slow steps moves it far less than it
 moves a mean; it needs no assumption about the shape of step-time distributions, which are
@@ -57,60 +57,6 @@ def mann_whitney_u(a: Sequence[float], b: Sequence[float]) -> tuple[float, float
     z = (abs(u1 - mean_u) - 0.5) / math.sqrt(variance)
     p = math.erfc(max(z, 0.0) / math.sqrt(2))
     return u1, min(1.0, p)
-
-
-def _incomplete_beta(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b), by its continued fraction (modified
-    Lentz), which converges fast for x < (a + 1) / (a + b + 2); the symmetry I_x(a, b) =
-    1 - I_{1-x}(b, a) covers the rest."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    if x > (a + 1) / (a + b + 2):
-        return 1.0 - _incomplete_beta(b, a, 1.0 - x)
-    log_front = (
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    )
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    fraction = d
-    for m in range(1, 300):
-        for numerator in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            fraction *= c * d
-        if abs(c * d - 1.0) < 1e-12:
-            break
-    return math.exp(log_front) * fraction / a
-
-
-def student_t_cdf(t: float, df: float) -> float:
-    tail = 0.5 * _incomplete_beta(df / 2, 0.5, df / (df + t * t))
-    return 1.0 - tail if t >= 0 else tail
-
-
-def student_t_quantile(probability: float, df: float) -> float:
-    """The t value below which `probability` of Student's t with `df` degrees of freedom lies
-    (bisection on the CDF: no SciPy in a comparison's imports)."""
-    if not 0.0 < probability < 1.0:
-        raise ValueError("a quantile needs a probability strictly between 0 and 1")
-    low, high = -1e6, 1e6
-    for _ in range(200):
-        middle = (low + high) / 2
-        if student_t_cdf(middle, df) < probability:
-            low = middle
-        else:
-            high = middle
-        if high - low < 1e-9 * max(1.0, abs(middle)):
-            break
-    return (low + high) / 2
 
 
 def stdev(values: Sequence[float]) -> float:

@@ -44,6 +44,7 @@ from workbench.numerics.batch import earlier_notebook_file
 from workbench.numerics.capture import RunSpec, as_fp32_cpu
 from workbench.numerics.validation import held_out_batches
 from workbench.results import load_result
+from workbench.student_t import t_survival
 from workbench.workload import Batch, Workload, seeded, state_sha256
 
 RETUNING_RESULT_FILE = "04_retuning.json"
@@ -56,47 +57,6 @@ REFERENCE_RUN_FACTOR = 2
 CANDIDATE_STEP_FACTOR = 2
 BISECTION_TOLERANCE = 1e-4  # the RCP checker's, in its unit (here steps)
 SEED_OFFSET = 1000
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """The continued fraction of the regularized incomplete beta (modified Lentz)."""
-    tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        for numerator in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
-
-
-def regularized_beta(a: float, b: float, x: float) -> float:
-    """I_x(a, b), the regularized incomplete beta function."""
-    if x <= 0:
-        return 0.0
-    if x >= 1:
-        return 1.0
-    log_front = (
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    )
-    front = math.exp(log_front)
-    if x < (a + 1) / (a + b + 2):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_survival(t: float, df: float) -> float:
-    """P(T > t) for Student's t with `df` degrees of freedom."""
-    tail = 0.5 * regularized_beta(df / 2, 0.5, df / (df + t * t))
-    return tail if t >= 0 else 1.0 - tail
 
 
 @dataclass(frozen=True)

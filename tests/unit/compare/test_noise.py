@@ -19,7 +19,8 @@ from workbench.compare.records import (
     WITHIN_NOISE,
     Gates,
 )
-from workbench.compare.stats import median, median_interval, student_t_quantile
+from workbench.compare.stats import median, median_interval
+from workbench.student_t import t_quantile
 
 STEADY = Rule("steady best", "s", True, 0.05, low_quantile, quartiles=False)
 FIRST = Rule("first call", "s", True, 0.15, repeated_only=True)
@@ -35,8 +36,8 @@ def status(rule: Rule, newest: Reading, earlier: list[Reading]) -> str:
 
 
 def test_students_t_and_the_median_interval_match_their_tables() -> None:
-    assert student_t_quantile(0.995, 2) == pytest.approx(9.925, abs=1e-3)
-    assert student_t_quantile(0.975, 10) == pytest.approx(2.228, abs=1e-3)
+    assert t_quantile(0.995, 2) == pytest.approx(9.925, abs=1e-3)
+    assert t_quantile(0.975, 10) == pytest.approx(2.228, abs=1e-3)
     assert median_interval(list(range(20)), 0.99) == (3, 16)  # x(4), x(17) of 20
     assert median_interval([1.0] * 5, 0.99) is None  # five pairs cannot reach 99%
 
