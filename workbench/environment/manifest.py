@@ -263,7 +263,25 @@ def capture_manifest(
         manifest["hashes"] = fetched.hashes
         manifest["unhashed"] = fetched.failed
     # Secret values can also surface in paths, tool output or command lines.
-    return cast(dict[str, Any], scrub_data(manifest))
+    return scrub_manifest(manifest)
+
+
+# Maps keyed by package name: `google-auth` names a package, not a secret, so these are scrubbed
+# by content alone (its version is not redacted for its name).
+_BY_PACKAGE = ("packages", "hashes", "unhashed", "editable")
+
+
+def scrub_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest with every secret removed: by key and content everywhere, except that the
+    maps keyed by package name are scrubbed by content only."""
+    named = {key: manifest[key] for key in _BY_PACKAGE if key in manifest}
+    rest = {key: value for key, value in manifest.items() if key not in named}
+    scrubbed = cast(dict[str, Any], scrub_data(rest))
+    for key, mapping in named.items():
+        # A value in a list: scrub_data judges a dict's values by their keys, a list's by content.
+        values = cast(list[Any], scrub_data(list(mapping.values())))
+        scrubbed[key] = {scrub_text(name): v for name, v in zip(mapping, values, strict=True)}
+    return {key: scrubbed[key] for key in manifest}
 
 
 def _lock_text(manifest: dict[str, Any], manifest_name: str) -> str:

@@ -83,3 +83,20 @@ def test_a_pins_hashes_and_another_interpreters_unread_torch_settings_are_not_dr
     older = {**pinned, "packages": {**here["packages"], "torch": "1.13.1"}}
     keys = {d.key: d.severity for d in diff_manifests(older, here)}
     assert keys == {"packages.torch": "critical"}  # must fail: its torch version still drifts
+
+
+def test_a_package_named_like_a_secret_keeps_its_version_and_a_secret_is_still_scrubbed() -> None:
+    """`google-auth` names a package: its version was redacted by its name, and a restore then
+    asked pip for google-auth==[redacted]. Maps keyed by package are scrubbed by content."""
+    from workbench.environment.manifest import scrub_manifest
+
+    manifest = {
+        "packages": {"google-auth": "2.40.1", "odd": "sk-live-4f9a8b7c6d5e4f3a2b1c0d9e"},
+        "hashes": {"google-auth": ["ab" * 32]},
+        "environment": {"DB_PASSWORD": "hunter2pin"},
+    }
+    scrubbed = scrub_manifest(manifest)
+    assert scrubbed["packages"]["google-auth"] == "2.40.1"  # must pass: a package's version
+    assert scrubbed["hashes"]["google-auth"] == ["ab" * 32]
+    assert scrubbed["packages"]["odd"] == "[redacted]"  # must fail: a token is still a token
+    assert scrubbed["environment"]["DB_PASSWORD"] == "[redacted]"
