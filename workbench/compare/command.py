@@ -55,8 +55,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--remeasure",
         action="store_true",
         help="also time the baseline's and the newest run's notebook-01 workloads again on this "
-        "machine now, interleaved in pairs (asv continuous style): settles timings the "
-        "recorded load leaves unjudged",
+        "machine now, interleaved in pairs until the change is decided (a sequential test, asv "
+        "continuous style): its verdict replaces the recorded one",
     )
     for side, which in (("baseline", "the baseline's"), ("candidate", "the newest run's")):
         parser.add_argument(
